@@ -1,0 +1,241 @@
+"""Cardinality estimation: filter selectivities, join selectivities, corrections.
+
+The rules, also in the README (tests depend on them):
+
+* A relation's cardinality after its filters is ``rows × Π filter selectivities``.
+* ``col = literal``: ``1/distinct``; ``col <> literal``: ``1 − 1/distinct``.
+* ranges (``< <= > >= BETWEEN``): from the column's histogram when there is one, else linear
+  interpolation on ``[min, max]``; else :data:`DEFAULT_RANGE`
+  (``BETWEEN``: :data:`DEFAULT_BETWEEN`).
+* ``IN (k values)``: ``min(1, k/distinct)``; ``LIKE``: :data:`DEFAULT_LIKE`; ``IS NULL``:
+  :data:`DEFAULT_IS_NULL`; anything else (:class:`Opaque`):
+  :data:`DEFAULT_OPAQUE`.
+* ``OR``: ``s1 + s2 − s1·s2``; ``NOT``: ``1 − s``; nested ``AND``: product.
+* A column with no ``distinct`` statistic uses :data:`DEFAULT_EQ` for equality and, in a join,
+  the table's row count as its distinct count (the key assumption).
+* An equi-join ``a.x = b.y`` has selectivity ``1/max(distinct(a.x), distinct(b.y))``.
+* ``card(S) = Π card(r ∈ S) × Π sel(p with both sides in S) × Π correction(T) for T ⊆ S``.
+
+Deltas (:mod:`reopt.costmodel.deltas`) change the inputs through :class:`Adjustments`, an
+immutable value: applying a delta builds a new one, so a rejected delta cannot leave a
+half-applied state behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from reopt.costmodel.catalog import Catalog, ColumnStats, as_number
+from reopt.costmodel.query import (
+    And,
+    Between,
+    ColumnRef,
+    Compare,
+    InList,
+    IsNull,
+    JoinPredicate,
+    Like,
+    Not,
+    Opaque,
+    Or,
+    Predicate,
+    Query,
+)
+
+DEFAULT_EQ = 0.1
+"""Equality selectivity when the column has no distinct count."""
+DEFAULT_RANGE = 1 / 3
+"""One-sided range selectivity without histogram or numeric min/max."""
+DEFAULT_BETWEEN = 1 / 9
+"""``BETWEEN`` selectivity without histogram or numeric min/max (two one-sided ranges)."""
+DEFAULT_LIKE = 0.05
+DEFAULT_IS_NULL = 0.01
+DEFAULT_OPAQUE = 0.25
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Adjustments:
+    """Everything deltas have changed, relative to the catalog. Immutable.
+
+    ``table_rows``: table → row count (before filters) replacing the catalog's.
+    ``alias_factors``: alias → factor on its table's rows (``card ALIAS …`` deltas).
+    ``selectivities``: join predicate key → selectivity replacing the estimate.
+    ``corrections``: relation bitmask → factor on every superset's estimate.
+    ``op_factors``: physical operator → factor on its local cost.
+    """
+
+    table_rows: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    alias_factors: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    selectivities: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    corrections: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
+    op_factors: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+
+    def replace(self, **changes: Mapping) -> Adjustments:
+        fields = {
+            "table_rows": self.table_rows,
+            "alias_factors": self.alias_factors,
+            "selectivities": self.selectivities,
+            "corrections": self.corrections,
+            "op_factors": self.op_factors,
+        }
+        fields.update({k: MappingProxyType(dict(v)) for k, v in changes.items()})
+        return Adjustments(**fields)
+
+
+def _clamp01(s: float) -> float:
+    return 0.0 if s < 0 else 1.0 if s > 1 else s
+
+
+class Estimator:
+    """Cardinalities of relation sets of one query under given statistics (memoized)."""
+
+    def __init__(self, query: Query, catalog: Catalog, adjustments: Adjustments | None = None):
+        self.query = query
+        self.catalog = catalog
+        self.adj = adjustments or Adjustments()
+        self._card: dict[int, float] = {}
+        n = query.n
+        self._leaf = [self._leaf_card(i) for i in range(n)]
+        self._preds = [
+            (query.bit(p.left.alias) | query.bit(p.right.alias), self.join_selectivity(p))
+            for p in query.joins
+        ]
+
+    # -- base relations ----------------------------------------------------------------------
+    def column(self, ref: ColumnRef) -> ColumnStats:
+        t = self.catalog.table(self.query.table_of(ref.alias))
+        return t.columns.get(ref.column) or ColumnStats()
+
+    def base_rows(self, alias: str) -> float:
+        """Row count of a relation before its filters (catalog, then ``card`` deltas)."""
+        table = self.query.table_of(alias)
+        rows = self.adj.table_rows.get(table, self.catalog.table(table).rows)
+        return rows * self.adj.alias_factors.get(alias, 1.0)
+
+    def filter_selectivity(self, alias: str) -> float:
+        s = 1.0
+        for p in self.query.filters_of(alias):
+            s *= self.predicate_selectivity(p)
+        return s
+
+    def _leaf_card(self, i: int) -> float:
+        alias = self.query.relations[i].alias
+        return self.base_rows(alias) * self.filter_selectivity(alias)
+
+    def leaf_card(self, alias: str) -> float:
+        return self._leaf[self.query.index(alias)]
+
+    # -- filter predicates -------------------------------------------------------------------
+    def predicate_selectivity(self, p: Predicate) -> float:
+        if isinstance(p, Compare):
+            return self._compare(p)
+        if isinstance(p, Between):
+            lo, hi = self._fraction_below(p.column, p.low), self._fraction_below(p.column, p.high)
+            if lo is None or hi is None:
+                return DEFAULT_BETWEEN
+            return _clamp01(hi - lo)
+        if isinstance(p, InList):
+            d = self.column(p.column).distinct
+            k = len(set(p.values))
+            return _clamp01(k / d if d else k * DEFAULT_EQ)
+        if isinstance(p, Like):
+            return DEFAULT_LIKE
+        if isinstance(p, IsNull):
+            return DEFAULT_IS_NULL
+        if isinstance(p, Or):
+            s = 0.0
+            for item in p.items:
+                si = self.predicate_selectivity(item)
+                s = s + si - s * si
+            return _clamp01(s)
+        if isinstance(p, Not):
+            return _clamp01(1.0 - self.predicate_selectivity(p.item))
+        if isinstance(p, And):
+            s = 1.0
+            for item in p.items:
+                s *= self.predicate_selectivity(item)
+            return s
+        if isinstance(p, Opaque):
+            return DEFAULT_OPAQUE
+        raise TypeError(f"unknown predicate {p!r}")
+
+    def _compare(self, p: Compare) -> float:
+        if p.op in ("=", "<>"):
+            d = self.column(p.column).distinct
+            eq = 1.0 / d if d else DEFAULT_EQ
+            return _clamp01(eq if p.op == "=" else 1.0 - eq)
+        below = self._fraction_below(p.column, p.value)
+        if below is None:
+            return DEFAULT_RANGE
+        return below if p.op in ("<", "<=") else _clamp01(1.0 - below)
+
+    def _fraction_below(self, ref: ColumnRef, value: object) -> float | None:
+        """Fraction of rows with ``column < value``; None when nothing numeric is known."""
+        x = as_number(value)
+        if x is None:
+            return None
+        stats = self.column(ref)
+        if stats.histogram is not None:
+            return stats.histogram.fraction_below(x)
+        lo, hi = as_number(stats.min), as_number(stats.max)
+        if lo is None or hi is None:
+            return None
+        if hi <= lo:
+            return 0.0 if x <= lo else 1.0
+        return _clamp01((x - lo) / (hi - lo))
+
+    # -- joins -------------------------------------------------------------------------------
+    def column_distinct(self, ref: ColumnRef) -> float:
+        d = self.column(ref).distinct
+        if d:
+            return d
+        return max(1.0, self.catalog.table(self.query.table_of(ref.alias)).rows)
+
+    def estimated_join_selectivity(self, p: JoinPredicate) -> float:
+        """The estimate before any ``sel`` delta: ``1/max(distinct(a.x), distinct(b.y))``."""
+        return 1.0 / max(self.column_distinct(p.left), self.column_distinct(p.right))
+
+    def join_selectivity(self, p: JoinPredicate) -> float:
+        return self.adj.selectivities.get(p.key, self.estimated_join_selectivity(p))
+
+    # -- sets of relations -------------------------------------------------------------------
+    def card(self, mask: int, *, without_correction: int | None = None) -> float:
+        """Estimated rows of the join of the relations in ``mask``.
+
+        ``without_correction`` leaves out the correction on exactly that set (used to solve
+        ``card {…} =N`` for its factor).
+        """
+        if without_correction is None:
+            hit = self._card.get(mask)
+            if hit is not None:
+                return hit
+        c = 1.0
+        i, m = 0, mask
+        while m:
+            if m & 1:
+                c *= self._leaf[i]
+            m >>= 1
+            i += 1
+        for both, sel in self._preds:
+            if both & mask == both:
+                c *= sel
+        for t, f in self.adj.corrections.items():
+            if t & mask == t and t != without_correction:
+                c *= f
+        if without_correction is None:
+            self._card[mask] = c
+        return c
+
+    def groups(self) -> float:
+        """Rows out of the final group-by: ``min(card, Π distinct(group columns))``."""
+        rows = self.card(self.query.all_mask)
+        if not self.query.group_by:
+            return 1.0 if self.query.aggregates else rows
+        g = 1.0
+        for ref in self.query.group_by:
+            g *= self.column(ref).distinct or rows
+        return min(rows, g)

@@ -1,0 +1,312 @@
+"""Cost models: which physical operators exist, what they require and deliver, what they cost.
+
+Two models share one interface (:class:`CostModel`), so the rules and the optimizers plug either
+in unchanged:
+
+* ``cout`` — logical C_out: a scan costs 0; a join producing T costs ``card(T)`` plus its
+  children. One physical join operator (``join``), no properties, no final operator.
+* ``io`` — the paper's physical model, CPU and I/O per tuple and page (constants below):
+  ``tablescan``/``indexscan`` (and ``indexprobe``, the inner of an index nested-loop join, whose
+  work the join pays), joins ``hashjoin`` (right input is the build side), ``sortmerge`` (inputs
+  sorted on the join class), ``indexnl`` (inner is a base table with an index on the join
+  column), ``blocknl`` (the only join for cross products), a ``sort`` enforcer, and a final
+  ``hashagg``/``sortagg``/``topsort`` when the query groups, aggregates or orders.
+
+Every local cost is multiplied by the operator's factor from ``cost OP *F`` deltas (default 1).
+Local costs depend only on estimated rows of the expressions involved, never on the child plans,
+so the principle of optimality holds and dynamic programming, branch-and-bound and the datalog
+fixpoint all find the same optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.query import Between, Compare, InList
+
+if TYPE_CHECKING:
+    from reopt.costmodel.space import Alt, PlanSpace
+
+# --- io constants (documented in the README) ---------------------------------------------------
+PAGE_ROWS = 100.0
+"""Tuples per page."""
+SEQ_PAGE = 1.0
+"""Cost of reading one page sequentially."""
+RANDOM_PAGE = 4.0
+"""Cost of reading one page at random."""
+CPU_TUPLE = 0.01
+"""CPU cost of producing or processing one tuple."""
+CPU_OPERATOR = 0.0025
+"""CPU cost of one comparison or hash-probe step."""
+INDEX_HEIGHT = 3.0
+"""Random page reads to descend an index."""
+SORT_MEMORY_ROWS = 100_000.0
+"""A sort of more rows than this spills: one extra write and read of its input."""
+HASH_MEMORY_ROWS = 1_000_000.0
+"""A hash join whose build side is larger than this partitions both inputs to disk once."""
+BLOCK_PAGES = 100.0
+"""Pages of the outer input a block nested-loop join holds per pass over the inner."""
+
+
+def pages(rows: float) -> float:
+    return rows / PAGE_ROWS
+
+
+def sort_cost(rows: float) -> float:
+    cpu = 2.0 * CPU_OPERATOR * rows * math.log2(max(rows, 2.0))
+    spill = 2.0 * SEQ_PAGE * pages(rows) if rows > SORT_MEMORY_ROWS else 0.0
+    return cpu + spill
+
+
+class CostModel:
+    """Interface: alternatives per (expression, property) and the local cost of each."""
+
+    name: str = ""
+    join_methods: tuple[str, ...] = ()
+    operators: tuple[str, ...] = ()
+
+    def has_final(self, space: PlanSpace) -> bool:
+        return False
+
+    def interesting_props(self, space: PlanSpace, expr: int) -> list[str]:
+        from reopt.costmodel.space import ANY
+
+        return [ANY]
+
+    def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
+        raise NotImplementedError
+
+    def join_alternatives(
+        self, space: PlanSpace, expr: int, prop: str, left: int, right: int, method: str
+    ) -> list[Alt]:
+        raise NotImplementedError
+
+    def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
+        return []
+
+    def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
+        return []
+
+    def local_cost(self, space: PlanSpace, alt: Alt) -> float:
+        raise NotImplementedError
+
+
+class CoutModel(CostModel):
+    """C_out: the sum of the estimated rows of every join in the plan."""
+
+    name = "cout"
+    join_methods = ("join",)
+    operators = ("scan", "join")
+
+    def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
+        from reopt.costmodel.space import ANY, Alt
+
+        return [Alt(expr, prop, 0, "scan", "scan")] if prop == ANY else []
+
+    def join_alternatives(self, space, expr, prop, left, right, method):
+        from reopt.costmodel.space import ANY, Alt
+
+        if method != "join" or prop != ANY:
+            return []
+        return [Alt(expr, prop, left, "join", "join", left, ANY, right, ANY)]
+
+    def local_cost(self, space: PlanSpace, alt: Alt) -> float:
+        return 0.0 if alt.log_op == "scan" else space.summary(alt.expr)
+
+
+class IOModel(CostModel):
+    """The paper's physical model: scans, four joins, sort enforcer, final aggregate."""
+
+    name = "io"
+    join_methods = ("hashjoin", "sortmerge", "indexnl", "blocknl")
+    operators = (
+        "tablescan", "indexscan", "indexprobe", "hashjoin", "sortmerge", "indexnl", "blocknl",
+        "sort", "hashagg", "sortagg", "topsort",
+    )
+
+    def has_final(self, space: PlanSpace) -> bool:
+        return space.query.has_final
+
+    # -- properties --------------------------------------------------------------------------
+    def interesting_props(self, space: PlanSpace, expr: int) -> list[str]:
+        from reopt.costmodel.space import ANY, probe_prop, sort_prop
+
+        if expr == space.top:
+            return [ANY]
+        out = [ANY]
+        classes: set[str] = set()
+        probes: set[str] = set()
+        outside = space.all & ~expr
+        for p in space.predicates:
+            for mine, other, col in ((p.left_bit, p.right_bit, p.left),
+                                     (p.right_bit, p.left_bit, p.right)):
+                if mine & expr and other & outside:
+                    classes.add(p.cls)
+                    if space.is_leaf(expr) and self._index_no(space, col) is not None:
+                        probes.add(p.cls)
+        out += [sort_prop(c) for c in sorted(classes)]
+        out += [probe_prop(c) for c in sorted(probes)]
+        return out
+
+    @staticmethod
+    def _table(space: PlanSpace, alias: str):
+        return space.catalog.table(space.query.table_of(alias))
+
+    def _index_no(self, space: PlanSpace, col) -> int | None:
+        """1-based position of ``col``'s index in its table's index list (the alt's index)."""
+        idx = self._table(space, col.alias).indexes
+        return idx.index(col.column) + 1 if col.column in idx else None
+
+    def _class_columns(self, space: PlanSpace, alias: str, cls: str) -> list:
+        return sorted(c for c, k in space.classes.items() if k == cls and c.alias == alias)
+
+    # -- scans -------------------------------------------------------------------------------
+    def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
+        from reopt.costmodel.space import ANY, Alt, prop_class
+
+        alias = space.relations(expr)[0]
+        table = self._table(space, alias)
+        out: list[Alt] = []
+        if prop == ANY:
+            out.append(Alt(expr, prop, 0, "scan", "tablescan"))
+            for k, col in enumerate(table.indexes, start=1):
+                if any(_restricts(p, col) for p in space.query.filters_of(alias)):
+                    out.append(Alt(expr, prop, k, "scan", "indexscan"))
+            return out
+        kind, cls = prop.split(":", 1)
+        cols = [c.column for c in self._class_columns(space, alias, prop_class(prop))]
+        if kind == "sort":
+            if table.sorted_on in cols:
+                out.append(Alt(expr, prop, 0, "scan", "tablescan"))
+            for k, col in enumerate(table.indexes, start=1):
+                if col in cols:
+                    out.append(Alt(expr, prop, k, "scan", "indexscan"))
+        elif kind == "probe":
+            for k, col in enumerate(table.indexes, start=1):
+                if col in cols:
+                    out.append(Alt(expr, prop, k, "scan", "indexprobe"))
+        return out
+
+    # -- joins -------------------------------------------------------------------------------
+    def join_alternatives(self, space, expr, prop, left, right, method):
+        from reopt.costmodel.space import ANY, Alt, probe_prop, sort_prop
+
+        crossing = space.crossing(left, right)
+        if method in ("blocknl", "hashjoin"):
+            # block nested-loop joins anything; a hash join needs an equi-join predicate
+            if prop != ANY or (method == "hashjoin" and not crossing):
+                return []
+            return [Alt(expr, prop, left, "join", method, left, ANY, right, ANY)]
+        if not crossing:
+            return []  # merge and index joins need an equi-join predicate
+        if method == "sortmerge":
+            classes = sorted({p.cls for p in crossing})
+            return [
+                Alt(expr, prop, left, "join", method, left, sort_prop(c), right, sort_prop(c))
+                for c in classes
+                if prop in (ANY, sort_prop(c))
+            ]
+        if method == "indexnl":
+            if prop != ANY or not space.is_leaf(right):
+                return []
+            classes = set()
+            for p in crossing:
+                col = p.left if p.left_bit == right else p.right
+                if self._index_no(space, col) is not None:
+                    classes.add(p.cls)
+            return [
+                Alt(expr, prop, left, "join", method, left, ANY, right, probe_prop(c))
+                for c in sorted(classes)
+            ]
+        return []
+
+    def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
+        from reopt.costmodel.space import ANY, Alt
+
+        if prop.startswith("sort:"):
+            return [Alt(expr, prop, 0, "sort", "sort", expr, ANY)]
+        return []
+
+    def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
+        from reopt.costmodel.space import ANY, Alt
+
+        q = space.query
+        if q.group_by or q.aggregates:
+            ops = ("hashagg", "sortagg")
+            log = "groupby"
+        else:
+            ops = ("topsort",)
+            log = "orderby"
+        return [Alt(space.top, prop, 0, log, op, space.all, ANY) for op in ops]
+
+    # -- costs -------------------------------------------------------------------------------
+    def local_cost(self, space: PlanSpace, alt: Alt) -> float:
+        op = alt.phy_op
+        out = space.summary(alt.expr)
+        if op in ("tablescan", "indexscan", "indexprobe"):
+            alias = space.relations(alt.expr)[0]
+            rows = space.estimator.base_rows(alias)
+            if op == "tablescan":
+                return SEQ_PAGE * pages(rows) + CPU_TUPLE * rows
+            if op == "indexprobe":
+                return 0.0
+            table = self._table(space, alias)
+            col = table.indexes[alt.index - 1]
+            sel = 1.0
+            for p in space.query.filters_of(alias):
+                if _restricts(p, col):
+                    sel *= space.estimator.predicate_selectivity(p)
+            matching = rows * sel
+            fetch = pages(matching) if table.sorted_on == col else matching
+            return RANDOM_PAGE * (INDEX_HEIGHT + fetch) + CPU_TUPLE * matching
+        if op == "sort":
+            return sort_cost(out)
+        if op in ("hashagg", "sortagg", "topsort"):
+            rows_in = space.summary(space.all)
+            order = sort_cost(out) if space.query.order_by else 0.0
+            if op == "hashagg":
+                return 2.0 * CPU_TUPLE * rows_in + CPU_TUPLE * out + order
+            if op == "sortagg":
+                return sort_cost(rows_in) + CPU_OPERATOR * rows_in + CPU_TUPLE * out + order
+            return sort_cost(rows_in)
+        lrows, rrows = space.summary(alt.left), space.summary(alt.right)
+        if op == "hashjoin":
+            spill = (
+                2.0 * SEQ_PAGE * (pages(lrows) + pages(rrows)) if rrows > HASH_MEMORY_ROWS else 0.0
+            )
+            return 2.0 * CPU_TUPLE * rrows + CPU_OPERATOR * lrows + CPU_TUPLE * out + spill
+        if op == "sortmerge":
+            return CPU_OPERATOR * (lrows + rrows) + CPU_TUPLE * out
+        if op == "indexnl":
+            return RANDOM_PAGE * lrows + CPU_TUPLE * out
+        if op == "blocknl":
+            passes = pages(lrows) / BLOCK_PAGES + 1.0
+            return (
+                SEQ_PAGE * (pages(lrows) + passes * pages(rrows))
+                + CPU_OPERATOR * lrows * rrows
+                + CPU_TUPLE * out
+            )
+        raise ValueError(f"io model: no cost for operator {op!r}")
+
+
+def _restricts(p, column: str) -> bool:
+    """Whether a filter can be answered by an index on ``column`` (sargable predicate)."""
+    if isinstance(p, Compare):
+        return p.column.column == column and p.op != "<>"
+    if isinstance(p, (Between, InList)):
+        return p.column.column == column
+    return False
+
+
+MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel()}
+
+
+def cost_model(name: str) -> CostModel:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ReoptError(
+            f"unknown cost model '{name}' (choose from {', '.join(sorted(MODELS))})"
+        ) from None

@@ -1,0 +1,198 @@
+"""The logical query an optimizer works on: relations, filters, equi-joins, a final aggregate.
+
+A query is what the SQL front-end (:mod:`reopt.costmodel.sql`) produces and what every
+optimizer consumes. Relations are numbered in FROM order; relation ``i`` is bit ``1 << i`` of an
+*expression*, the integer bitmask naming a set of relations (the paper's ``expr``). Bitmasks are
+cheap to hash, to store in a Spark ``bigint`` column and to split with bit tricks.
+
+Filter predicates are kept as a small tree (not SQL text) because cardinality estimation walks
+them; anything the estimator cannot reason about is an :class:`Opaque` node with a default
+selectivity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class ColumnRef:
+    """A column of one relation of the query, addressed by alias (``o.o_custkey``)."""
+
+    alias: str
+    column: str
+
+    def __str__(self) -> str:
+        return f"{self.alias}.{self.column}"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A base table occurrence in FROM: ``orders o`` is ``Relation("o", "orders")``."""
+
+    alias: str
+    table: str
+
+
+# --- single-relation filter predicates ------------------------------------------------------
+
+Value = int | float | str | None
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``col OP literal`` with OP one of ``= <> < <= > >=``."""
+
+    column: ColumnRef
+    op: str
+    value: Value
+
+
+@dataclass(frozen=True)
+class Between:
+    column: ColumnRef
+    low: Value
+    high: Value
+
+
+@dataclass(frozen=True)
+class InList:
+    column: ColumnRef
+    values: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Like:
+    column: ColumnRef
+    pattern: str
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: ColumnRef
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Predicate
+
+
+@dataclass(frozen=True)
+class And:
+    """A conjunction nested inside OR/NOT (top-level conjunctions are split into filters)."""
+
+    items: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A single-relation condition the estimator does not model (e.g. ``a.x = a.y``)."""
+
+    alias: str
+    text: str
+
+
+Predicate = Compare | Between | InList | Like | IsNull | Or | Not | And | Opaque
+
+
+def predicate_aliases(p: Predicate) -> frozenset[str]:
+    """The aliases a filter predicate mentions (always exactly one for a valid filter)."""
+    if isinstance(p, (Or, And)):
+        out: frozenset[str] = frozenset()
+        for item in p.items:
+            out |= predicate_aliases(item)
+        return out
+    if isinstance(p, Not):
+        return predicate_aliases(p.item)
+    if isinstance(p, Opaque):
+        return frozenset({p.alias})
+    return frozenset({p.column.alias})
+
+
+# --- joins ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JoinPredicate:
+    """An equi-join ``left = right`` between two different relations, stored in sorted order."""
+
+    left: ColumnRef
+    right: ColumnRef
+
+    @staticmethod
+    def of(a: ColumnRef, b: ColumnRef) -> JoinPredicate:
+        return JoinPredicate(*sorted((a, b)))
+
+    @property
+    def key(self) -> str:
+        """Canonical text, the name a ``sel`` delta uses: ``a.x=b.y`` with sides sorted."""
+        return f"{self.left}={self.right}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class Query:
+    """A select-project-join block with an optional final group-by / order-by.
+
+    ``filters`` holds the top-level conjuncts that mention a single relation; ``joins`` the
+    equi-join conjuncts. ``group_by``/``aggregates``/``order_by`` only decide whether (and how)
+    the final operator above the join tree is costed.
+    """
+
+    name: str
+    relations: tuple[Relation, ...]
+    filters: tuple[Predicate, ...] = ()
+    joins: tuple[JoinPredicate, ...] = ()
+    group_by: tuple[ColumnRef, ...] = ()
+    aggregates: bool = False
+    order_by: tuple[ColumnRef, ...] = ()
+    sql: str = field(default="", compare=False)
+
+    # -- addressing --------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return len(self.relations)
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(r.alias for r in self.relations)
+
+    @property
+    def all_mask(self) -> int:
+        return (1 << self.n) - 1
+
+    def index(self, alias: str) -> int:
+        for i, r in enumerate(self.relations):
+            if r.alias == alias:
+                return i
+        raise KeyError(alias)
+
+    def bit(self, alias: str) -> int:
+        return 1 << self.index(alias)
+
+    def mask(self, aliases: frozenset[str] | set[str] | list[str] | tuple[str, ...]) -> int:
+        m = 0
+        for a in aliases:
+            m |= self.bit(a)
+        return m
+
+    def aliases_of(self, mask: int) -> tuple[str, ...]:
+        return tuple(r.alias for i, r in enumerate(self.relations) if mask >> i & 1)
+
+    def table_of(self, alias: str) -> str:
+        return self.relations[self.index(alias)].table
+
+    def filters_of(self, alias: str) -> tuple[Predicate, ...]:
+        return tuple(p for p in self.filters if alias in predicate_aliases(p))
+
+    @property
+    def has_final(self) -> bool:
+        """Whether a final group-by / sort sits above the join tree."""
+        return bool(self.group_by or self.aggregates or self.order_by)

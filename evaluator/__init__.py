@@ -1,0 +1,1 @@
+"""reopt.evaluator — see README."""

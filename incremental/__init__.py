@@ -1,0 +1,1 @@
+"""reopt.incremental — see README."""

@@ -1,0 +1,74 @@
+"""Plan trees: what every optimizer returns, printed as an indented tree or as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reopt.costmodel.space import ANY, Alt, PlanSpace, plan_cost
+
+
+@dataclass
+class PlanNode:
+    alt: Alt
+    relations: tuple[str, ...]
+    rows: float
+    local_cost: float
+    cost: float
+    children: list[PlanNode] = field(default_factory=list)
+
+    @property
+    def op(self) -> str:
+        return self.alt.phy_op
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.alt.phy_op,
+            "logical": self.alt.log_op,
+            "relations": list(self.relations),
+            "property": self.alt.prop,
+            "rows": self.rows,
+            "local_cost": self.local_cost,
+            "cost": self.cost,
+            "children": [c.to_json() for c in self.children],
+        }
+
+    def explain(self, indent: str = "") -> str:
+        label = self.alt.phy_op
+        if self.alt.log_op == "scan":
+            label += f" {self.relations[0]}"
+        elif self.alt.log_op == "join":
+            label += f" {{{', '.join(self.relations)}}}"
+        if self.alt.prop != ANY:
+            label += f" [{self.alt.prop}]"
+        lines = [f"{indent}{label}  rows={_num(self.rows)} cost={_num(self.cost)}"]
+        for c in self.children:
+            lines.append(c.explain(indent + "  "))
+        return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    if x == int(x) and abs(x) < 1e15:
+        return f"{int(x)}"
+    return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.4e}"
+
+
+def build_plan(
+    space: PlanSpace,
+    choose: Callable[[tuple[int, str]], Alt] | Mapping[tuple[int, str], Alt],
+    node: tuple[int, str] | None = None,
+) -> PlanNode:
+    """The plan tree rooted at ``node`` (default: the root) given the chosen alternative of
+    every OR node; costs are recomputed with the shared cost functions."""
+    pick = choose.__getitem__ if isinstance(choose, Mapping) else choose
+    alt = pick(node or space.root)
+    children = [build_plan(space, pick, child) for child in alt.children]
+    local = space.local_cost(alt)
+    cost = plan_cost(local, *(c.cost for c in children))
+    return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)

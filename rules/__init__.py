@@ -1,0 +1,1 @@
+"""reopt.rules — see README."""

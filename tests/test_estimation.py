@@ -1,0 +1,224 @@
+"""Cardinality estimation follows the documented rules (README, 'Cardinality estimation').
+
+Expected values are computed by hand from the rules, not taken from the program's output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reopt.costmodel import cardinality as card
+from reopt.costmodel.cardinality import Adjustments, Estimator
+from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.deltas import apply_delta, apply_deltas, parse_delta, parse_deltas
+from reopt.costmodel.errors import CatalogError, DeltaError
+from reopt.costmodel.models import cost_model
+from reopt.costmodel.query import (
+    Between,
+    ColumnRef,
+    Compare,
+    InList,
+    IsNull,
+    JoinPredicate,
+    Like,
+    Not,
+    Opaque,
+    Or,
+    Query,
+    Relation,
+)
+
+C = ColumnRef
+CAT = Catalog.from_dict(
+    {
+        "tables": {
+            "a": {
+                "rows": 1000,
+                "columns": {
+                    "x": {"distinct": 50, "min": 0, "max": 100},
+                    "h": {"histogram": {"bounds": [0, 10, 100], "counts": [90, 10]}},
+                    "d": {"min": "1995-01-01", "max": "1995-01-11"},
+                    "s": {},
+                },
+                "indexes": ["x"],
+            },
+            "b": {"rows": 200, "columns": {"x": {"distinct": 200}, "y": {"distinct": 20}}},
+            "c": {"rows": 40, "columns": {"y": {}}},
+        }
+    }
+)
+
+
+def query(*filters, joins=()) -> Query:
+    return Query(
+        "t",
+        (Relation("a", "a"), Relation("b", "b"), Relation("c", "c")),
+        tuple(filters),
+        tuple(joins),
+    )
+
+
+def sel(p) -> float:
+    return Estimator(query(p), CAT).predicate_selectivity(p)
+
+
+@pytest.mark.parametrize(
+    "pred, expected",
+    [
+        (Compare(C("a", "x"), "=", 3), 1 / 50),
+        (Compare(C("a", "x"), "<>", 3), 1 - 1 / 50),
+        (Compare(C("a", "x"), "<", 25), 0.25),  # interpolation on [0, 100]
+        (Compare(C("a", "x"), ">=", 25), 0.75),
+        (Between(C("a", "x"), 10, 30), 0.2),
+        (Compare(C("a", "h"), "<", 5), 0.45),  # histogram: half of the first bucket (90 rows)
+        (Compare(C("a", "h"), "<", 55), 0.95),  # 90 + half of the second bucket's 10
+        (Compare(C("a", "d"), "<", "1995-01-06"), 0.5),  # dates interpolate as day numbers
+        (InList(C("a", "x"), (1, 2, 3, 3)), 3 / 50),
+        (Compare(C("a", "s"), "=", "q"), card.DEFAULT_EQ),  # no distinct
+        (Compare(C("a", "s"), "<", "q"), card.DEFAULT_RANGE),  # no min/max
+        (Between(C("a", "s"), "a", "b"), card.DEFAULT_BETWEEN),
+        (Like(C("a", "s"), "%x%"), card.DEFAULT_LIKE),
+        (IsNull(C("a", "s")), card.DEFAULT_IS_NULL),
+        (Opaque("a", "a.x = a.h"), card.DEFAULT_OPAQUE),
+        (Not(Compare(C("a", "x"), "<", 25)), 0.75),
+        (Or((Compare(C("a", "x"), "=", 1), Compare(C("a", "x"), "=", 2))), 0.02 + 0.02 - 0.0004),
+        (Compare(C("a", "x"), "<", 500), 1.0),  # clamped
+    ],
+)
+def test_filter_selectivity(pred, expected):
+    assert math.isclose(sel(pred), expected, rel_tol=1e-12)
+
+
+def test_relation_cardinality_is_rows_times_filter_selectivities():
+    q = query(Compare(C("a", "x"), "=", 3), Compare(C("a", "x"), "<", 25))
+    assert math.isclose(Estimator(q, CAT).leaf_card("a"), 1000 * (1 / 50) * 0.25)
+
+
+def test_join_cardinality_and_corrections():
+    ab = JoinPredicate.of(C("a", "x"), C("b", "x"))
+    bc = JoinPredicate.of(C("b", "y"), C("c", "y"))
+    q = query(joins=(ab, bc))
+    est = Estimator(q, CAT)
+    # 1/max(50, 200); c.y has no distinct: the table's rows (40) stand in, max(20, 40)
+    assert est.join_selectivity(ab) == 1 / 200
+    assert est.join_selectivity(bc) == 1 / 40
+    assert math.isclose(est.card(0b011), 1000 * 200 / 200)
+    assert math.isclose(est.card(0b111), 1000 * 200 * 40 / 200 / 40)
+    assert math.isclose(est.card(0b101), 1000 * 40)  # no predicate: cross product
+    adj = apply_delta(parse_delta("card {a,b} *3"), q, CAT, Adjustments())
+    est2 = Estimator(q, CAT, adj)
+    assert math.isclose(est2.card(0b011), 3000) and math.isclose(est2.card(0b111), 3000)
+    assert math.isclose(est2.card(0b110), est.card(0b110))  # not a superset of {a,b}
+    adj = apply_delta(parse_delta("card {a,b} =500"), q, CAT, adj)
+    assert math.isclose(Estimator(q, CAT, adj).card(0b011), 500)
+    adj = apply_delta(parse_delta("card {b,c} =10"), q, CAT, adj)
+    est3 = Estimator(q, CAT, adj)
+    assert math.isclose(est3.card(0b110), 10)
+    assert math.isclose(est3.card(0b011), 500)  # earlier correction kept
+    assert math.isclose(est3.card(0b111), 1000 * 200 * 40 / 200 / 40 * (500 / 1000) * (10 / 200))
+
+
+def test_card_deltas_on_tables_and_aliases():
+    q = Query("t", (Relation("a1", "a"), Relation("a2", "a"), Relation("b", "b")))
+    adj = apply_deltas(parse_deltas("card a *2; card a2 *0.5"), q, CAT, Adjustments())
+    est = Estimator(q, CAT, adj)
+    assert est.base_rows("a1") == 2000 and est.base_rows("a2") == 1000
+    adj = apply_delta(parse_delta("card a =10"), q, CAT, adj)  # every alias of the table
+    est = Estimator(q, CAT, adj)
+    assert est.base_rows("a1") == 10 and est.base_rows("a2") == 10
+    adj = apply_delta(parse_delta("card a1 =7"), q, CAT, adj)
+    assert Estimator(q, CAT, adj).base_rows("a1") == 7
+
+
+def test_sel_and_cost_deltas():
+    ab = JoinPredicate.of(C("a", "x"), C("b", "x"))
+    q = query(joins=(ab,))
+    adj = apply_delta(parse_delta("sel b.x=a.x *4"), q, CAT, Adjustments())  # sides any order
+    assert math.isclose(Estimator(q, CAT, adj).join_selectivity(ab), 4 / 200)
+    adj = apply_delta(parse_delta("sel a.x = b.x =0.5"), q, CAT, adj)
+    assert Estimator(q, CAT, adj).join_selectivity(ab) == 0.5
+    ops = cost_model("io").operators
+    adj = apply_delta(parse_delta("cost hashjoin *2"), q, CAT, adj, ops)
+    adj = apply_delta(parse_delta("cost hashjoin *3"), q, CAT, adj, ops)
+    assert adj.op_factors["hashjoin"] == 6
+
+
+def test_json_deltas():
+    ds = parse_deltas('[{"kind": "card", "target": "a", "op": "*", "value": 2}]')
+    assert ds[0].kind == "card" and ds[0].value == 2
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("card a", "expected 'card|sel|cost TARGET"),
+        ("bogus a *2", "unknown kind 'bogus'"),
+        ("card a *nan", "finite and positive"),
+        ("card a *inf", "finite and positive"),
+        ("card a *0", "finite and positive"),
+        ("card a *-2", "finite and positive"),
+        ("card a *x", "'x' is not a number"),
+        ("cost hashjoin =2", "cost deltas scale"),
+        ("sel a.x=b.x =2", "must be in (0, 1]"),
+        ('{"kind": "card", "target": "a", "op": "*"}', "missing 'value'"),
+        ('{"kind": "card", "target": "a", "op": "*", "value": true}', "not a number"),
+        ("[{", "invalid JSON"),
+    ],
+)
+def test_malformed_deltas_are_rejected_with_the_delta_named(text, message):
+    with pytest.raises(DeltaError) as e:
+        parse_deltas(text)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("card zz *2", "no table or alias 'zz' in query t"),
+        ("card {a,zz} *2", "no relation 'zz' in query t"),
+        ("card {} *2", "empty relation set"),
+        ("sel a.x=c.y *2", "no join predicate a.x=c.y in query t"),
+        ("sel a.x *2", "expected a join predicate 'A.x=B.y'"),
+        ("cost warpdrive *2", "unknown operator 'warpdrive'"),
+    ],
+)
+def test_deltas_naming_nothing_are_rejected(text, message):
+    q = query(joins=(JoinPredicate.of(C("a", "x"), C("b", "x")),))
+    before = Adjustments()
+    with pytest.raises(DeltaError) as e:
+        apply_deltas(parse_deltas(text), q, CAT, before, cost_model("io").operators)
+    assert message in str(e.value) and text.split()[0] in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({}, "expected an object with a 'tables' object"),
+        ({"tables": {"t": {}}}, "table 't' has no 'rows'"),
+        ({"tables": {"t": {"rows": -1}}}, "table 't' rows must be >= 0"),
+        ({"tables": {"t": {"rows": "many"}}}, "table 't' rows must be a finite number"),
+        ({"tables": {"t": {"rows": 1, "colums": {}}}}, "unknown key 'colums'"),
+        ({"tables": {"t": {"rows": 1, "columns": {"x": {"distinct": 0}}}}}, "'t.x' distinct"),
+        (
+            {"tables": {"t": {"rows": 1, "columns": {"x": {"histogram": {"bounds": [1, 2],
+                                                                      "counts": [1, 2]}}}}}},
+            "len(bounds) == len(counts) + 1",
+        ),
+        ({"tables": {"t": {"rows": 1, "columns": {"x": {}}, "indexes": ["y"]}}}, "'y' is not a"),
+    ],
+)
+def test_bad_catalogs_are_rejected_naming_table_and_column(doc, message):
+    with pytest.raises(CatalogError) as e:
+        Catalog.from_dict(doc, "cat.json")
+    assert message in str(e.value) and str(e.value).startswith("cat.json: ")
+
+
+def test_catalog_file_errors(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text('{"tables": {\n  "t": {"rows": 1,}\n}}')
+    with pytest.raises(CatalogError, match=r"c\.json:2:\d+: invalid JSON"):
+        Catalog.load(p)
+    with pytest.raises(CatalogError, match="cannot read catalog"):
+        Catalog.load(tmp_path / "missing.json")

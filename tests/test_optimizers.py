@@ -1,0 +1,170 @@
+"""The three reference optimizers agree, and the search space has the known size.
+
+Oracles: exhaustive enumeration (each plan tree costed on its own) for small spaces, closed-form
+csg-cmp-pair counts for the size of the join space, and an independent C_out computation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from randq import SHAPES, make_query, queries, random_deltas, shape_edges
+
+from reopt.costmodel.cardinality import Adjustments
+from reopt.costmodel.deltas import apply_deltas, parse_deltas
+from reopt.costmodel.models import cost_model
+from reopt.costmodel.query import ColumnRef, JoinPredicate, Query, Relation
+from reopt.costmodel.space import PlanSpace
+from reopt.optimizers.bottomup import bottomup
+from reopt.optimizers.exhaustive import exhaustive
+from reopt.optimizers.topdown import topdown
+
+EXHAUSTIVE_LIMIT = 20_000
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def check_plan_shape(space: PlanSpace, plan) -> None:
+    """A plan covers every relation once and each node's children are its sub-expressions."""
+    assert sorted(plan.relations) == sorted(space.query.aliases)
+    for node in plan.walk():
+        alt = node.alt
+        if alt.log_op == "join":
+            left, right = node.children
+            assert set(left.relations).isdisjoint(right.relations)
+            assert set(left.relations) | set(right.relations) == set(node.relations)
+        if alt.log_op == "scan":
+            assert len(node.relations) == 1 and not node.children
+        if alt.prop.startswith("sort:") and alt.log_op == "join":
+            assert alt.phy_op == "sortmerge"
+
+
+def agree(space: PlanSpace) -> float:
+    td, bu = topdown(space), bottomup(space)
+    assert close(td.cost, bu.cost), (td.cost, bu.cost)
+    for r in (td, bu):
+        check_plan_shape(space, r.plan)
+        assert close(r.plan.cost, r.cost)
+    if space.count_trees(limit=EXHAUSTIVE_LIMIT) <= EXHAUSTIVE_LIMIT:
+        ex = exhaustive(space, max_trees=EXHAUSTIVE_LIMIT)
+        assert close(ex.cost, td.cost), (ex.cost, td.cost)
+        worst = exhaustive(space, "max", max_trees=EXHAUSTIVE_LIMIT)
+        assert worst.cost >= ex.cost
+    return td.cost
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 7))
+def test_optimizers_agree_on_random_queries(model, qc):
+    q, cat = qc
+    agree(PlanSpace(q, cat, cost_model(model)))
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 5), seed=st.integers(0, 2**31), steps=st.integers(1, 6))
+def test_optimizers_agree_after_random_deltas(model, qc, seed, steps):
+    q, cat = qc
+    m = cost_model(model)
+    rng = random.Random(seed)
+    adj = Adjustments()
+    for text in random_deltas(q, rng, steps, m.operators):
+        adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
+        agree(PlanSpace(q, cat, m, adj))
+
+
+def test_exhaustive_oracle_is_independent_on_small_query():
+    """Exhaustive really costs each tree: the number it visits equals the tree count."""
+    q, cat = make_query("chain", 4, 1, final=False)
+    space = PlanSpace(q, cat, cost_model("cout"))
+    # chain of 4 under C_out: bushy trees with both orders of every join
+    # = 2^3 orders × (number of unordered binary trees over a chain of 4 = 5) = 40
+    assert space.count_trees() == 40
+    assert exhaustive(space).explored["trees"] == 40
+
+
+def independent_cout(q: Query, cat, plan) -> float:
+    """C_out of a plan tree from first principles (no PlanSpace, no Estimator)."""
+
+    def card(aliases) -> float:
+        c = 1.0
+        for a in aliases:
+            c *= cat.tables[q.table_of(a)].rows
+        for p in q.joins:
+            if p.left.alias in aliases and p.right.alias in aliases:
+                dl = cat.tables[q.table_of(p.left.alias)].columns[p.left.column].distinct
+                dr = cat.tables[q.table_of(p.right.alias)].columns[p.right.column].distinct
+                c /= max(dl, dr)
+        return c
+
+    def cost(node) -> float:
+        if not node.children:
+            return 0.0
+        return card(node.relations) + sum(cost(c) for c in node.children)
+
+    return cost(plan)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31))
+def test_cout_cost_matches_first_principles(shape, n, seed):
+    q, cat = make_query(shape, n, seed, final=False)
+    q = Query(q.name, q.relations, (), q.joins)  # no filters: card = rows × Π 1/max(d)
+    r = topdown(PlanSpace(q, cat, cost_model("cout")))
+    assert math.isclose(r.cost, independent_cout(q, cat, r.plan), rel_tol=1e-9)
+
+
+# --- the size of the join space: csg-cmp-pair counts ------------------------------------------
+
+CCP = {
+    "chain": lambda n: (n**3 - n) // 6,
+    "cycle": lambda n: (n**3 - 2 * n**2 + n) // 2,
+    "star": lambda n: (n - 1) * 2 ** (n - 2),
+    "clique": lambda n: (3**n - 2 ** (n + 1) + 1) // 2,
+}
+
+
+def plain_query(shape: str, n: int) -> tuple[Query, object]:
+    from reopt.costmodel.catalog import Catalog
+
+    tables = {f"t{i}": {"rows": 1000, "columns": {"a": {"distinct": 10}}} for i in range(n)}
+    joins = tuple(
+        JoinPredicate.of(ColumnRef(f"r{a}", "a"), ColumnRef(f"r{b}", "a"))
+        for a, b in shape_edges(shape, n)
+    )
+    rels = tuple(Relation(f"r{i}", f"t{i}") for i in range(n))
+    return Query(f"{shape}{n}", rels, (), joins), Catalog.from_dict({"tables": tables})
+
+
+@pytest.mark.parametrize("shape", sorted(CCP))
+@pytest.mark.parametrize("n", range(3, 11))
+def test_join_alternatives_equal_csg_cmp_pairs(shape, n):
+    q, cat = plain_query(shape, n)
+    space = PlanSpace(q, cat, cost_model("cout"))
+    joins = sum(
+        1 for node in space.or_nodes() for alt in space.alternatives(*node) if alt.log_op == "join"
+    )
+    assert joins == 2 * CCP[shape](n)
+    size = space.size()
+    assert size["and_nodes"] == 2 * CCP[shape](n) + n  # plus one scan per relation
+
+
+def test_disconnected_query_uses_cross_products_only_between_components():
+    q, cat = plain_query("chain", 4)
+    # drop the middle edge: components {r0,r1} and {r2,r3}
+    q = Query(q.name, q.relations, (), (q.joins[0], q.joins[2]))
+    space = PlanSpace(q, cat, cost_model("io"))
+    exprs = set(space.expressions())
+    assert exprs == {0b1, 0b10, 0b100, 0b1000, 0b11, 0b1100, 0b1111}
+    assert space.splits(0b1111) == [(0b11, 0b1100), (0b1100, 0b11)]
+    r = topdown(space)
+    root_join = r.plan
+    assert root_join.alt.phy_op == "blocknl"  # the only io join without a predicate
+    assert close(r.cost, bottomup(space).cost)
