@@ -1,0 +1,32 @@
+# reopt — the first commands are the contract (README): `make demo`, `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint venv clean
+
+# Create .venv at the repo root and install the package editable with its dev extras.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "reopt: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job: TPC-H Q5 on SF1 statistics, best plan from each optimizer.
+demo: $(STAMP)
+	$(BIN)/reopt optimize tpch:q5 --cost-model io --optimizer topdown,bottomup
+	$(BIN)/reopt optimize tpch:q5 --cost-model cout --optimizer topdown,bottomup,exhaustive
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,762 @@
+"""SQL front-end: one SELECT-FROM-WHERE block becomes a :class:`~reopt.costmodel.query.Query`.
+
+The optimizer reasons only about select-project-join blocks with conjunctive equi-joins, plus
+a final GROUP BY / aggregate / ORDER BY that merely decides whether a final operator is costed.
+The front-end therefore accepts exactly that shape and rejects everything else with a
+:class:`QueryError` naming the construct and where it is: silently approximating an unsupported
+construct would make the optimizer plan a different query than the one the user wrote.
+
+sqlglot does the parsing; this module walks its tree. Positions come from two places: the
+``meta`` sqlglot attaches to identifiers, literals and function names (``start`` is a character
+offset into the SQL text), and the token stream, for keywords such as ``LEFT`` or ``HAVING`` that
+have no tree node carrying a position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from decimal import Decimal, DivisionByZero, InvalidOperation
+from functools import cached_property
+from typing import TypeVar
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot.optimizer.simplify import simplify
+from sqlglot.tokens import Token, TokenType
+
+from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.errors import QueryError
+from reopt.costmodel.query import (
+    And,
+    Between,
+    ColumnRef,
+    Compare,
+    InList,
+    IsNull,
+    JoinPredicate,
+    Like,
+    Not,
+    Opaque,
+    Or,
+    Predicate,
+    Query,
+    Relation,
+    Value,
+)
+
+__all__ = ["parse_query"]
+
+
+def parse_query(sql: str, catalog: Catalog, name: str = "query") -> Query:
+    """Parse one SELECT block over ``catalog``'s tables into a :class:`Query` named ``name``.
+
+    Top-level conjuncts of WHERE and of every ``JOIN ... ON`` are split: single-relation ones
+    become ``Query.filters`` (in text order, ON conditions first), equi-joins between two
+    relations become ``Query.joins`` (each distinct predicate once).
+
+    GROUP BY items and ORDER BY items may be columns, select-list aliases, ordinals or
+    expressions; each is recorded as the base columns it mentions. An ORDER BY item that involves
+    an aggregate (``ORDER BY revenue DESC`` with ``revenue = sum(...)``) records *nothing*: the
+    sort key is the aggregate's output, not a base column, and recording its inputs would claim
+    an interesting order the plan cannot provide. ``has_final`` stays true for such a query
+    because the aggregate sets ``aggregates``. The only ORDER BY that leaves the query without a
+    final operator is one over constants, which sorts nothing.
+
+    A single-relation condition of a shape the estimator does not model (``o.a = o.b``,
+    ``upper(o.c) = 'X'``, ``o.c ILIKE 'x'``) becomes :class:`Opaque`; the optimizer then uses a
+    default selectivity instead of rejecting an otherwise plannable query.
+
+    Raises :class:`QueryError` (one line, with ``line L, column C`` where known) for unparseable
+    SQL, unknown/ambiguous names and every construct outside the supported subset.
+    """
+    return _Parser(sql, catalog, name).parse()
+
+
+# --- constants ------------------------------------------------------------------------------
+
+_COMPARISONS: dict[type[exp.Expression], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+#: SELECT clauses the front-end understands; any other non-empty clause is rejected.
+_ACCEPTED_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "order"})
+_CLAUSE_NAMES = {
+    "with_": "WITH",
+    "distinct": "DISTINCT",
+    "having": "HAVING",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "into": "INTO",
+    "locks": "FOR UPDATE",
+    "sample": "TABLESAMPLE",
+    "laterals": "LATERAL",
+    "kind": "SELECT AS",
+    "hint": "optimizer hint",
+    "connect": "CONNECT BY",
+    "prewhere": "PREWHERE",
+    "distribute": "DISTRIBUTE BY",
+    "sort": "SORT BY",
+    "cluster": "CLUSTER BY",
+    "pivots": "PIVOT",
+    "match": "MATCH_RECOGNIZE",
+}
+_TABLE_ARG_NAMES = {
+    "db": "schema-qualified table",
+    "catalog": "schema-qualified table",
+    "joins": "parenthesized join",
+    "sample": "TABLESAMPLE",
+    "hints": "table hint",
+    "pivots": "PIVOT",
+    "laterals": "LATERAL",
+    "version": "time travel",
+    "system_time": "time travel",
+}
+_JOIN_WORDS = frozenset(
+    {"LEFT", "RIGHT", "FULL", "OUTER", "INNER", "CROSS", "NATURAL", "SEMI", "ANTI", "ASOF"}
+)
+_OTHER_NODES: dict[type[exp.Expression], str] = {
+    exp.Window: "window function",
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Values: "VALUES",
+    exp.Rollup: "ROLLUP",
+    exp.Cube: "CUBE",
+    exp.GroupingSets: "GROUPING SETS",
+    exp.Pivot: "PIVOT",
+}
+
+_T = TypeVar("_T")
+
+
+# --- the parser -----------------------------------------------------------------------------
+
+
+class _Parser:
+    """State for parsing one query: the SQL text (for positions) and the FROM relations."""
+
+    def __init__(self, sql: str, catalog: Catalog, name: str) -> None:
+        self.sql = sql
+        self.catalog = catalog
+        self.name = name
+        self.relations: list[Relation] = []
+        self.by_alias: dict[str, Relation] = {}
+        self.items: list[exp.Expression] = []  # select list, aliases stripped
+        self.outputs: dict[str, exp.Expression] = {}  # select-list alias -> expression
+
+    def parse(self) -> Query:
+        root = self._parse_statement()
+        select = self._check_statement(root)
+        self._check_clauses(select)
+        self._check_nodes(select)
+        on_conditions = self._read_from(select)
+        aggregates = self._read_select_list(select)
+        where = select.args.get("where")
+        conditions = [("ON", c) for c in on_conditions]
+        if where is not None:
+            conditions.append(("WHERE", where.this))
+        filters, joins = self._read_conditions(conditions)
+        group_by = self._read_group_by(select)
+        order_by, order_aggregates = self._read_order_by(select)
+        return Query(
+            name=self.name,
+            relations=tuple(self.relations),
+            filters=tuple(filters),
+            joins=tuple(joins),
+            group_by=tuple(_unique(group_by)),
+            aggregates=aggregates or order_aggregates,
+            order_by=tuple(_unique(order_by)),
+            sql=self.sql,
+        )
+
+    # -- errors and positions ----------------------------------------------------------------
+    def _error_at(self, line: int | None, col: int | None, message: str) -> QueryError:
+        where = f"line {line}, column {col}: " if line is not None and col is not None else ""
+        return QueryError(f"query {self.name}: {where}{message}")
+
+    def _error(self, message: str, offset: int | None = None) -> QueryError:
+        if offset is None:
+            return self._error_at(None, None, message)
+        line = self.sql.count("\n", 0, offset) + 1
+        col = offset - (self.sql.rfind("\n", 0, offset) + 1) + 1
+        return self._error_at(line, col, message)
+
+    def _unsupported(self, construct: str, offset: int | None) -> QueryError:
+        return self._error(f"unsupported construct {construct}", offset)
+
+    @cached_property
+    def _tokens(self) -> list[Token]:
+        return sqlglot.tokenize(self.sql)
+
+    def _keyword_offset(self, word: str) -> int | None:
+        """Offset of ``word``'s first occurrence outside parentheses (else anywhere)."""
+        depth, anywhere = 0, None
+        for token in self._tokens:
+            if token.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif token.token_type == TokenType.R_PAREN:
+                depth -= 1
+            elif token.text.upper() == word:
+                if depth == 0:
+                    return token.start
+                anywhere = token.start if anywhere is None else anywhere
+        return anywhere
+
+    def _keyword_before(self, word: str, offset: int | None) -> int | None:
+        """Offset of the last ``word`` token at or before ``offset``."""
+        if offset is None:
+            return None
+        hits = [t.start for t in self._tokens if t.start <= offset and t.text.upper() == word]
+        return hits[-1] if hits else offset
+
+    def _keyword_after(self, word: str, offset: int | None) -> int | None:
+        """Offset of the first ``word`` token after ``offset``."""
+        if offset is None:
+            return None
+        hits = [t.start for t in self._tokens if t.start > offset and t.text.upper() == word]
+        return hits[0] if hits else offset
+
+    # -- statement level ---------------------------------------------------------------------
+    def _parse_statement(self) -> exp.Expression:
+        try:
+            statements = [s for s in sqlglot.parse(self.sql) if s is not None]
+        except ParseError as e:
+            raise self._parse_error(e) from None
+        except TokenError:
+            raise self._token_error() from None
+        except SqlglotError as e:
+            raise self._error(f"unparseable SQL: {_one_line(str(e))}") from None
+        if not statements:
+            raise self._error("empty query")
+        if len(statements) > 1:
+            raise self._unsupported("multiple statements", self._second_statement_offset())
+        root = statements[0]
+        # ``(SELECT ...)`` is the same query as ``SELECT ...``.
+        while isinstance(root, exp.Subquery) and _set_args(root) == {"this"}:
+            root = root.this
+        return root
+
+    def _parse_error(self, e: ParseError) -> QueryError:
+        info = e.errors[0] if e.errors else {}
+        line, col = info.get("line"), info.get("col")
+        highlight = info.get("highlight") or ""
+        description = _one_line(info.get("description") or str(e))
+        if col is not None and highlight and "\n" not in highlight:
+            col = max(1, col - len(highlight) + 1)  # sqlglot reports the token's last column
+        near = f" near '{highlight}'" if highlight else ""
+        return self._error_at(line, col, f"unparseable SQL{near}: {description}")
+
+    def _token_error(self) -> QueryError:
+        """Point at the text the tokenizer could not read (an unterminated string, quoted
+        identifier or comment): the first non-blank character after the last good token.
+        sqlglot's own message only says where it gave up, usually the end of the text."""
+        tokenizer = Dialect.get_or_raise(None).tokenizer()
+        try:
+            tokenizer.tokenize(self.sql)
+        except TokenError:
+            pass
+        done = tokenizer.tokens[-1].end + 1 if tokenizer.tokens else 0
+        rest = self.sql[done:]
+        offset = done + len(rest) - len(rest.lstrip())
+        near = self.sql[offset : offset + 20].split("\n")[0]
+        return self._error(f"unparseable SQL: cannot tokenize {near!r}", offset)
+
+    def _second_statement_offset(self) -> int | None:
+        seen_statement = seen_separator = False
+        for token in self._tokens:
+            if token.token_type == TokenType.SEMICOLON:
+                seen_separator = seen_statement
+            elif seen_separator:
+                return token.start
+            else:
+                seen_statement = True
+        return None
+
+    def _check_statement(self, root: exp.Expression) -> exp.Select:
+        if isinstance(root, exp.SetOperation):
+            word = type(root).__name__.upper()  # Union, Intersect, Except
+            raise self._unsupported(word, self._keyword_offset(word))
+        if not isinstance(root, exp.Select):
+            first = self._tokens[0] if self._tokens else None
+            what = first.text.upper() if first else type(root).__name__.upper()
+            raise self._unsupported(f"{what} statement", first.start if first else None)
+        return root
+
+    def _check_clauses(self, select: exp.Select) -> None:
+        """Reject SELECT clauses outside the subset (HAVING, LIMIT, DISTINCT, WITH, ...)."""
+        for key, value in select.args.items():
+            if not value or key in _ACCEPTED_CLAUSES:
+                continue
+            if key == "limit" and isinstance(value, exp.Fetch):
+                construct = "FETCH"
+            elif key == "distinct" and value.args.get("on"):
+                construct = "DISTINCT ON"
+            else:
+                construct = _CLAUSE_NAMES.get(key, key.rstrip("_").upper())
+            offset = self._keyword_offset(construct.split()[0])
+            raise self._unsupported(construct, _first(offset, _anchor(value)))
+
+    def _check_nodes(self, select: exp.Select) -> None:
+        """Reject constructs that may appear anywhere in the tree: subqueries, windows, ..."""
+        for node in select.walk():
+            if node is select:
+                continue
+            if isinstance(node, exp.Subquery) and not isinstance(node.this, exp.Query):
+                offset = self._keyword_before("(", _anchor(node))
+                raise self._unsupported("parenthesized join", offset)
+            if isinstance(node, (exp.Subquery, exp.Query, exp.Exists)):
+                raise self._unsupported("subquery", self._keyword_before("SELECT", _anchor(node)))
+            if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier):
+                raise self._unsupported("table function", _anchor(node))
+            for node_type, construct in _OTHER_NODES.items():
+                if isinstance(node, node_type):
+                    offset = _anchor(node)
+                    if construct.isupper():  # a keyword (LATERAL, ROLLUP, ...) starts it
+                        offset = self._keyword_before(construct.split()[0], offset)
+                    raise self._unsupported(construct, offset)
+
+    # -- FROM --------------------------------------------------------------------------------
+    def _read_from(self, select: exp.Select) -> list[exp.Expression]:
+        """Record the FROM relations; return the ON conditions of explicit joins."""
+        from_ = select.args.get("from_")
+        if from_ is None:
+            raise self._unsupported("SELECT without FROM", self._tokens[0].start)
+        self._add_relation(from_.this)
+        on_conditions: list[exp.Expression] = []
+        for join in select.args.get("joins") or []:
+            self._check_join(join)
+            self._add_relation(join.this)
+            if join.args.get("on") is not None:
+                on_conditions.append(join.args["on"])
+        return on_conditions
+
+    def _check_join(self, join: exp.Join) -> None:
+        offset, written = self._join_keywords(join)
+        construct = _join_construct(join)
+        if construct is not None:
+            if written and written != construct:
+                construct = f"{construct} ({written})"
+            raise self._unsupported(construct, offset)
+        if join.args.get("using"):
+            raise self._unsupported("USING", self._keyword_after("USING", _anchor(join.this)))
+        if join.args.get("on") is None and written != ",":
+            raise self._unsupported("JOIN without ON", offset)
+
+    def _join_keywords(self, join: exp.Join) -> tuple[int | None, str]:
+        """Where the join's keywords start and how they were written (``,`` for a comma join).
+
+        sqlglot gives ``FROM a, b`` and ``FROM a JOIN b`` the same tree, so the tokens decide.
+        """
+        anchor = _anchor(join.this)
+        if anchor is None:
+            return None, ""
+        tokens = [t for t in self._tokens if t.start < anchor]
+        for i in range(len(tokens) - 1, -1, -1):
+            if tokens[i].token_type == TokenType.COMMA:
+                return tokens[i].start, ","
+            if tokens[i].token_type == TokenType.JOIN:
+                first = i
+                while first > 0 and tokens[first - 1].text.upper() in _JOIN_WORDS:
+                    first -= 1
+                words = " ".join(t.text.upper() for t in tokens[first : i + 1])
+                return tokens[first].start, words
+        return anchor, ""
+
+    def _add_relation(self, table: exp.Expression) -> None:
+        if not isinstance(table, exp.Table):
+            raise self._unsupported(f"{type(table).__name__} in FROM", _anchor(table))
+        for key, value in table.args.items():
+            if value and key not in ("this", "alias"):
+                construct = _TABLE_ARG_NAMES.get(key, f"{key} on a table")
+                offset = _anchor(table)
+                if construct.isupper():  # a keyword after the table name: TABLESAMPLE, PIVOT
+                    offset = self._keyword_after(construct, offset)
+                raise self._unsupported(f"{construct} '{table.sql()}'", offset)
+        alias_node = table.args.get("alias")
+        if alias_node is not None and alias_node.columns:
+            raise self._unsupported("column alias list", _anchor(alias_node))
+        name = table.name.lower()
+        if name not in self.catalog.tables:
+            raise self._error(f"unknown table '{name}'", _anchor(table.this))
+        alias = (table.alias or name).lower()
+        if alias in self.by_alias:
+            offset = _first(_anchor(alias_node), _anchor(table))
+            raise self._error(f"duplicate alias '{alias}'", offset)
+        relation = Relation(alias, name)
+        self.relations.append(relation)
+        self.by_alias[alias] = relation
+
+    # -- names -------------------------------------------------------------------------------
+    def _owners(self, column: str) -> list[Relation]:
+        """The FROM relations whose table has ``column`` (FROM order)."""
+        return [r for r in self.relations if column in self.catalog.tables[r.table].columns]
+
+    def _resolve(self, column: exp.Column) -> ColumnRef:
+        name = column.name.lower()
+        offset = _anchor(column)
+        if column.args.get("db") or column.args.get("catalog"):
+            raise self._unsupported(f"qualified column name '{column.sql()}'", offset)
+        qualifier = column.table.lower()
+        if qualifier:
+            relation = self.by_alias.get(qualifier)
+            if relation is None:
+                raise self._error(
+                    f"unknown column '{qualifier}.{name}' (no relation '{qualifier}' in FROM)",
+                    offset,
+                )
+            if name not in self.catalog.tables[relation.table].columns:
+                raise self._error(f"unknown column '{qualifier}.{name}'", offset)
+            return ColumnRef(qualifier, name)
+        owners = self._owners(name)
+        if not owners:
+            raise self._error(f"unknown column '{name}'", offset)
+        if len(owners) > 1:
+            aliases = ", ".join(r.alias for r in owners)
+            raise self._error(f"ambiguous column '{name}' (in {aliases})", offset)
+        return ColumnRef(owners[0].alias, name)
+
+    def _refs(self, e: exp.Expression) -> list[ColumnRef]:
+        """Resolve every column in ``e`` (text order); ``x.*`` only checks that ``x`` exists."""
+        refs: list[ColumnRef] = []
+        for column in sorted(e.find_all(exp.Column), key=_sort_key):
+            if isinstance(column.this, exp.Star):
+                qualifier = column.table.lower()
+                if qualifier not in self.by_alias:
+                    message = f"unknown relation '{qualifier}' in '{column.sql()}'"
+                    raise self._error(message, _anchor(column))
+                continue
+            refs.append(self._resolve(column))
+        return refs
+
+    # -- WHERE / ON --------------------------------------------------------------------------
+    def _read_conditions(
+        self, conditions: list[tuple[str, exp.Expression]]
+    ) -> tuple[list[Predicate], list[JoinPredicate]]:
+        filters: list[Predicate] = []
+        joins: list[JoinPredicate] = []
+        for clause, condition in conditions:
+            for conjunct in _conjuncts(condition):
+                self._reject_aggregate(conjunct, clause)
+                aliases = _unique(ref.alias for ref in self._refs(conjunct))
+                if not aliases:
+                    construct = f"constant condition '{conjunct.sql()}'"
+                    raise self._unsupported(construct, _anchor(conjunct))
+                if len(aliases) == 1:
+                    filters.append(self._predicate(conjunct, aliases[0]))
+                    continue
+                join = self._join_predicate(conjunct)
+                if join not in joins:
+                    joins.append(join)
+        return filters, joins
+
+    def _reject_aggregate(self, e: exp.Expression, clause: str) -> None:
+        aggregate = e.find(exp.AggFunc)
+        if aggregate is not None:
+            offset = _first(_anchor(aggregate), _anchor(e))
+            raise self._unsupported(f"aggregate function in {clause}", offset)
+
+    def _join_predicate(self, conjunct: exp.Expression) -> JoinPredicate:
+        """A conjunct over two or more relations must be ``a.x = b.y``."""
+        e = _unparen(conjunct)
+        offset = _anchor(e)
+        if isinstance(e, exp.EQ):
+            left, right = _unparen(e.this), _unparen(e.expression)
+            if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+                return JoinPredicate.of(self._resolve(left), self._resolve(right))
+            raise self._unsupported(f"join predicate over expressions '{e.sql()}'", offset)
+        if isinstance(e, exp.Or):
+            raise self._unsupported("OR across relations", offset)
+        if isinstance(e, exp.Not):
+            raise self._unsupported("NOT across relations", offset)
+        raise self._unsupported(f"non-equi join predicate '{e.sql()}'", offset)
+
+    def _predicate(self, e: exp.Expression, alias: str) -> Predicate:
+        """Map a condition over the single relation ``alias`` to a filter predicate."""
+        e = _unparen(e)
+        if e.args.get("negate"):  # sqlglot writes ``x NOT LIKE p`` as Like(negate=True)
+            positive = e.copy()
+            positive.set("negate", None)
+            inner = self._predicate(positive, alias)
+            return Opaque(alias, e.sql()) if isinstance(inner, Opaque) else Not(inner)
+        if isinstance(e, exp.And):
+            return And(tuple(self._predicate(c, alias) for c in _flatten(e, exp.And)))
+        if isinstance(e, exp.Or):
+            return Or(tuple(self._predicate(c, alias) for c in _flatten(e, exp.Or)))
+        if isinstance(e, exp.Not):
+            return Not(self._predicate(e.this, alias))
+        try:
+            leaf = self._leaf(e)
+        except _NotConstant:
+            leaf = None
+        return leaf if leaf is not None else Opaque(alias, e.sql())
+
+    def _leaf(self, e: exp.Expression) -> Predicate | None:
+        """A modelled leaf predicate; None (or _NotConstant) when ``e`` has another shape."""
+        if type(e) in _COMPARISONS:
+            return self._compare(e, _COMPARISONS[type(e)])
+        column = _unparen(e.this) if isinstance(e.this, exp.Expression) else None
+        if not isinstance(column, exp.Column):
+            return None
+        if isinstance(e, exp.Between) and not e.args.get("symmetric"):
+            low, high = _constant(e.args["low"]), _constant(e.args["high"])
+            return Between(self._resolve(column), low, high)
+        if isinstance(e, exp.In) and _set_args(e) == {"this", "expressions"}:
+            values = tuple(_constant(v) for v in e.expressions)
+            return InList(self._resolve(column), values)
+        if isinstance(e, exp.In) and _set_args(e) == {"this"}:
+            raise self._unsupported("empty IN list", _anchor(e))
+        if isinstance(e, exp.Like) and _set_args(e) == {"this", "expression"}:
+            pattern = _constant(e.expression)
+            return Like(self._resolve(column), pattern) if isinstance(pattern, str) else None
+        if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
+            return IsNull(self._resolve(column))
+        return None
+
+    def _compare(self, e: exp.Expression, op: str) -> Compare | None:
+        """``col OP constant``, or ``constant OP col`` with the operator flipped."""
+        left, right = _unparen(e.this), _unparen(e.expression)
+        for column, other, oriented in ((left, right, op), (right, left, _FLIPPED[op])):
+            if isinstance(column, exp.Column) and not isinstance(other, exp.Column):
+                return Compare(self._resolve(column), oriented, _constant(other))
+        return None
+
+    # -- SELECT / GROUP BY / ORDER BY --------------------------------------------------------
+    def _read_select_list(self, select: exp.Select) -> bool:
+        """Resolve the select list, remember its aliases; return whether it aggregates."""
+        aggregates = False
+        for item in select.expressions:
+            e = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(item, exp.Alias):
+                self.outputs.setdefault(item.alias.lower(), e)
+            self._refs(e)
+            aggregates = aggregates or e.find(exp.AggFunc) is not None
+            self.items.append(e)
+        return aggregates
+
+    def _output_target(
+        self, e: exp.Expression, clause: str, *, prefer_output: bool
+    ) -> exp.Expression | None:
+        """What a GROUP BY / ORDER BY item stands for: an ordinal or a select-list alias is
+        replaced by the select-list expression; ``None`` for an ordinal naming ``*``.
+
+        ORDER BY prefers select-list aliases over input columns (SQL standard), GROUP BY the
+        input columns (as PostgreSQL does).
+        """
+        if isinstance(e, exp.Literal) and not e.is_string and e.is_int:
+            position = int(e.this)
+            if not 1 <= position <= len(self.items):
+                message = f"{clause} position {position} is not in the select list"
+                raise self._error(message, _anchor(e))
+            target = self.items[position - 1]
+            return None if isinstance(target, exp.Star) else target
+        if isinstance(e, exp.Column) and not e.table and isinstance(e.this, exp.Identifier):
+            name = e.name.lower()
+            if name in self.outputs and (prefer_output or not self._owners(name)):
+                return self.outputs[name]
+        return e
+
+    def _read_group_by(self, select: exp.Select) -> list[ColumnRef]:
+        group = select.args.get("group")
+        if group is None:
+            return []
+        for key, value in group.args.items():
+            if value and key != "expressions":
+                construct = f"GROUP BY {key.upper().replace('_', ' ')}"
+                raise self._unsupported(construct, self._keyword_offset("GROUP"))
+        refs: list[ColumnRef] = []
+        for e in group.expressions:
+            target = self._output_target(e, "GROUP BY", prefer_output=False)
+            if target is not None:
+                self._reject_aggregate(target, "GROUP BY")
+                refs.extend(self._refs(target))
+        return refs
+
+    def _read_order_by(self, select: exp.Select) -> tuple[list[ColumnRef], bool]:
+        """ORDER BY columns, and whether an ORDER BY item aggregates (see :func:`parse_query`)."""
+        order = select.args.get("order")
+        refs: list[ColumnRef] = []
+        aggregates = False
+        for ordered in order.expressions if order is not None else []:
+            target = self._output_target(ordered.this, "ORDER BY", prefer_output=True)
+            if target is None:
+                continue
+            columns = self._refs(target)
+            if target.find(exp.AggFunc) is not None:
+                aggregates = True
+            else:
+                refs.extend(columns)
+        return refs, aggregates
+
+
+# --- tree helpers ---------------------------------------------------------------------------
+
+
+def _anchor(node: object) -> int | None:
+    """The smallest source offset sqlglot recorded inside ``node`` (or a list of nodes)."""
+    roots = node if isinstance(node, list) else [node]
+    starts = [
+        n.meta["start"]
+        for root in roots
+        if isinstance(root, exp.Expression)
+        for n in root.walk()
+        if "start" in n.meta
+    ]
+    return min(starts) if starts else None
+
+
+def _sort_key(node: exp.Expression) -> int:
+    anchor = _anchor(node)
+    return -1 if anchor is None else anchor
+
+
+def _first(*offsets: int | None) -> int | None:
+    """The first known offset (0 is a valid offset, so ``or`` will not do)."""
+    return next((o for o in offsets if o is not None), None)
+
+
+def _set_args(e: exp.Expression) -> set[str]:
+    return {k for k, v in e.args.items() if v is not None and v is not False and v != []}
+
+
+def _unparen(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
+def _flatten(e: exp.Expression, kind: type[exp.Expression]) -> Iterator[exp.Expression]:
+    """The operands of a chain of ``kind`` (And/Or), looking through parentheses."""
+    e = _unparen(e)
+    if isinstance(e, kind):
+        yield from _flatten(e.this, kind)
+        yield from _flatten(e.expression, kind)
+    else:
+        yield e
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    return list(_flatten(e, exp.And))
+
+
+def _join_construct(join: exp.Join) -> str | None:
+    """The unsupported kind of ``join`` (``OUTER JOIN``, ``CROSS JOIN``, ...), or None."""
+    method, side, kind = join.method.upper(), join.side.upper(), join.kind.upper()
+    if method:
+        return f"{method} JOIN"
+    if side:
+        return "OUTER JOIN" if kind in ("", "OUTER") else f"{side} {kind} JOIN"
+    if kind and kind != "INNER":
+        return f"{kind} JOIN"
+    for key, value in join.args.items():
+        if value and key not in ("this", "on", "kind", "using"):
+            return f"{key.rstrip('_').upper()} JOIN"
+    return None
+
+
+def _unique(items: Iterable[_T]) -> list[_T]:
+    return list(dict.fromkeys(items))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- constant folding -----------------------------------------------------------------------
+
+
+class _NotConstant(Exception):
+    """Raised while folding an expression that is not a literal constant."""
+
+
+_Number = int | Decimal
+
+
+def _constant(e: exp.Expression) -> Value:
+    """The literal value of ``e``; raises :class:`_NotConstant` if it has none.
+
+    Numbers fold exactly (``0.06 - 0.01`` is 0.05, not 0.049999...), integers stay int,
+    everything else numeric becomes float; ``DATE '1994-01-01'`` is the string ``'1994-01-01'``.
+    Date arithmetic (``DATE '1994-01-01' + INTERVAL '3' MONTH``) is left to sqlglot's simplifier.
+    """
+    try:
+        return _value(_fold(e))
+    except _NotConstant:
+        if e.find(exp.Column) is not None:
+            raise
+    try:
+        simplified = simplify(e.copy())
+    except Exception:  # the simplifier is best effort; failing just means "not constant"
+        raise _NotConstant from None
+    return _value(_fold(simplified))
+
+
+def _value(v: _Number | str | None) -> Value:
+    return float(v) if isinstance(v, Decimal) else v
+
+
+def _fold(e: exp.Expression) -> _Number | str | None:
+    if isinstance(e, exp.Paren):
+        return _fold(e.this)
+    if isinstance(e, exp.Null):
+        return None
+    if isinstance(e, exp.Literal):
+        return e.this if e.is_string else _number(e.this)
+    if isinstance(e, exp.Neg):
+        return -_numeric(_fold(e.this))
+    if isinstance(e, exp.Cast):
+        return _fold_cast(e)
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return _arithmetic(e, _numeric(_fold(e.this)), _numeric(_fold(e.expression)))
+    raise _NotConstant
+
+
+def _fold_cast(e: exp.Cast) -> _Number | str:
+    """``CAST('1994-01-01' AS DATE)`` (and ``DATE '...'``) is the date string; numeric casts
+    of a constant are its number."""
+    inner = _fold(e.this)
+    if e.to.is_type(*exp.DataType.TEMPORAL_TYPES, *exp.DataType.TEXT_TYPES):
+        if isinstance(inner, str):
+            return inner
+    elif e.to.is_type(*exp.DataType.NUMERIC_TYPES) and inner is not None:
+        return inner if not isinstance(inner, str) else _number(inner.strip())
+    raise _NotConstant
+
+
+def _number(text: str) -> _Number:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        raise _NotConstant from None
+
+
+def _numeric(v: object) -> _Number:
+    if isinstance(v, bool) or not isinstance(v, (int, Decimal)):
+        raise _NotConstant
+    return v
+
+
+def _arithmetic(e: exp.Expression, a: _Number, b: _Number) -> _Number:
+    """``a OP b``; integer results stay int except for division, which is always fractional."""
+    try:
+        if isinstance(e, exp.Add):
+            return a + b
+        if isinstance(e, exp.Sub):
+            return a - b
+        if isinstance(e, exp.Mul):
+            return a * b
+        return Decimal(a) / Decimal(b)
+    except (ZeroDivisionError, DivisionByZero, InvalidOperation):
+        raise _NotConstant from None

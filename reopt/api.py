@@ -1,0 +1,176 @@
+"""The public Python API: load a query and statistics, optimize, push deltas.
+
+>>> from reopt import Optimizer
+>>> opt = Optimizer("tpch:q5", cost_model="io", optimizer="topdown")
+>>> step = opt.optimize()
+>>> print(step.plan.explain())
+>>> step = opt.update(["card orders *2"])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reopt.costmodel.cardinality import Adjustments
+from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.deltas import Delta, apply_deltas, parse_deltas
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.models import cost_model as get_cost_model
+from reopt.costmodel.query import Query
+from reopt.costmodel.space import PlanSpace
+from reopt.optimizers.base import Result
+from reopt.optimizers.bottomup import bottomup
+from reopt.optimizers.exhaustive import exhaustive
+from reopt.optimizers.topdown import topdown
+from reopt.plan import PlanNode
+
+PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
+    "topdown": topdown,
+    "bottomup": bottomup,
+    "exhaustive": exhaustive,
+}
+OPTIMIZERS = tuple(PROCEDURAL)
+
+
+def load_catalog(path: str | Path | None = None, sf: float = 1.0) -> Catalog:
+    """A catalog file, or the built-in TPC-H statistics at scale factor ``sf``."""
+    if path is None:
+        from reopt.costmodel.tpch import tpch_catalog
+
+        return tpch_catalog(sf)
+    return Catalog.load(path)
+
+
+def load_query(spec: str | Query, catalog: Catalog) -> Query:
+    """A :class:`Query` from a built-in name (``tpch:q5``), a ``.sql`` file, or SQL text."""
+    if isinstance(spec, Query):
+        return spec
+    from reopt.costmodel.sql import parse_query
+    from reopt.costmodel.tpch import builtin_sql
+
+    s = spec.strip()
+    if s.lower().startswith("tpch:"):
+        return parse_query(builtin_sql(s), catalog, name=s.lower())
+    if s.lower().endswith(".sql") and "\n" not in s:
+        p = Path(s)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ReoptError(f"{p}: cannot read query: {e.strerror}") from None
+        return parse_query(text, catalog, name=p.stem)
+    if " " not in s:
+        raise ReoptError(
+            f"'{s}' is neither a built-in query (tpch:q5, …), a .sql file, nor SQL text"
+        )
+    return parse_query(s, catalog)
+
+
+@dataclass
+class Step:
+    """One optimization: the initial one, or one after a batch of deltas."""
+
+    cost: float
+    plan: PlanNode
+    metrics: dict[str, Any]
+    deltas: list[str] = field(default_factory=list)
+    estimates: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cost": self.cost, "plan": self.plan.to_json(), "metrics": self.metrics
+        }
+        if self.deltas:
+            out["deltas"] = self.deltas
+        if self.estimates is not None:
+            out["estimates"] = self.estimates
+        return out
+
+
+def estimates(space: PlanSpace) -> dict[str, Any]:
+    est = space.estimator
+    q = space.query
+    return {
+        "relations": {a: est.leaf_card(a) for a in q.aliases},
+        "predicates": [
+            {"left": str(p.left), "right": str(p.right), "selectivity": est.join_selectivity(p)}
+            for p in q.joins
+        ],
+    }
+
+
+class Optimizer:
+    """One query under one cost model; keeps its statistics between :meth:`update` calls.
+
+    ``optimizer`` is a procedural reference optimizer (``topdown``, ``bottomup``,
+    ``exhaustive``); a delta is applied by re-optimizing from scratch with the new statistics.
+    """
+
+    def __init__(
+        self,
+        query: str | Query,
+        catalog: Catalog | str | Path | None = None,
+        *,
+        cost_model: str = "io",
+        optimizer: str = "topdown",
+    ):
+        if optimizer not in PROCEDURAL:
+            raise ReoptError(
+                f"unknown optimizer '{optimizer}' (choose from {', '.join(OPTIMIZERS)})"
+            )
+        self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
+        self.query = load_query(query, self.catalog)
+        self.model = get_cost_model(cost_model)
+        self.optimizer = optimizer
+        self.adjustments = Adjustments()
+        self._space_size: dict[str, int] | None = None
+
+    def space(self) -> PlanSpace:
+        return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
+
+    def _run(self) -> tuple[Result, PlanSpace, float]:
+        t0 = time.perf_counter()
+        space = self.space()
+        result = PROCEDURAL[self.optimizer](space)
+        seconds = time.perf_counter() - t0
+        if self._space_size is None:
+            self._space_size = space.size()
+        return result, space, seconds
+
+    def _step(self, result: Result, seconds: float, **extra: Any) -> Step:
+        metrics = {
+            "seconds": seconds,
+            "search_space": dict(self._space_size or {}),
+            "explored": result.explored,
+        }
+        return Step(result.cost, result.plan, metrics, **extra)
+
+    def optimize(self) -> Step:
+        result, space, seconds = self._run()
+        return self._step(result, seconds, estimates=estimates(space))
+
+    def check(self, deltas: Iterable[str | dict | Delta]) -> Adjustments:
+        """The statistics after ``deltas``, without adopting them (raises on a bad delta)."""
+        parsed = _listify(deltas)
+        return apply_deltas(
+            parsed, self.query, self.catalog, self.adjustments, self.model.operators
+        )
+
+    def update(self, deltas: Iterable[str | dict | Delta] | str) -> Step:
+        """Apply a batch of deltas (all or nothing) and return the new best plan."""
+        items = _listify(deltas)
+        self.adjustments = self.check(items)
+        result, _, seconds = self._run()
+        return self._step(result, seconds, deltas=[str(d) for d in items])
+
+
+def _listify(deltas: Any) -> list:
+    if isinstance(deltas, (str, dict)):
+        return list(parse_deltas(deltas))
+    out: list = []
+    for d in deltas:
+        out.extend(parse_deltas(d) if isinstance(d, (str, dict)) else [d])
+    return out

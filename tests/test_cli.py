@@ -1,0 +1,155 @@
+"""The CLI and the Python API: output shapes, delta steps, and every bad-input path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from reopt.api import Optimizer
+from reopt.cli import main
+from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.errors import DeltaError, OptimizerError
+from reopt.costmodel.tpch import tpch_catalog
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str) -> dict:
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def check_node(node: dict) -> None:
+    assert {"op", "relations", "rows", "cost", "children"} <= set(node)
+    assert node["cost"] >= sum(c["cost"] for c in node["children"])
+    for c in node["children"]:
+        assert set(c["relations"]) <= set(node["relations"])
+        check_node(c)
+
+
+def test_json_output_shape(capsys):
+    doc = run_json(capsys, "optimize", "tpch:q3", "tpch:q10", "--optimizer", "topdown,bottomup")
+    assert [(q["query"], q["optimizer"]) for q in doc["queries"]] == [
+        ("tpch:q3", "topdown"), ("tpch:q3", "bottomup"),
+        ("tpch:q10", "topdown"), ("tpch:q10", "bottomup"),
+    ]
+    for q in doc["queries"]:
+        init = q["initial"]
+        check_node(init["plan"])
+        assert init["cost"] == init["plan"]["cost"]
+        m = init["metrics"]
+        assert m["seconds"] >= 0
+        assert m["search_space"]["or_nodes"] > 0 and m["search_space"]["and_nodes"] > 0
+        est = init["estimates"]
+        assert set(est["relations"]) == set(init["plan"]["relations"])
+        for p in est["predicates"]:
+            assert 0 < p["selectivity"] <= 1 and "." in p["left"] and "." in p["right"]
+    # both optimizers agree
+    assert math.isclose(doc["queries"][0]["initial"]["cost"], doc["queries"][1]["initial"]["cost"])
+
+
+def test_delta_steps_equal_optimizing_with_changed_statistics(capsys):
+    doc = run_json(
+        capsys, "optimize", "tpch:q5", "--delta", "card orders *8", "--delta", "card lineitem =10"
+    )
+    steps = doc["queries"][0]["steps"]
+    assert [s["deltas"] for s in steps] == [["card orders *8"], ["card lineitem =10"]]
+    # independent: the same statistics written into the catalog itself
+    cat = tpch_catalog()
+    tables = dict(cat.tables)
+    tables["orders"] = dataclasses.replace(tables["orders"], rows=tables["orders"].rows * 8)
+    after1 = Optimizer("tpch:q5", Catalog(tables)).optimize().cost
+    tables["lineitem"] = dataclasses.replace(tables["lineitem"], rows=10)
+    after2 = Optimizer("tpch:q5", Catalog(tables)).optimize().cost
+    assert math.isclose(steps[0]["cost"], after1, rel_tol=1e-12)
+    assert math.isclose(steps[1]["cost"], after2, rel_tol=1e-12)
+    assert steps[1]["cost"] < steps[0]["cost"]
+
+
+def test_delta_for_a_table_only_some_queries_use(capsys):
+    doc = run_json(capsys, "optimize", "tpch:q3", "tpch:q5", "--delta", "card supplier *4")
+    q3, q5 = doc["queries"]
+    assert q3["steps"][0]["cost"] == q3["initial"]["cost"]  # q3 has no supplier
+    assert q5["steps"][0]["cost"] != q5["initial"]["cost"]
+
+
+def test_plan_tree_printout(capsys):
+    code, out, _ = run(capsys, "optimize", "tpch:q5", "--optimizer", "bottomup")
+    assert code == 0
+    assert out.startswith("== tpch:q5 · io · bottomup: cost=")
+    lines = out.splitlines()
+    assert lines[1].startswith("hashagg") and "rows=" in lines[1] and "cost=" in lines[1]
+    assert any(line.startswith("    ") for line in lines)  # indented children
+
+
+def test_sql_file_and_catalog_file(tmp_path, capsys):
+    cat = tmp_path / "cat.json"
+    cat.write_text(json.dumps({"tables": {
+        "r": {"rows": 100, "columns": {"a": {"distinct": 10}}},
+        "s": {"rows": 50, "columns": {"a": {"distinct": 50}, "b": {}}},
+    }}))
+    sql = tmp_path / "join.sql"
+    sql.write_text("SELECT r.a FROM r JOIN s ON r.a = s.a WHERE s.b = 3")
+    doc = run_json(capsys, "optimize", str(sql), "--catalog", str(cat), "--cost-model", "cout",
+                   "--optimizer", "exhaustive")
+    q = doc["queries"][0]
+    assert q["query"] == "join"
+    # C_out: |r ⋈ s| = 100 × (50 × 0.1) / max(10, 50) = 10
+    assert math.isclose(q["initial"]["cost"], 10.0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["optimize", "tpch:q99"], "unknown built-in query"),
+        (["optimize", "nothere.sql"], "nothere.sql: cannot read query"),
+        (["optimize", "tpch:q5", "--optimizer", "sideways"], "unknown optimizer 'sideways'"),
+        (["optimize", "tpch:q5", "--delta", "card orders *0"], "finite and positive"),
+        (["optimize", "tpch:q5", "--delta", "card nosuch *2"], "no table or alias 'nosuch'"),
+        (["optimize", "tpch:q3", "--delta", "card part *2"], "no query uses the table"),
+        (["optimize", "tpch:q5", "--delta", "cost warp *2"], "unknown operator 'warp'"),
+        (["optimize", "tpch:q5", "--catalog", "missing.json"], "missing.json: cannot read"),
+        (["optimize", "tpch:q5", "--optimizer", "exhaustive"], "more than 200,000 plan trees"),
+        (["optimize", "SELECT x FROM orders"], "unknown column 'x'"),
+        (["optimize", "SELECT * FROM orders LEFT JOIN lineitem ON o_orderkey = l_orderkey"],
+         "OUTER JOIN"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("reopt: ") and err.count("\n") == 1
+    assert message.lower() in err.lower()
+
+
+def test_bad_catalog_json_names_file_and_line(tmp_path, capsys):
+    p = tmp_path / "bad.json"
+    p.write_text('{"tables": {"orders": {"rows": 1,}}}')
+    code, _, err = run(capsys, "optimize", "tpch:q6", "--catalog", str(p))
+    assert code == 2 and "bad.json:1:" in err and "invalid JSON" in err
+
+
+def test_rejected_delta_leaves_the_optimizer_unchanged():
+    opt = Optimizer("tpch:q10", cost_model="io")
+    first = opt.optimize().cost
+    opt.update("card orders *2")
+    before = opt.adjustments
+    cost_before = opt.optimize().cost
+    with pytest.raises(DeltaError):
+        opt.update(["card customer *2", "card nosuch *2"])  # the second one is bad
+    assert opt.adjustments is before
+    assert opt.optimize().cost == cost_before != first
+
+
+def test_exhaustive_refuses_large_spaces():
+    with pytest.raises(OptimizerError, match="more than"):
+        Optimizer("tpch:q8join", optimizer="exhaustive").optimize()
