@@ -49,6 +49,8 @@ def as_number(v: Any) -> float | None:
 class Histogram:
     bounds: tuple[float, ...]
     counts: tuple[float, ...]
+    written: tuple[Any, ...] | None = field(default=None, compare=False)
+    """The bounds as written in the catalog (ISO dates stay dates when saved again)."""
 
     def fraction_below(self, x: float) -> float:
         """Fraction of rows with value < x, interpolating linearly inside a bucket."""
@@ -137,7 +139,7 @@ class Catalog:
                         cd["max"] = c.max
                     if c.histogram is not None:
                         cd["histogram"] = {
-                            "bounds": list(c.histogram.bounds),
+                            "bounds": list(c.histogram.written or c.histogram.bounds),
                             "counts": list(c.histogram.counts),
                         }
                     cols[cname] = cd
@@ -218,5 +220,5 @@ def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:
             )
         if any(b2 < b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
             raise CatalogError(f"{source}: {where} histogram bounds must be non-decreasing")
-        hist = Histogram(tuple(bounds), tuple(counts))  # type: ignore[arg-type]
+        hist = Histogram(tuple(bounds), tuple(counts), tuple(h["bounds"]))  # type: ignore[arg-type]
     return ColumnStats(distinct, s.get("min"), s.get("max"), hist)

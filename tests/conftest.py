@@ -1,0 +1,23 @@
+"""Shared fixtures.
+
+``spark`` is ONE local Spark session for the whole test run (starting a JVM takes seconds and
+the machine has 2 cores); tests that use it are marked ``@pytest.mark.spark``.  Without a
+usable Java they fail with the one-line reason from ``require_java``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from reopt.costmodel.errors import ReoptError
+    from reopt.spark import get_spark, stop_spark
+
+    try:
+        session = get_spark("local[2]", app_name="reopt-tests")
+    except ReoptError as e:
+        pytest.fail(f"Spark tests need Java: {e}")
+    yield session
+    stop_spark()
