@@ -127,12 +127,11 @@ def optimize_main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = _parser().parse_args(argv)
-        if args.command == "stats":
+        if argv[:1] == ["stats"]:  # its own parser, so `reopt stats --help` shows its options
             from reopt.costmodel.stats import main as stats_main
 
-            return stats_main(args.args)
-        return optimize_main(args)
+            return stats_main(argv[1:])
+        return optimize_main(_parser().parse_args(argv))
     except ReoptError as e:
         print(f"reopt: {e}", file=sys.stderr)
         return 2
