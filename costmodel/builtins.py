@@ -1,0 +1,109 @@
+"""The built-in functions the rules call (``Fn_*`` atoms), registered by name.
+
+Each is a Python callable ``fn(ctx, *inputs) -> iterable of output tuples`` with declared input
+and output types, so an engine can bind inputs, expand outputs (a function may return zero,
+one or many rows) and build typed columns (Spark). ``ctx`` maps a query id to its
+:class:`~reopt.costmodel.space.PlanSpace`; the functions are thin adapters over it, so the
+declarative optimizer costs plans with exactly the code the procedural ones use, and the ``io``
+and ``cout`` models plug in without touching the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from reopt.costmodel.space import Alt, PlanSpace, plan_cost
+
+LONG, DOUBLE, STRING, BOOLEAN = "long", "double", "string", "boolean"
+
+Context = Mapping[int, PlanSpace]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn: Callable[..., Iterable[tuple]]
+    doc: str = ""
+
+    @property
+    def arity(self) -> int:
+        return len(self.inputs) + len(self.outputs)
+
+
+def _isleaf(ctx: Context, q: int, e: int):
+    return [(ctx[q].is_leaf(e),)]
+
+
+def _split(ctx: Context, q: int, e: int, p: str, m: str):
+    return [(a.index, a.left, a.left_prop, a.right, a.right_prop)
+            for a in ctx[q].join_alternatives(e, p, m)]
+
+
+def _phyop(ctx: Context, q: int, e: int, p: str, m: str):
+    return [(a.index,) for a in ctx[q].scan_alternatives(e, p) if a.phy_op == m]
+
+
+def _enforce(ctx: Context, q: int, e: int, p: str, m: str):
+    return [(a.index, a.left, a.left_prop)
+            for a in ctx[q].enforcer_alternatives(e, p) if a.phy_op == m]
+
+
+def _final(ctx: Context, q: int, e: int, p: str, m: str):
+    return [(a.index, a.log_op, a.left, a.left_prop)
+            for a in ctx[q].final_alternatives(e, p) if a.phy_op == m]
+
+
+def _summary(ctx: Context, q: int, e: int):
+    return [(ctx[q].summary(e),)]
+
+
+def _nonscansummary(ctx: Context, q: int, e: int, lmd: float, rmd: float):
+    # The output estimate is a property of the expression, not of the children's plans.
+    return [(ctx[q].summary(e),)]
+
+
+def _scancost(ctx: Context, q: int, e: int, p: str, i: int, m: str, md: float):
+    return [(ctx[q].local_cost(Alt(e, p, i, "scan", m)),)]
+
+
+def _nonscancost(ctx: Context, q: int, e: int, p: str, i: int, lo: str, m: str,
+                 l: int, lp: str, r: int, rp: str, md: float):  # noqa: E741
+    return [(ctx[q].local_cost(Alt(e, p, i, lo, m, l, lp, r, rp)),)]
+
+
+def _sum(ctx: Context, local: float, lcost: float, rcost: float):
+    return [(plan_cost(local, lcost, rcost),)]
+
+
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in (
+        Builtin("Fn_isleaf", (LONG, LONG), (BOOLEAN,), _isleaf,
+                "Fn_isleaf(q, expr, isLeaf): whether expr is a single base relation"),
+        Builtin("Fn_split", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING, LONG, STRING),
+                _split, "Fn_split(q, expr, prop, method, index, lExpr, lProp, rExpr, rProp): "
+                "the join alternatives of one physical method"),
+        Builtin("Fn_phyop", (LONG, LONG, STRING, STRING), (LONG,), _phyop,
+                "Fn_phyop(q, expr, prop, method, index): scans of a leaf delivering prop"),
+        Builtin("Fn_enforce", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING), _enforce,
+                "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
+        Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
+                "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
+        Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary,
+                "Fn_scansummary(q, expr, md): estimated rows of a base relation"),
+        Builtin("Fn_nonscansummary", (LONG, LONG, DOUBLE, DOUBLE), (DOUBLE,), _nonscansummary,
+                "Fn_nonscansummary(q, expr, lMd, rMd, md): estimated rows of an operator"),
+        Builtin("Fn_scancost", (LONG, LONG, STRING, LONG, STRING, DOUBLE), (DOUBLE,), _scancost,
+                "Fn_scancost(q, expr, prop, index, method, md, cost): local cost of a scan"),
+        Builtin("Fn_nonscancost",
+                (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING, DOUBLE),
+                (DOUBLE,), _nonscancost,
+                "Fn_nonscancost(q, expr, prop, index, logOp, method, lExpr, lProp, rExpr, rProp, "
+                "md, cost): local cost of a join, enforcer or final operator"),
+        Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum,
+                "Fn_sum(localCost, lCost, rCost, cost): a plan's cost"),
+    )
+}

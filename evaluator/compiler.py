@@ -1,0 +1,368 @@
+"""Compile a datalog program into semi-naive delta plans, one engine-neutral list of ops per
+rule variant, grouped in strata.
+
+Steps: check the program (arities, built-ins, safety) → infer column types → dependency graph
+→ strongly connected components in topological order (strata; negation and aggregation must
+reach strictly lower strata) → for every rule its *base* variant (every atom reads the full
+relation; run once when the stratum starts) and, for every body atom of a relation defined in
+the same stratum, a *delta* variant in which that atom reads only the tuples new in the last
+iteration, atoms before it read the full relation and atoms after it the relation as it was
+before the last iteration (so each new derivation is found once).
+
+Each variant is a pipeline of :class:`Scan` (join with a relation, or anti-join when negated),
+:class:`Call` (a built-in function: bind inputs, expand outputs) and :class:`Filter`
+(comparison) ops, ending in a projection onto the head. The ``python`` and ``spark`` engines
+both interpret exactly these ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING, Builtin
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import (
+    Aggregate,
+    Atom,
+    Comparison,
+    Const,
+    Directive,
+    Literal,
+    Pos,
+    Program,
+    Rule,
+    Term,
+    Var,
+    Wildcard,
+)
+
+FULL, DELTA, OLD = "full", "delta", "old"
+
+
+class RuleError(ReoptError):
+    """The rules are well-formed text but not a valid program (names file, line, column)."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    pred: str
+    version: str
+    args: tuple[Term, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    inputs: tuple[Term, ...]
+    outputs: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
+class Filter:
+    op: str
+    left: Term
+    right: Term
+
+
+Op = Scan | Call | Filter
+
+
+@dataclass(frozen=True)
+class Variant:
+    rule: Rule
+    delta_atom: int | None
+    """Index in the rule body of the atom that reads the delta; None for the base variant."""
+    ops: tuple[Op, ...]
+    head_pred: str
+    head: tuple[Term | Aggregate, ...]
+
+    @property
+    def aggregate(self) -> tuple[int, Aggregate] | None:
+        for i, a in enumerate(self.head):
+            if isinstance(a, Aggregate):
+                return i, a
+        return None
+
+
+@dataclass
+class Stratum:
+    preds: tuple[str, ...]
+    recursive: bool
+    base: list[Variant] = field(default_factory=list)
+    deltas: list[Variant] = field(default_factory=list)
+
+
+@dataclass
+class CompiledProgram:
+    strata: list[Stratum]
+    schemas: dict[str, tuple[str, ...]]
+    facts: dict[str, list[tuple]]
+    inputs: dict[str, tuple[str, ...]]
+    builtins: dict[str, Builtin]
+    directives: list[Directive]
+    rules: list[Rule]
+
+    def variants(self):
+        for s in self.strata:
+            yield from s.base
+            yield from s.deltas
+
+
+def _err(pos: Pos, msg: str) -> RuleError:
+    return RuleError(f"{pos}: {msg}")
+
+
+def _py_type(v: object) -> str:
+    if isinstance(v, bool):
+        return BOOLEAN
+    if isinstance(v, int):
+        return LONG
+    if isinstance(v, float):
+        return DOUBLE
+    return STRING
+
+
+class _Compiler:
+    def __init__(self, prog: Program, builtins: Mapping[str, Builtin],
+                 inputs: Mapping[str, tuple[str, ...]]):
+        self.prog = prog
+        self.builtins = dict(builtins)
+        self.inputs = dict(inputs)
+        self.arity: dict[str, tuple[int, Pos]] = {}
+        self.idb = {r.head.pred for r in prog.rules}
+
+    # -- checks ------------------------------------------------------------------------------
+    def check(self) -> None:
+        for pred, n in self.inputs.items():
+            self.arity[pred] = (len(n), Pos("<input>", 0, 0))
+        for pred, rows in self.prog.facts.items():
+            for row in rows:
+                self._arity(pred, len(row), self.prog.fact_pos[pred])
+        for rule in self.prog.rules:
+            if rule.head.is_builtin:
+                raise _err(rule.pos, f"cannot define built-in function {rule.head.pred}")
+            if rule.head.pred in self.inputs:
+                raise _err(rule.pos, f"{rule.head.pred} is an input relation; it has no rules")
+            self._arity(rule.head.pred, len(rule.head.args), rule.head.pos)
+            aggs = [a for a in rule.head.args if isinstance(a, Aggregate)]
+            if len(aggs) > 1:
+                raise _err(rule.pos, "at most one aggregate per rule head")
+            for lit in rule.body:
+                if isinstance(lit, Atom):
+                    self._check_atom(lit)
+            self._check_safety(rule)
+
+    def _arity(self, pred: str, n: int, pos: Pos) -> None:
+        seen = self.arity.get(pred)
+        if seen is None:
+            self.arity[pred] = (n, pos)
+        elif seen[0] != n:
+            raise _err(pos, f"{pred} has {n} arguments here but {seen[0]} at {seen[1]}")
+
+    def _check_atom(self, atom: Atom) -> None:
+        if atom.is_builtin:
+            b = self.builtins.get(atom.pred)
+            if b is None:
+                known = ", ".join(sorted(self.builtins))
+                raise _err(atom.pos, f"unknown built-in function {atom.pred} (known: {known})")
+            if len(atom.args) != b.arity:
+                raise _err(atom.pos, f"{atom.pred} takes {b.arity} arguments, got {len(atom.args)}")
+            if atom.negated:
+                raise _err(atom.pos, f"built-in {atom.pred} cannot be negated")
+            return
+        if atom.pred not in self.idb and atom.pred not in self.prog.facts \
+                and atom.pred not in self.inputs:
+            raise _err(atom.pos, f"relation {atom.pred} has no rules, no facts and is no input")
+        self._arity(atom.pred, len(atom.args), atom.pos)
+
+    def _check_safety(self, rule: Rule) -> None:
+        order = self.order(rule, None)  # raises when a literal can never be evaluated
+        bound = set()
+        for i in order:
+            bound |= self._binds(rule.body[i], bound)
+        for a in rule.head.args:
+            v = a.var if isinstance(a, Aggregate) else a
+            if isinstance(v, Wildcard):
+                raise _err(rule.pos, "'_' cannot appear in a rule head")
+            if isinstance(v, Var) and v.name not in bound:
+                raise _err(rule.pos, f"head variable '{v.name}' is not bound by the body")
+
+    # -- evaluation order --------------------------------------------------------------------
+    @staticmethod
+    def _vars(terms) -> set[str]:
+        return {t.name for t in terms if isinstance(t, Var)}
+
+    def _ready(self, lit: Literal, bound: set[str]) -> bool:
+        if isinstance(lit, Comparison):
+            need = self._vars((lit.left, lit.right))
+            if lit.op == "=":
+                return len(need - bound) <= 1
+            return need <= bound
+        if lit.is_builtin:
+            n_in = len(self.builtins[lit.pred].inputs)
+            return self._vars(lit.args[:n_in]) <= bound and not any(
+                isinstance(t, Wildcard) for t in lit.args[:n_in]
+            )
+        if lit.negated:
+            return self._vars(lit.args) <= bound
+        return True
+
+    def _binds(self, lit: Literal, bound: set[str]) -> set[str]:
+        if isinstance(lit, Comparison):
+            return self._vars((lit.left, lit.right)) if lit.op == "=" else set()
+        if isinstance(lit, Atom) and lit.negated:
+            return set()
+        return self._vars(lit.args)
+
+    def order(self, rule: Rule, first: int | None) -> list[int]:
+        """Body literal order: ``first`` (the delta atom) leads, then the earliest ready one."""
+        todo = list(range(len(rule.body)))
+        out: list[int] = []
+        bound: set[str] = set()
+        if first is not None:
+            todo.remove(first)
+            out.append(first)
+            bound |= self._binds(rule.body[first], bound)
+        while todo:
+            for i in todo:
+                if self._ready(rule.body[i], bound):
+                    break
+            else:
+                lit = rule.body[todo[0]]
+                raise _err(lit.pos, f"cannot evaluate '{lit}': its inputs are never bound")
+            todo.remove(i)
+            out.append(i)
+            bound |= self._binds(rule.body[i], bound)
+        return out
+
+    # -- types -------------------------------------------------------------------------------
+    def infer_schemas(self) -> dict[str, tuple[str, ...]]:
+        types: dict[str, list[str | None]] = {p: [None] * n for p, (n, _) in self.arity.items()}
+        for pred, t in self.inputs.items():
+            types[pred] = list(t)
+        for pred, rows in self.prog.facts.items():
+            for row in rows:
+                for i, v in enumerate(row):
+                    types[pred][i] = types[pred][i] or _py_type(v)
+        changed = True
+        while changed:
+            changed = False
+            for rule in self.prog.rules:
+                var_t: dict[str, str] = {}
+                for lit in rule.body:
+                    if isinstance(lit, Atom):
+                        if lit.is_builtin:
+                            b = self.builtins[lit.pred]
+                            sig = b.inputs + b.outputs
+                        else:
+                            sig = tuple(types[lit.pred])
+                        for t, ty in zip(lit.args, sig, strict=True):
+                            if isinstance(t, Var) and ty:
+                                var_t.setdefault(t.name, ty)
+                for lit in rule.body:
+                    if isinstance(lit, Comparison) and lit.op == "=":
+                        for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
+                            if isinstance(a, Var) and a.name not in var_t:
+                                if isinstance(b, Const):
+                                    var_t[a.name] = _py_type(b.value)
+                                elif isinstance(b, Var) and b.name in var_t:
+                                    var_t[a.name] = var_t[b.name]
+                head_t = types[rule.head.pred]
+                for i, a in enumerate(rule.head.args):
+                    ty = None
+                    if isinstance(a, Aggregate):
+                        ty = var_t.get(a.var.name)
+                    elif isinstance(a, Var):
+                        ty = var_t.get(a.name)
+                    elif isinstance(a, Const):
+                        ty = _py_type(a.value)
+                    if ty and head_t[i] is None:
+                        head_t[i] = ty
+                        changed = True
+        out = {}
+        for pred, ts in types.items():
+            if any(t is None for t in ts):
+                raise _err(self.arity[pred][1], f"cannot infer the column types of {pred}")
+            out[pred] = tuple(ts)  # type: ignore[arg-type]
+        return out
+
+    # -- strata ------------------------------------------------------------------------------
+    def strata(self) -> list[Stratum]:
+        g = nx.DiGraph()
+        g.add_nodes_from(self.idb)
+        for rule in self.prog.rules:
+            for lit in rule.body:
+                if isinstance(lit, Atom) and not lit.is_builtin and lit.pred in self.idb:
+                    g.add_edge(lit.pred, rule.head.pred)
+        cond = nx.condensation(g)
+        out: list[Stratum] = []
+        for c in nx.lexicographical_topological_sort(
+            cond, key=lambda c: min(cond.nodes[c]["members"])
+        ):
+            preds = tuple(sorted(cond.nodes[c]["members"]))
+            recursive = len(preds) > 1 or g.has_edge(preds[0], preds[0])
+            stratum = Stratum(preds, recursive)
+            for rule in self.prog.rules:
+                if rule.head.pred not in preds:
+                    continue
+                rec = [i for i, lit in enumerate(rule.body)
+                       if isinstance(lit, Atom) and not lit.is_builtin and lit.pred in preds]
+                for i in rec:
+                    lit = rule.body[i]
+                    if lit.negated:
+                        raise _err(lit.pos, f"negation of {lit.pred} inside its own recursion "
+                                            "is not stratifiable")
+                    if rule.aggregate is not None:
+                        raise _err(rule.pos, f"aggregate over {lit.pred} inside its own "
+                                             "recursion is not stratifiable")
+                stratum.base.append(self.variant(rule, None, set(preds)))
+                for i in rec:
+                    stratum.deltas.append(self.variant(rule, i, set(preds)))
+            out.append(stratum)
+        return out
+
+    def variant(self, rule: Rule, delta: int | None, stratum: set[str]) -> Variant:
+        ops: list[Op] = []
+        for i in self.order(rule, delta):
+            lit = rule.body[i]
+            if isinstance(lit, Comparison):
+                ops.append(Filter(lit.op, lit.left, lit.right))
+            elif lit.is_builtin:
+                n_in = len(self.builtins[lit.pred].inputs)
+                ops.append(Call(lit.pred, lit.args[:n_in], lit.args[n_in:]))
+            else:
+                version = FULL
+                if delta is not None and lit.pred in stratum:
+                    version = DELTA if i == delta else FULL if i < delta else OLD
+                ops.append(Scan(lit.pred, version, lit.args, lit.negated))  # type: ignore[arg-type]
+        return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args)
+
+
+def compile_program(
+    prog: Program,
+    builtins: Mapping[str, Builtin],
+    inputs: Mapping[str, tuple[str, ...]],
+) -> CompiledProgram:
+    """Check and compile ``prog``; ``inputs`` are relations the caller supplies (name → types)."""
+    c = _Compiler(prog, builtins, inputs)
+    c.check()
+    schemas = c.infer_schemas()
+    return CompiledProgram(
+        strata=c.strata(),
+        schemas=schemas,
+        facts={p: list(dict.fromkeys(rows)) for p, rows in prog.facts.items()},
+        inputs=dict(inputs),
+        builtins=dict(builtins),
+        directives=list(prog.directives),
+        rules=list(prog.rules),
+    )
+
+
+__all__ = [
+    "FULL", "DELTA", "OLD", "Scan", "Call", "Filter", "Op", "Variant", "Stratum",
+    "CompiledProgram", "RuleError", "compile_program", "LONG", "DOUBLE", "STRING", "BOOLEAN",
+]

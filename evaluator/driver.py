@@ -1,0 +1,100 @@
+"""Run the optimizer program: rules → compiled plans → an engine → relations → best plans.
+
+:func:`load_program` reads and compiles the rule files (the installed ``reopt.rules`` or a
+directory given with ``--rules``/``rules=``). :func:`evaluate` runs one evaluation for a batch
+of queries: each query gets an id ``q`` (its position in the batch), the input relation
+``Expr(q, root, prop)`` names its root, and the built-in functions find its
+:class:`~reopt.costmodel.space.PlanSpace` by ``q``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from reopt.costmodel.builtins import BUILTINS, LONG, STRING
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.space import Alt, PlanSpace
+from reopt.evaluator.compiler import CompiledProgram, compile_program
+from reopt.evaluator.parser import parse_files
+from reopt.evaluator.python_engine import PythonEngine, RunStats
+from reopt.plan import PlanNode, build_plan
+
+INPUTS = {"Expr": (LONG, LONG, STRING)}
+RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan")
+ENGINES = ("python", "spark")
+
+
+def rule_files(rules: str | Path | None = None) -> list[Path]:
+    """The ``*.dl`` files of a rules directory (default: the installed ``reopt.rules``)."""
+    if rules is None:
+        base = Path(str(resources.files("reopt.rules")))
+    else:
+        base = Path(rules)
+        if not base.is_dir():
+            raise ReoptError(f"{base}: rules directory not found")
+    files = sorted(base.glob("*.dl"))
+    if not files:
+        raise ReoptError(f"{base}: no *.dl rule files")
+    return files
+
+
+def load_program(rules: str | Path | None = None) -> CompiledProgram:
+    return compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS)
+
+
+@dataclass
+class Evaluation:
+    """The relations of one evaluation, and how to read plans out of them."""
+
+    program: CompiledProgram
+    spaces: dict[int, PlanSpace]
+    relations: dict[str, Any]
+    stats: RunStats
+    compile_seconds: float
+
+    def rows(self, pred: str) -> set[tuple]:
+        return self.relations[pred].rows
+
+    def best_cost(self, q: int) -> float:
+        root = self.spaces[q].root
+        costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]
+        if not costs:
+            raise ReoptError(f"query {self.spaces[q].query.name}: no plan was derived")
+        return costs[0]
+
+    def best_plan(self, q: int) -> PlanNode:
+        """The best plan tree from BestPlan (ties broken by the smallest alternative)."""
+        chosen: dict[tuple[int, str], Alt] = {}
+        for r in sorted(self.rows("BestPlan")):
+            if r[0] == q and (r[1], r[2]) not in chosen:
+                chosen[(r[1], r[2])] = Alt(*r[1:10])
+        return build_plan(self.spaces[q], chosen)
+
+    def sizes(self) -> dict[str, int]:
+        return {p: len(self.relations[p]) for p in self.program.schemas}
+
+
+def evaluate(
+    spaces: list[PlanSpace],
+    engine: str = "python",
+    rules: str | Path | None = None,
+    program: CompiledProgram | None = None,
+) -> Evaluation:
+    t0 = time.perf_counter()
+    prog = program or load_program(rules)
+    compile_seconds = time.perf_counter() - t0
+    ctx = dict(enumerate(spaces))
+    inputs = {"Expr": [(q, *s.root) for q, s in ctx.items()]}
+    if engine == "python":
+        rels, stats = PythonEngine(prog, ctx).evaluate(inputs)
+    elif engine == "spark":
+        from reopt.evaluator.spark_engine import SparkEngine
+
+        rels, stats = SparkEngine(prog, ctx).evaluate(inputs)
+    else:
+        raise ReoptError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
+    return Evaluation(prog, ctx, rels, stats, compile_seconds)
