@@ -77,6 +77,37 @@ class Evaluation:
     def sizes(self) -> dict[str, int]:
         return {p: len(self.relations[p]) for p in self.program.schemas}
 
+    def frames(self) -> dict[str, Any]:
+        """Every relation as a frame with named columns: Spark DataFrames for the ``spark``
+        engine, pandas DataFrames for ``python``."""
+        out: dict[str, Any] = {}
+        for pred in self.program.schemas:
+            names = column_names(self.program, pred)
+            rel = self.relations[pred]
+            if hasattr(rel, "df"):
+                out[pred] = rel.df.toDF(*names)
+            else:
+                import pandas as pd
+
+                out[pred] = pd.DataFrame(sorted(rel.rows), columns=names)
+        return out
+
+
+def column_names(program: CompiledProgram, pred: str) -> list[str]:
+    """Column names of a relation: per position, the first variable name any rule head
+    defining it uses there (``c<i>`` where none does, and for facts)."""
+    if pred == "Expr":
+        return ["q", "expr", "prop"]
+    n = len(program.schemas[pred])
+    names: list[str | None] = [None] * n
+    for rule in program.rules:
+        if rule.head.pred == pred:
+            for i, a in enumerate(rule.head.args):
+                name = getattr(getattr(a, "var", a), "name", None)
+                if names[i] is None and name not in names:
+                    names[i] = name
+    return [name or f"c{i}" for i, name in enumerate(names)]
+
 
 def evaluate(
     spaces: list[PlanSpace],

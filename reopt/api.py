@@ -33,7 +33,10 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
     "bottomup": bottomup,
     "exhaustive": exhaustive,
 }
-OPTIMIZERS = tuple(PROCEDURAL)
+DECLARATIVE = "declarative"
+OPTIMIZERS = (DECLARATIVE, *PROCEDURAL)
+ENGINES = ("spark", "python")
+PRUNING_MODES = ("none",)
 
 
 def load_catalog(path: str | Path | None = None, sf: float = 1.0) -> Catalog:
@@ -102,11 +105,19 @@ def estimates(space: PlanSpace) -> dict[str, Any]:
     }
 
 
+def _choice(kind: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ReoptError(f"unknown {kind} '{value}' (choose from {', '.join(allowed)})")
+    return value
+
+
 class Optimizer:
     """One query under one cost model; keeps its statistics between :meth:`update` calls.
 
-    ``optimizer`` is a procedural reference optimizer (``topdown``, ``bottomup``,
-    ``exhaustive``); a delta is applied by re-optimizing from scratch with the new statistics.
+    ``optimizer`` is ``declarative`` (the datalog program of ``rules/`` — or of the directory
+    ``rules`` — evaluated by ``engine``: ``spark`` or ``python``) or a procedural reference
+    optimizer (``topdown``, ``bottomup``, ``exhaustive``). For now a delta is applied by
+    re-optimizing from scratch with the new statistics.
     """
 
     def __init__(
@@ -115,42 +126,49 @@ class Optimizer:
         catalog: Catalog | str | Path | None = None,
         *,
         cost_model: str = "io",
-        optimizer: str = "topdown",
+        optimizer: str = DECLARATIVE,
+        engine: str = "spark",
+        pruning: str = "none",
+        rules: str | Path | None = None,
+        program: Any = None,
     ):
-        if optimizer not in PROCEDURAL:
-            raise ReoptError(
-                f"unknown optimizer '{optimizer}' (choose from {', '.join(OPTIMIZERS)})"
-            )
+        self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
+        self.engine = _choice("engine", engine, ENGINES)
+        self.pruning = _choice("pruning mode", pruning, PRUNING_MODES)
+        self.rules = rules
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
         self.model = get_cost_model(cost_model)
-        self.optimizer = optimizer
         self.adjustments = Adjustments()
         self._space_size: dict[str, int] | None = None
+        self._program = None
+        self._evaluation = None
+        self._compile_seconds = 0.0
+        if self.optimizer == DECLARATIVE:
+            from reopt.evaluator.driver import load_program
+
+            t0 = time.perf_counter()
+            self._program = program or load_program(rules)
+            self._compile_seconds = time.perf_counter() - t0
 
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
 
-    def _run(self) -> tuple[Result, PlanSpace, float]:
-        t0 = time.perf_counter()
-        space = self.space()
-        result = PROCEDURAL[self.optimizer](space)
-        seconds = time.perf_counter() - t0
+    def _sized(self, space: PlanSpace) -> dict[str, int]:
         if self._space_size is None:
             self._space_size = space.size()
-        return result, space, seconds
-
-    def _step(self, result: Result, seconds: float, **extra: Any) -> Step:
-        metrics = {
-            "seconds": seconds,
-            "search_space": dict(self._space_size or {}),
-            "explored": result.explored,
-        }
-        return Step(result.cost, result.plan, metrics, **extra)
+        return dict(self._space_size)
 
     def optimize(self) -> Step:
-        result, space, seconds = self._run()
-        return self._step(result, seconds, estimates=estimates(space))
+        """Optimize from scratch under the current statistics."""
+        return optimize_batch([self])[0]
+
+    def relations(self) -> dict[str, Any]:
+        """The declarative optimizer's relations after the last step: pandas DataFrames
+        (``python`` engine) or Spark DataFrames (``spark``), one column per attribute."""
+        if self._evaluation is None:
+            raise ReoptError("relations(): optimize() a declarative optimizer first")
+        return self._evaluation.frames()
 
     def check(self, deltas: Iterable[str | dict | Delta]) -> Adjustments:
         """The statistics after ``deltas``, without adopting them (raises on a bad delta)."""
@@ -163,8 +181,51 @@ class Optimizer:
         """Apply a batch of deltas (all or nothing) and return the new best plan."""
         items = _listify(deltas)
         self.adjustments = self.check(items)
-        result, _, seconds = self._run()
-        return self._step(result, seconds, deltas=[str(d) for d in items])
+        step = self.optimize()
+        step.deltas = [str(d) for d in items]
+        step.estimates = None
+        return step
+
+
+def optimize_batch(opts: list[Optimizer]) -> list[Step]:
+    """Optimize several sessions; declarative ones sharing an engine and a program are
+    evaluated together in ONE evaluation (every relation carries the query id)."""
+    steps: dict[int, Step] = {}
+    groups: dict[tuple, list[int]] = {}
+    for i, o in enumerate(opts):
+        if o.optimizer == DECLARATIVE:
+            groups.setdefault((o.engine, id(o._program)), []).append(i)
+            continue
+        t0 = time.perf_counter()
+        space = o.space()
+        result = PROCEDURAL[o.optimizer](space)
+        seconds = time.perf_counter() - t0
+        metrics = {"seconds": seconds, "search_space": o._sized(space),
+                   "explored": result.explored}
+        steps[i] = Step(result.cost, result.plan, metrics, estimates=estimates(space))
+    for (engine, _), members in groups.items():
+        from reopt.evaluator.driver import evaluate
+
+        first = opts[members[0]]
+        spaces = [opts[i].space() for i in members]
+        t0 = time.perf_counter()
+        ev = evaluate(spaces, engine, program=first._program)
+        seconds = time.perf_counter() - t0
+        for q, i in enumerate(members):
+            o = opts[i]
+            o._evaluation = ev
+            metrics = {
+                "seconds": seconds,
+                "compile_seconds": o._compile_seconds,
+                "search_space": o._sized(spaces[q]),
+                "iterations": ev.stats.iterations,
+                "relations": ev.sizes(),
+                "derived": dict(ev.stats.derived),
+                "batch_queries": len(members),
+            }
+            steps[i] = Step(ev.best_cost(q), ev.best_plan(q), metrics,
+                            estimates=estimates(spaces[q]))
+    return [steps[i] for i in range(len(opts))]
 
 
 def _listify(deltas: Any) -> list:

@@ -8,9 +8,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+import time
 
-from reopt.api import OPTIMIZERS, Optimizer, load_catalog, load_query
+from reopt.api import (
+    DECLARATIVE,
+    ENGINES,
+    OPTIMIZERS,
+    PRUNING_MODES,
+    Optimizer,
+    load_catalog,
+    load_query,
+    optimize_batch,
+)
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS, cost_model
@@ -33,9 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (built-in catalog)")
     o.add_argument("--cost-model", default="io", choices=sorted(MODELS))
     o.add_argument(
-        "--optimizer", default="topdown",
-        help=f"one or a comma-separated list of: {', '.join(OPTIMIZERS)}",
+        "--optimizer", default=DECLARATIVE,
+        help=f"one or a comma-separated list of: {', '.join(OPTIMIZERS)} (default: declarative)",
     )
+    o.add_argument("--engine", default="spark", choices=ENGINES,
+                   help="engine of the declarative optimizer (default: spark)")
+    o.add_argument("--pruning", default="none", choices=PRUNING_MODES,
+                   help="pruning inside the datalog evaluation (default: none)")
+    o.add_argument("--rules", metavar="DIR", help="load the *.dl rule files of DIR instead of "
+                   "the installed ones")
+    o.add_argument("--master", help="Spark master URL (default: local[*], or "
+                   "$REOPT_SPARK_MASTER)")
     o.add_argument(
         "--delta", action="append", default=[], metavar="D",
         help="a delta step (repeatable), e.g. 'card orders *2'; ';' joins a batch in one step",
@@ -83,23 +100,44 @@ def optimize_main(args: argparse.Namespace) -> int:
     names = _optimizer_list(args.optimizer)
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
-    out: list[dict[str, Any]] = []
-    for query in queries:
-        for name in names:
-            opts = Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name)
-            out.append({"query": query.name, "optimizer": name, "session": opts})
-    _validate_steps([e["session"] for e in out], steps)
-    for e in out:
-        session: Optimizer = e.pop("session")
-        initial = session.optimize()
-        e["cost_model"] = args.cost_model
-        e["initial"] = initial
-        e["steps"] = []
-        for batch in steps:
-            mine = _applicable(session, batch)
-            step = session.update(mine) if mine else session.update([])
-            step.deltas = [str(d) for d in batch]
-            e["steps"].append(step)
+    program = None
+    if DECLARATIVE in names:
+        from reopt.evaluator.driver import load_program
+
+        program = load_program(args.rules)
+    sessions = [
+        Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
+                  engine=args.engine, pruning=args.pruning, rules=args.rules, program=program)
+        for query in queries
+        for name in names
+    ]
+    _validate_steps(sessions, steps)  # all input is checked before Spark starts
+    setup_seconds = 0.0
+    if DECLARATIVE in names and args.engine == "spark":
+        from reopt.spark import get_spark
+
+        t0 = time.perf_counter()
+        get_spark(args.master)
+        setup_seconds = time.perf_counter() - t0
+    initial = optimize_batch(sessions)
+    for step, s in zip(initial, sessions, strict=True):
+        if s.optimizer == DECLARATIVE and s.engine == "spark":
+            step.metrics["setup_seconds"] = setup_seconds
+    history: list[list] = []
+    for batch in steps:
+        for s in sessions:
+            s.adjustments = s.check(_applicable(s, batch))
+        results = optimize_batch(sessions)
+        for r in results:
+            r.deltas = [str(d) for d in batch]
+            r.estimates = None
+        history.append(results)
+    out = [
+        {"query": s.query.name, "optimizer": s.optimizer, "cost_model": args.cost_model,
+         **({"engine": s.engine, "pruning": s.pruning} if s.optimizer == DECLARATIVE else {}),
+         "initial": initial[i], "steps": [h[i] for h in history]}
+        for i, s in enumerate(sessions)
+    ]
     if args.json:
         doc = {
             "queries": [
@@ -112,8 +150,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         return 0
     for e in out:
         init = e["initial"]
+        how = e["optimizer"] + (f" ({e['engine']})" if "engine" in e else "")
         print(
-            f"== {e['query']} · {e['cost_model']} · {e['optimizer']}: cost={init.cost:.6g} "
+            f"== {e['query']} · {e['cost_model']} · {how}: cost={init.cost:.6g} "
             f"({init.metrics['seconds'] * 1000:.1f} ms)"
         )
         print(init.plan.explain())

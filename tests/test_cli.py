@@ -58,7 +58,8 @@ def test_json_output_shape(capsys):
 
 def test_delta_steps_equal_optimizing_with_changed_statistics(capsys):
     doc = run_json(
-        capsys, "optimize", "tpch:q5", "--delta", "card orders *8", "--delta", "card lineitem =10"
+        capsys, "optimize", "tpch:q5", "--optimizer", "topdown",
+        "--delta", "card orders *8", "--delta", "card lineitem =10",
     )
     steps = doc["queries"][0]["steps"]
     assert [s["deltas"] for s in steps] == [["card orders *8"], ["card lineitem =10"]]
@@ -66,16 +67,17 @@ def test_delta_steps_equal_optimizing_with_changed_statistics(capsys):
     cat = tpch_catalog()
     tables = dict(cat.tables)
     tables["orders"] = dataclasses.replace(tables["orders"], rows=tables["orders"].rows * 8)
-    after1 = Optimizer("tpch:q5", Catalog(tables)).optimize().cost
+    after1 = Optimizer("tpch:q5", Catalog(tables), optimizer="topdown").optimize().cost
     tables["lineitem"] = dataclasses.replace(tables["lineitem"], rows=10)
-    after2 = Optimizer("tpch:q5", Catalog(tables)).optimize().cost
+    after2 = Optimizer("tpch:q5", Catalog(tables), optimizer="topdown").optimize().cost
     assert math.isclose(steps[0]["cost"], after1, rel_tol=1e-12)
     assert math.isclose(steps[1]["cost"], after2, rel_tol=1e-12)
     assert steps[1]["cost"] < steps[0]["cost"]
 
 
 def test_delta_for_a_table_only_some_queries_use(capsys):
-    doc = run_json(capsys, "optimize", "tpch:q3", "tpch:q5", "--delta", "card supplier *4")
+    doc = run_json(capsys, "optimize", "tpch:q3", "tpch:q5", "--optimizer", "bottomup",
+                   "--delta", "card supplier *4")
     q3, q5 = doc["queries"]
     assert q3["steps"][0]["cost"] == q3["initial"]["cost"]  # q3 has no supplier
     assert q5["steps"][0]["cost"] != q5["initial"]["cost"]
@@ -112,7 +114,10 @@ def test_sql_file_and_catalog_file(tmp_path, capsys):
         (["optimize", "tpch:q99"], "unknown built-in query"),
         (["optimize", "nothere.sql"], "nothere.sql: cannot read query"),
         (["optimize", "tpch:q5", "--optimizer", "sideways"], "unknown optimizer 'sideways'"),
-        (["optimize", "tpch:q5", "--delta", "card orders *0"], "finite and positive"),
+        (["optimize", "tpch:q5", "--engine", "python", "--delta", "card orders *0"],
+         "finite and positive"),
+        (["optimize", "tpch:q3", "--engine", "python", "--rules", "/nonexistent"],
+         "rules directory not found"),
         (["optimize", "tpch:q5", "--delta", "card nosuch *2"], "no table or alias 'nosuch'"),
         (["optimize", "tpch:q3", "--delta", "card part *2"], "no query uses the table"),
         (["optimize", "tpch:q5", "--delta", "cost warp *2"], "unknown operator 'warp'"),
@@ -134,12 +139,12 @@ def test_bad_input_gives_one_line_and_exit_2(capsys, argv, message):
 def test_bad_catalog_json_names_file_and_line(tmp_path, capsys):
     p = tmp_path / "bad.json"
     p.write_text('{"tables": {"orders": {"rows": 1,}}}')
-    code, _, err = run(capsys, "optimize", "tpch:q6", "--catalog", str(p))
+    code, _, err = run(capsys, "optimize", "tpch:q6", "--optimizer", "topdown", "--catalog", str(p))
     assert code == 2 and "bad.json:1:" in err and "invalid JSON" in err
 
 
 def test_rejected_delta_leaves_the_optimizer_unchanged():
-    opt = Optimizer("tpch:q10", cost_model="io")
+    opt = Optimizer("tpch:q10", cost_model="io", optimizer="topdown")
     first = opt.optimize().cost
     opt.update("card orders *2")
     before = opt.adjustments
