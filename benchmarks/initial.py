@@ -1,0 +1,113 @@
+"""Initial optimization time: declarative (python, spark) vs topdown and bottomup.
+
+Run: ``.venv/bin/python benchmarks/initial.py [--repeat N] [--engines python,spark]``
+(``make bench-initial``). Every optimizer runs on the same query in the same process, one after
+the other, ``--repeat`` times; the table reports the median wall time (min–max) of each and the
+ratio of the declarative medians to ``topdown``'s median, measured in the same run. Spark's
+session start-up is excluded (it is one-time set-up) and reported once.
+
+Without pruning (until the pruning issue) the declarative optimizer costs every plan tree, so
+only queries whose PlanCost relation stays small are run: Q3 and Q10 under both models, Q5 and
+Q5S and Q8Join under ``cout``. The others are listed with their plan-tree counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from reopt.api import Optimizer
+
+WORKLOAD = [
+    ("tpch:q3", "io"), ("tpch:q3", "cout"), ("tpch:q10", "io"), ("tpch:q10", "cout"),
+    ("tpch:q5", "cout"), ("tpch:q5s", "cout"), ("tpch:q8join", "cout"),
+]
+NOT_RUN = [("tpch:q5", "io"), ("tpch:q5s", "io"), ("tpch:q8join", "io")]
+
+
+def timed(opt: Optimizer, repeat: int) -> tuple[float, list[float]]:
+    times, cost = [], None
+    for _ in range(repeat):
+        step = opt.optimize()
+        times.append(step.metrics["seconds"])
+        cost = step.cost
+    return cost, times
+
+
+def fmt(ts: list[float]) -> str:
+    return f"{statistics.median(ts) * 1000:.1f} ({min(ts) * 1000:.1f}–{max(ts) * 1000:.1f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--engines", default="python,spark")
+    ap.add_argument("--out", default=None, help="write the markdown table here")
+    args = ap.parse_args(argv)
+    engines = [e for e in args.engines.split(",") if e]
+    setup = None
+    if "spark" in engines:
+        from reopt.spark import get_spark
+
+        t0 = time.perf_counter()
+        get_spark()
+        setup = time.perf_counter() - t0
+    header = ["query", "model", "topdown ms", "bottomup ms"]
+    header += [f"declarative-{e} ms" for e in engines]
+    header += [f"declarative-{e} / topdown" for e in engines]
+    header += ["PlanCost tuples", "same cost"]
+    rows = []
+    for query, model in WORKLOAD:
+        results = {}
+        for name in ("topdown", "bottomup"):
+            results[name] = timed(Optimizer(query, cost_model=model, optimizer=name), args.repeat)
+        tuples = 0
+        for e in engines:
+            opt = Optimizer(query, cost_model=model, engine=e)
+            results[e] = timed(opt, args.repeat if e == "python" else max(1, args.repeat // 2))
+            tuples = opt.optimize().metrics["relations"]["PlanCost"]
+        td = statistics.median(results["topdown"][1])
+        same = len({round(c, 6) for c, _ in results.values()}) == 1
+        rows.append(
+            [query, model, fmt(results["topdown"][1]), fmt(results["bottomup"][1])]
+            + [fmt(results[e][1]) for e in engines]
+            + [f"{statistics.median(results[e][1]) / td:.1f}×" for e in engines]
+            + [str(tuples), "yes" if same else "NO"]
+        )
+        print(" | ".join(rows[-1]), file=sys.stderr)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+    skipped = []
+    for query, model in NOT_RUN:
+        space = Optimizer(query, cost_model=model, optimizer="topdown").space()
+        trees = space.count_trees(limit=1e12)
+        skipped.append(f"- {query} under `{model}`: {trees:,.0f} plan trees — not run "
+                       "without pruning")
+    meta = [
+        f"Command: `.venv/bin/python benchmarks/initial.py --repeat {args.repeat} "
+        f"--engines {args.engines}`",
+        f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        "Times: median (min–max) wall milliseconds of the optimization work of one query, "
+        f"{args.repeat} runs (Spark: {max(1, args.repeat // 2)}).",
+    ]
+    if setup is not None:
+        meta.append(f"Spark session start-up (one-time, excluded): {setup:.1f} s.")
+    text = "\n".join(meta) + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(skipped) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
