@@ -4,20 +4,19 @@ rules are the program, batches equal one-by-one, and bad rule files are named pr
 from __future__ import annotations
 
 import math
-import shutil
 from functools import cache
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from randq import SHAPES, make_query
+from rulefiles import edited_rules
 
 from reopt.api import Optimizer
 from reopt.costmodel.models import IOModel, cost_model
 from reopt.costmodel.space import PlanSpace, plan_cost
 from reopt.evaluator.compiler import RuleError
-from reopt.evaluator.driver import evaluate, load_program, rule_files
+from reopt.evaluator.driver import evaluate, load_program
 from reopt.evaluator.parser import RuleSyntaxError, parse
 from reopt.optimizers.exhaustive import exhaustive
 from reopt.optimizers.topdown import topdown
@@ -101,18 +100,6 @@ def test_batch_equals_one_by_one():
 
 
 # --- the rules are the program --------------------------------------------------------------
-
-
-def edited_rules(tmp_path: Path, old: str, new: str) -> Path:
-    out = tmp_path / "rules"
-    out.mkdir()
-    for f in rule_files():
-        shutil.copy(f, out / f.name)
-    target = out / "optimizer.dl"
-    text = target.read_text()
-    assert text.count(old) == 1, old
-    target.write_text(text.replace(old, new))
-    return out
 
 
 @pytest.mark.parametrize("query, model", [("tpch:q3", "io"), ("tpch:q5", "cout")])

@@ -1,0 +1,25 @@
+"""Edited copies of the installed rule files, for tests that prove the rules are the program."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from reopt.evaluator.driver import rule_files
+
+
+def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "") -> Path:
+    """A copy of the rules directory with ``old`` replaced by ``new`` in ``optimizer.dl``
+    (``old`` must occur exactly once) and ``extra`` written to an additional ``extra.dl``."""
+    out = tmp_path / "rules"
+    out.mkdir()
+    for f in rule_files():
+        shutil.copy(f, out / f.name)
+    target = out / "optimizer.dl"
+    text = target.read_text()
+    if old:
+        assert text.count(old) == 1, old
+        target.write_text(text.replace(old, new))
+    if extra:
+        (out / "extra.dl").write_text(extra)
+    return out
