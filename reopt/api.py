@@ -82,6 +82,10 @@ class Step:
     deltas: list[str] = field(default_factory=list)
     estimates: dict[str, Any] | None = None
 
+    def explain(self) -> str:
+        """The plan as an indented tree with estimated rows and cumulative cost per node."""
+        return self.plan.explain()
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "cost": self.cost, "plan": self.plan.to_json(), "metrics": self.metrics
