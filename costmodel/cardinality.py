@@ -23,6 +23,7 @@ half-applied state behind.
 
 from __future__ import annotations
 
+import copyreg
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -55,6 +56,13 @@ DEFAULT_IS_NULL = 0.01
 DEFAULT_OPAQUE = 0.25
 
 _EMPTY: Mapping = MappingProxyType({})
+# Read-only mappings keep Adjustments immutable; teach pickle to ship them (Spark broadcasts
+# the plan spaces, statistics included, to its Python workers).
+def _read_only(d: dict) -> Mapping:
+    return MappingProxyType(d)
+
+
+copyreg.pickle(MappingProxyType, lambda m: (_read_only, (dict(m),)))
 
 
 @dataclass(frozen=True)

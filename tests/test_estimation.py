@@ -222,3 +222,14 @@ def test_catalog_file_errors(tmp_path):
         Catalog.load(p)
     with pytest.raises(CatalogError, match="cannot read catalog"):
         Catalog.load(tmp_path / "missing.json")
+
+
+def test_adjusted_statistics_pickle_for_spark_workers():
+    import pickle
+
+    q = query(joins=(JoinPredicate.of(C("a", "x"), C("b", "x")),))
+    adj = apply_deltas(parse_deltas("card a *2; cost hashjoin *3"), q, CAT, Adjustments(),
+                       cost_model("io").operators)
+    back = pickle.loads(pickle.dumps(adj))
+    assert back == adj and dict(back.alias_factors) == {"a": 2.0}
+    assert dict(back.op_factors) == {"hashjoin": 3.0}
