@@ -55,6 +55,7 @@ class Evaluation:
     relations: dict[str, Any]
     stats: RunStats
     compile_seconds: float
+    input_sizes: dict[str, int]
 
     def rows(self, pred: str) -> set[tuple]:
         return self.relations[pred].rows
@@ -75,7 +76,14 @@ class Evaluation:
         return build_plan(self.spaces[q], chosen)
 
     def sizes(self) -> dict[str, int]:
-        return {p: len(self.relations[p]) for p in self.program.schemas}
+        """Tuples per relation at the fixpoint, from what the run counted (relations only grow
+        during one evaluation): facts and inputs, plus the new tuples every iteration
+        inserted — no extra pass over the relations (on Spark, no extra jobs)."""
+        out = {}
+        for p in self.program.schemas:
+            given = len(self.program.facts.get(p, ())) + self.input_sizes.get(p, 0)
+            out[p] = given + self.stats.derived.get(p, 0)
+        return out
 
     def frames(self) -> dict[str, Any]:
         """Every relation as a frame with named columns: Spark DataFrames for the ``spark``
@@ -128,4 +136,5 @@ def evaluate(
         rels, stats = SparkEngine(prog, ctx).evaluate(inputs)
     else:
         raise ReoptError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
-    return Evaluation(prog, ctx, rels, stats, compile_seconds)
+    sizes = {p: len(set(rows)) for p, rows in inputs.items()}
+    return Evaluation(prog, ctx, rels, stats, compile_seconds, sizes)
