@@ -105,6 +105,8 @@ class CompiledProgram:
     builtins: dict[str, Builtin]
     directives: list[Directive]
     rules: list[Rule]
+    compile_seconds: float = 0.0
+    """Wall time of reading, parsing and compiling the rule files (set by the driver)."""
 
     def variants(self):
         for s in self.strata:

@@ -43,7 +43,10 @@ def rule_files(rules: str | Path | None = None) -> list[Path]:
 
 
 def load_program(rules: str | Path | None = None) -> CompiledProgram:
-    return compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS)
+    t0 = time.perf_counter()
+    prog = compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS)
+    prog.compile_seconds = time.perf_counter() - t0
+    return prog
 
 
 @dataclass
@@ -54,7 +57,6 @@ class Evaluation:
     spaces: dict[int, PlanSpace]
     relations: dict[str, Any]
     stats: RunStats
-    compile_seconds: float
     input_sizes: dict[str, int]
 
     def rows(self, pred: str) -> set[tuple]:
@@ -123,9 +125,7 @@ def evaluate(
     rules: str | Path | None = None,
     program: CompiledProgram | None = None,
 ) -> Evaluation:
-    t0 = time.perf_counter()
     prog = program or load_program(rules)
-    compile_seconds = time.perf_counter() - t0
     ctx = dict(enumerate(spaces))
     inputs = {"Expr": [(q, *s.root) for q, s in ctx.items()]}
     if engine == "python":
@@ -137,4 +137,4 @@ def evaluate(
     else:
         raise ReoptError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     sizes = {p: len(set(rows)) for p, rows in inputs.items()}
-    return Evaluation(prog, ctx, rels, stats, compile_seconds, sizes)
+    return Evaluation(prog, ctx, rels, stats, sizes)

@@ -147,13 +147,10 @@ class Optimizer:
         self._space_size: dict[str, int] | None = None
         self._program = None
         self._evaluation = None
-        self._compile_seconds = 0.0
         if self.optimizer == DECLARATIVE:
             from reopt.evaluator.driver import load_program
 
-            t0 = time.perf_counter()
             self._program = program or load_program(rules)
-            self._compile_seconds = time.perf_counter() - t0
 
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
@@ -220,7 +217,7 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
             o._evaluation = ev
             metrics = {
                 "seconds": seconds,
-                "compile_seconds": o._compile_seconds,
+                "compile_seconds": o._program.compile_seconds,
                 "search_space": o._sized(spaces[q]),
                 "iterations": ev.stats.iterations,
                 "relations": ev.sizes(),
