@@ -20,9 +20,10 @@ from reopt.api import (
     load_query,
     optimize_batch,
 )
+from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
-from reopt.costmodel.models import MODELS, cost_model
+from reopt.costmodel.models import MODELS
 
 
 def _optimizer_list(text: str) -> list[str]:
@@ -63,13 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _validate_steps(opts: list[Optimizer], steps: list[list]) -> None:
-    """Check every delta against every query before optimizing anything.
+def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustments]]:
+    """Apply every delta step to every session's statistics before optimizing anything;
+    returns, per step, each session's statistics after it.
 
     A delta naming a catalog table that a query does not use is a no-op for that query; a
     delta that applies to no query at all is an error.
     """
     adjs = [o.adjustments for o in opts]
+    out = []
     for batch in steps:
         for d in batch:
             applied = False
@@ -81,22 +84,12 @@ def _validate_steps(opts: list[Optimizer], steps: list[list]) -> None:
                     continue
             if not applied:
                 raise DeltaError(f"delta '{d}': no query uses the table it names")
-
-
-def _applicable(o: Optimizer, batch: list) -> list:
-    out = []
-    for d in batch:
-        try:
-            o.check([d])
-            out.append(d)
-        except DeltaNotApplicable:
-            pass
+        out.append(list(adjs))
     return out
 
 
 def optimize_main(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog, args.sf)
-    cost_model(args.cost_model)
     names = _optimizer_list(args.optimizer)
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
@@ -111,7 +104,7 @@ def optimize_main(args: argparse.Namespace) -> int:
         for query in queries
         for name in names
     ]
-    _validate_steps(sessions, steps)  # all input is checked before Spark starts
+    planned = _plan_steps(sessions, steps)  # all input is checked before Spark starts
     setup_seconds = 0.0
     if DECLARATIVE in names and args.engine == "spark":
         from reopt.spark import get_spark
@@ -124,9 +117,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         if s.optimizer == DECLARATIVE and s.engine == "spark":
             step.metrics["setup_seconds"] = setup_seconds
     history: list[list] = []
-    for batch in steps:
-        for s in sessions:
-            s.adjustments = s.check(_applicable(s, batch))
+    for batch, adjs in zip(steps, planned, strict=True):
+        for s, adj in zip(sessions, adjs, strict=True):
+            s.adjustments = adj
         results = optimize_batch(sessions)
         for r in results:
             r.deltas = [str(d) for d in batch]
