@@ -74,6 +74,10 @@ def _nonscancost(ctx: Context, q: int, e: int, p: str, i: int, lo: str, m: str,
     return [(ctx[q].local_cost(Alt(e, p, i, lo, m, l, lp, r, rp)),)]
 
 
+def _rank(ctx: Context, q: int, e: int, p: str):
+    return [(ctx[q].rank(e, p),)]
+
+
 def _sum(ctx: Context, local: float, lcost: float, rcost: float):
     return [(plan_cost(local, lcost, rcost),)]
 
@@ -103,6 +107,9 @@ BUILTINS: dict[str, Builtin] = {
                 (DOUBLE,), _nonscancost,
                 "Fn_nonscancost(q, expr, prop, index, logOp, method, lExpr, lProp, rExpr, rProp, "
                 "md, cost): local cost of a join, enforcer or final operator"),
+        Builtin("Fn_rank", (LONG, LONG, STRING), (LONG,), _rank,
+                "Fn_rank(q, expr, prop, rank): the OR node's bottom-up rank (children below "
+                "parents), the order scheduled strata follow"),
         Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum,
                 "Fn_sum(localCost, lCost, rCost, cost): a plan's cost"),
     )

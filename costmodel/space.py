@@ -319,6 +319,14 @@ class PlanSpace:
     def relations(self, expr: int) -> tuple[str, ...]:
         return self.query.aliases_of(expr & self.all)
 
+    def rank(self, expr: int, prop: str) -> int:
+        """The OR node's place in bottom-up order: every child of an AND node ranks strictly
+        below the AND node's OR node (a sub-expression has fewer relations; an enforcer's
+        input is the same expression with property ``any``; the final operator's pseudo-
+        expression has one bit more than the whole query). The scheduled strata of the rules
+        (``.schedule``) release tuples in this order, ascending or descending."""
+        return 2 * popcount(expr) + (prop != ANY)
+
     # -- sizes -------------------------------------------------------------------------------
     def or_nodes(self) -> Iterator[tuple[int, str]]:
         """OR nodes reachable from the root, parents before children."""

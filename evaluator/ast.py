@@ -40,7 +40,28 @@ class Wildcard:
         return "_"
 
 
-Term = Var | Const | Wildcard
+@dataclass(frozen=True)
+class Arith:
+    """``left + right`` / ``left - right``: arithmetic in rule heads and comparisons."""
+
+    op: str
+    left: Term
+    right: Term
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+    def vars(self) -> set[str]:
+        out = set()
+        for side in (self.left, self.right):
+            if isinstance(side, Var):
+                out.add(side.name)
+            elif isinstance(side, Arith):
+                out |= side.vars()
+        return out
+
+
+Term = Var | Const | Wildcard | Arith
 
 
 @dataclass(frozen=True)

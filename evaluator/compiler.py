@@ -26,6 +26,7 @@ from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING, Builtin
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import (
     Aggregate,
+    Arith,
     Atom,
     Comparison,
     Const,
@@ -38,6 +39,7 @@ from reopt.evaluator.ast import (
     Var,
     Wildcard,
 )
+from reopt.evaluator.features import Features, Schedule, read_features
 
 FULL, DELTA, OLD = "full", "delta", "old"
 
@@ -79,6 +81,9 @@ class Variant:
     ops: tuple[Op, ...]
     head_pred: str
     head: tuple[Term | Aggregate, ...]
+    embeds: bool = False
+    """The head repeats every column of the delta atom: each head tuple this variant derives
+    contains the delta tuple it came from, so deleting that tuple deletes the head tuple."""
 
     @property
     def aggregate(self) -> tuple[int, Aggregate] | None:
@@ -94,6 +99,8 @@ class Stratum:
     recursive: bool
     base: list[Variant] = field(default_factory=list)
     deltas: list[Variant] = field(default_factory=list)
+    schedule: Schedule | None = None
+    """Set when the stratum's relations are released rank by rank (``.schedule``)."""
 
 
 @dataclass
@@ -105,8 +112,18 @@ class CompiledProgram:
     builtins: dict[str, Builtin]
     directives: list[Directive]
     rules: list[Rule]
+    features: Features = field(default_factory=Features)
+    """Scheduling and the pruning features switched on (directives × enabled features)."""
+    aggregates: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Aggregate relation → (position of the aggregated column, min|max): the value is the
+    aggregate over the union of all its rules' bodies."""
     compile_seconds: float = 0.0
     """Wall time of reading, parsing and compiling the rule files (set by the driver)."""
+
+    triggers: dict[str, list[Variant]] = field(default_factory=dict)
+    """Relation → for every rule body atom of it, the variant that derives what depends on
+    tuples of that relation being deleted (that atom reads the deleted tuples, atoms before
+    it the relations without them, atoms after it the relations with them)."""
 
     def variants(self):
         for s in self.strata:
@@ -136,6 +153,8 @@ class _Compiler:
         self.inputs = dict(inputs)
         self.arity: dict[str, tuple[int, Pos]] = {}
         self.idb = {r.head.pred for r in prog.rules}
+        self.agg_shape: dict[str, tuple[tuple[int, str] | None, Pos]] = {}
+        self.features = Features()
 
     # -- checks ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -153,6 +172,12 @@ class _Compiler:
             aggs = [a for a in rule.head.args if isinstance(a, Aggregate)]
             if len(aggs) > 1:
                 raise _err(rule.pos, "at most one aggregate per rule head")
+            shape = next(((i, a.func) for i, a in enumerate(rule.head.args)
+                          if isinstance(a, Aggregate)), None)
+            seen = self.agg_shape.setdefault(rule.head.pred, (shape, rule.pos))
+            if seen[0] != shape:
+                raise _err(rule.pos, f"every rule of {rule.head.pred} must aggregate the same "
+                                     f"way (see {seen[1]})")
             for lit in rule.body:
                 if isinstance(lit, Atom):
                     self._check_atom(lit)
@@ -166,6 +191,10 @@ class _Compiler:
             raise _err(pos, f"{pred} has {n} arguments here but {seen[0]} at {seen[1]}")
 
     def _check_atom(self, atom: Atom) -> None:
+        for a in atom.args:
+            if isinstance(a, Arith):
+                raise _err(atom.pos, f"arithmetic ({a}) is only allowed in rule heads and "
+                                     "comparisons; bind it with '=' first")
         if atom.is_builtin:
             b = self.builtins.get(atom.pred)
             if b is None:
@@ -196,13 +225,25 @@ class _Compiler:
     # -- evaluation order --------------------------------------------------------------------
     @staticmethod
     def _vars(terms) -> set[str]:
-        return {t.name for t in terms if isinstance(t, Var)}
+        out: set[str] = set()
+        for t in terms:
+            if isinstance(t, Var):
+                out.add(t.name)
+            elif isinstance(t, Arith):
+                out |= t.vars()
+        return out
 
     def _ready(self, lit: Literal, bound: set[str]) -> bool:
         if isinstance(lit, Comparison):
             need = self._vars((lit.left, lit.right))
             if lit.op == "=":
-                return len(need - bound) <= 1
+                free = need - bound
+                if not free:
+                    return True
+                # ``x = <bound expression>`` binds x; arithmetic never binds its own variables
+                return any(isinstance(a, Var) and {a.name} == free and
+                           self._vars((b,)) <= bound
+                           for a, b in ((lit.left, lit.right), (lit.right, lit.left)))
             return need <= bound
         if lit.is_builtin:
             n_in = len(self.builtins[lit.pred].inputs)
@@ -269,10 +310,9 @@ class _Compiler:
                     if isinstance(lit, Comparison) and lit.op == "=":
                         for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
                             if isinstance(a, Var) and a.name not in var_t:
-                                if isinstance(b, Const):
-                                    var_t[a.name] = _py_type(b.value)
-                                elif isinstance(b, Var) and b.name in var_t:
-                                    var_t[a.name] = var_t[b.name]
+                                ty = self._term_type(b, var_t)
+                                if ty:
+                                    var_t[a.name] = ty
                 head_t = types[rule.head.pred]
                 for i, a in enumerate(rule.head.args):
                     ty = None
@@ -280,8 +320,8 @@ class _Compiler:
                         ty = var_t.get(a.var.name)
                     elif isinstance(a, Var):
                         ty = var_t.get(a.name)
-                    elif isinstance(a, Const):
-                        ty = _py_type(a.value)
+                    else:
+                        ty = self._term_type(a, var_t)
                     if ty and head_t[i] is None:
                         head_t[i] = ty
                         changed = True
@@ -292,6 +332,19 @@ class _Compiler:
             out[pred] = tuple(ts)  # type: ignore[arg-type]
         return out
 
+    @staticmethod
+    def _term_type(t, var_t: Mapping[str, str]) -> str | None:
+        if isinstance(t, Const):
+            return _py_type(t.value)
+        if isinstance(t, Var):
+            return var_t.get(t.name)
+        if isinstance(t, Arith):
+            sides = [_Compiler._term_type(x, var_t) for x in (t.left, t.right)]
+            if None in sides:
+                return None
+            return DOUBLE if DOUBLE in sides else LONG
+        return None
+
     # -- strata ------------------------------------------------------------------------------
     def strata(self) -> list[Stratum]:
         g = nx.DiGraph()
@@ -300,6 +353,8 @@ class _Compiler:
             for lit in rule.body:
                 if isinstance(lit, Atom) and not lit.is_builtin and lit.pred in self.idb:
                     g.add_edge(lit.pred, rule.head.pred)
+        for sel in self.features.aggsel.values():
+            g.add_edge(sel.agg, sel.target)  # the target's fixpoint consults the aggregate
         cond = nx.condensation(g)
         out: list[Stratum] = []
         for c in nx.lexicographical_topological_sort(
@@ -307,7 +362,13 @@ class _Compiler:
         ):
             preds = tuple(sorted(cond.nodes[c]["members"]))
             recursive = len(preds) > 1 or g.has_edge(preds[0], preds[0])
-            stratum = Stratum(preds, recursive)
+            schedules = {self.features.schedules.get(p) for p in preds}
+            if len(schedules) > 1:
+                names = ", ".join(preds)
+                raise RuleError(f"relations {names} are mutually recursive, so .schedule must "
+                                "list all of them in one directive")
+            schedule = schedules.pop()
+            stratum = Stratum(preds, recursive, schedule=schedule)
             for rule in self.prog.rules:
                 if rule.head.pred not in preds:
                     continue
@@ -318,17 +379,30 @@ class _Compiler:
                     if lit.negated:
                         raise _err(lit.pos, f"negation of {lit.pred} inside its own recursion "
                                             "is not stratifiable")
-                    if rule.aggregate is not None:
+                    if rule.aggregate is not None and schedule is None:
                         raise _err(rule.pos, f"aggregate over {lit.pred} inside its own "
-                                             "recursion is not stratifiable")
+                                             "recursion is not stratifiable (declare a "
+                                             ".schedule for the recursion)")
                 stratum.base.append(self.variant(rule, None, set(preds)))
                 for i in rec:
                     stratum.deltas.append(self.variant(rule, i, set(preds)))
             out.append(stratum)
         return out
 
-    def variant(self, rule: Rule, delta: int | None, stratum: set[str]) -> Variant:
+    def triggers(self) -> dict[str, list[Variant]]:
+        out: dict[str, list[Variant]] = {}
+        for rule in self.prog.rules:
+            for i, lit in enumerate(rule.body):
+                if isinstance(lit, Atom) and not lit.is_builtin and not lit.negated:
+                    v = self.variant(rule, i, {lit.pred for lit in rule.body
+                                               if isinstance(lit, Atom)}, deleting=True)
+                    out.setdefault(lit.pred, []).append(v)
+        return out
+
+    def variant(self, rule: Rule, delta: int | None, stratum: set[str],
+                deleting: bool = False) -> Variant:
         ops: list[Op] = []
+        before, after = (OLD, FULL) if deleting else (FULL, OLD)
         for i in self.order(rule, delta):
             lit = rule.body[i]
             if isinstance(lit, Comparison):
@@ -339,19 +413,51 @@ class _Compiler:
             else:
                 version = FULL
                 if delta is not None and lit.pred in stratum:
-                    version = DELTA if i == delta else FULL if i < delta else OLD
+                    version = DELTA if i == delta else before if i < delta else after
                 ops.append(Scan(lit.pred, version, lit.args, lit.negated))  # type: ignore[arg-type]
-        return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args)
+        embeds = False
+        if delta is not None:
+            args = rule.body[delta].args  # type: ignore[union-attr]
+            names = [a.name for a in args if isinstance(a, Var)]
+            embeds = len(names) == len(args) == len(set(names)) and set(names) <= {
+                a.name for a in rule.head.args if isinstance(a, Var)}
+        return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args, embeds)
+
+
+def _bind_head_arithmetic(rule: Rule) -> Rule:
+    """``H(x, a - b) :- body`` becomes ``H(x, _0) :- body, _0 = a - b``: engines evaluate
+    arithmetic only in comparisons."""
+    if not any(isinstance(a, Arith) for a in rule.head.args):
+        return rule
+    args: list[Term | Aggregate] = []
+    extra: list[Literal] = []
+    for i, a in enumerate(rule.head.args):
+        if isinstance(a, Arith):
+            v = Var(f"_{i}")
+            extra.append(Comparison("=", v, a, rule.head.pos))
+            a = v
+        args.append(a)
+    head = Atom(rule.head.pred, tuple(args), rule.head.pos, rule.head.negated)
+    return Rule(head, rule.body + tuple(extra), rule.label)
 
 
 def compile_program(
     prog: Program,
     builtins: Mapping[str, Builtin],
     inputs: Mapping[str, tuple[str, ...]],
+    features: frozenset[str] | set[str] = frozenset(),
 ) -> CompiledProgram:
-    """Check and compile ``prog``; ``inputs`` are relations the caller supplies (name → types)."""
+    """Check and compile ``prog``; ``inputs`` are relations the caller supplies (name → types);
+    ``features`` are the pruning features to switch on where the rules declare them."""
+    prog = Program(
+        rules=[_bind_head_arithmetic(r) for r in prog.rules],
+        facts=prog.facts, fact_pos=prog.fact_pos, directives=prog.directives,
+    )
     c = _Compiler(prog, builtins, inputs)
     c.check()
+    c.features = read_features(prog.directives, prog.rules,
+                               {p: n for p, (n, _) in c.arity.items()}, c.builtins,
+                               frozenset(features))
     schemas = c.infer_schemas()
     return CompiledProgram(
         strata=c.strata(),
@@ -361,6 +467,9 @@ def compile_program(
         builtins=dict(builtins),
         directives=list(prog.directives),
         rules=list(prog.rules),
+        features=c.features,
+        triggers=c.triggers(),
+        aggregates={p: shape for p, (shape, _) in c.agg_shape.items() if shape is not None},
     )
 
 

@@ -24,7 +24,7 @@ from reopt.evaluator.python_engine import PythonEngine, RunStats
 from reopt.plan import PlanNode, build_plan
 
 INPUTS = {"Expr": (LONG, LONG, STRING)}
-RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan")
+RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan", "Bound")
 ENGINES = ("python", "spark")
 
 
@@ -42,9 +42,27 @@ def rule_files(rules: str | Path | None = None) -> list[Path]:
     return files
 
 
-def load_program(rules: str | Path | None = None) -> CompiledProgram:
+PRUNING_MODES: dict[str, frozenset[str]] = {
+    "none": frozenset(),
+    "evita": frozenset({"aggsel"}),
+    "aggsel": frozenset({"aggsel", "suppress"}),
+    "aggsel+refcount": frozenset({"aggsel", "suppress", "refcount"}),
+    "aggsel+bound": frozenset({"aggsel", "suppress", "bound"}),
+    "all": frozenset({"aggsel", "suppress", "refcount", "bound"}),
+}
+"""Pruning mode → the features (rule-file declarations) it switches on. ``evita`` is the
+Evita Raced baseline: pruning against equivalent plans only, never deleting plan-table
+entries."""
+
+
+def load_program(rules: str | Path | None = None, pruning: str = "none") -> CompiledProgram:
+    """Read and compile the rule files with the features of pruning mode ``pruning``."""
+    if pruning not in PRUNING_MODES:
+        raise ReoptError(f"unknown pruning mode '{pruning}' "
+                         f"(choose from {', '.join(PRUNING_MODES)})")
     t0 = time.perf_counter()
-    prog = compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS)
+    prog = compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS,
+                           PRUNING_MODES[pruning])
     prog.compile_seconds = time.perf_counter() - t0
     return prog
 
@@ -114,7 +132,9 @@ def column_names(program: CompiledProgram, pred: str) -> list[str]:
         if rule.head.pred == pred:
             for i, a in enumerate(rule.head.args):
                 name = getattr(getattr(a, "var", a), "name", None)
-                if names[i] is None and name not in names:
+                if name and name.startswith("_"):
+                    name = None  # a variable the compiler made up for head arithmetic
+                if names[i] is None and name and name not in names:
                     names[i] = name
     return [name or f"c{i}" for i, name in enumerate(names)]
 

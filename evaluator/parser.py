@@ -12,6 +12,7 @@
 In rules, bare identifiers are variables, ``_`` is a wildcard, and constants are quoted strings,
 numbers, ``true``, ``false`` and ``inf``. Predicates named ``Fn_…`` are built-in functions.
 Body literals are atoms, negated atoms (``!P(…)``) and comparisons (``= != < <= > >=``).
+Rule heads and comparisons may compute with ``+`` and ``-`` (``bound - rCost - localCost``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import (
     Aggregate,
+    Arith,
     Atom,
     Comparison,
     Const,
@@ -37,6 +39,7 @@ from reopt.evaluator.ast import (
 )
 
 AGGREGATES = ("min", "max")
+ARITHMETIC = ("+", "-")
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 _KEYWORDS = {"true": True, "false": False, "inf": math.inf}
 
@@ -45,9 +48,9 @@ _TOKEN = re.compile(
     (?P<ws>[ \t\r]+|\n)
   | (?P<comment>%[^\n]*|//[^\n]*)
   | (?P<string>"[^"\n]*"|'[^'\n]*')
-  | (?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+  | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>:-|!=|<=|>=|[(),.:!=<>])
+  | (?P<punct>:-|!=|<=|>=|[(),.:!=<>+\-])
     """,
     re.VERBOSE,
 )
@@ -219,6 +222,24 @@ class _Parser:
         return self.term()
 
     def term(self) -> Term:
+        """A term, possibly arithmetic: ``a - b - c`` (``+``/``-``, left-associative)."""
+        left = self.simple_term()
+        while self.tok.kind == "punct" and self.tok.text in ARITHMETIC:
+            op_tok = self.tok
+            self.i += 1
+            right = self.simple_term()
+            for side in (left, right):
+                if isinstance(side, Wildcard):
+                    raise self.error("'_' cannot be used in arithmetic", op_tok)
+            left = Arith(op_tok.text, left, right)
+        return left
+
+    def simple_term(self) -> Term:
+        if self.tok.kind == "punct" and self.tok.text == "-" and self.peek().kind == "number":
+            self.i += 1
+            c = self.simple_term()
+            assert isinstance(c, Const)
+            return Const(-c.value)
         t = self.tok
         self.i += 1
         if t.kind == "ident":
@@ -231,7 +252,7 @@ class _Parser:
             return Const(t.text[1:-1])
         if t.kind == "number":
             v = float(t.text)
-            return Const(int(v) if re.fullmatch(r"-?\d+", t.text) else v)
+            return Const(int(v) if re.fullmatch(r"\d+", t.text) else v)
         self.i -= 1
         raise self.error("expected a variable, '_' or a constant")
 

@@ -69,7 +69,17 @@ from typing import Any
 from reopt.costmodel.builtins import BUILTINS, Builtin
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import PlanSpace
-from reopt.evaluator.ast import Aggregate, Atom, Comparison, Const, Literal, Rule, Var, Wildcard
+from reopt.evaluator.ast import (
+    Aggregate,
+    Arith,
+    Atom,
+    Comparison,
+    Const,
+    Literal,
+    Rule,
+    Var,
+    Wildcard,
+)
 from reopt.evaluator.driver import INPUTS
 
 VAR_PREFIX = "V_"
@@ -113,7 +123,13 @@ def literal(value: Any) -> str:
 
 
 def _vars(terms: Iterable[Any]) -> set[str]:
-    return {t.name for t in terms if isinstance(t, Var)}
+    out: set[str] = set()
+    for t in terms:
+        if isinstance(t, Var):
+            out.add(t.name)
+        elif isinstance(t, Arith):
+            out |= t.vars()
+    return out
 
 
 def order_body(body: Iterable[Literal], builtins: Mapping[str, Builtin]) -> list[Literal]:
@@ -124,7 +140,10 @@ def order_body(body: Iterable[Literal], builtins: Mapping[str, Builtin]) -> list
     def ready(lit: Literal, bound: set[str]) -> bool:
         if isinstance(lit, Comparison):
             need = _vars((lit.left, lit.right))
-            return len(need - bound) <= 1 if lit.op == "=" else need <= bound
+            if lit.op != "=" or not need - bound:
+                return need <= bound
+            return any(isinstance(a, Var) and {a.name} == need - bound and _vars((b,)) <= bound
+                       for a, b in ((lit.left, lit.right), (lit.right, lit.left)))
         if lit.is_builtin:
             ins = lit.args[: len(builtins[lit.pred].inputs)]
             return _vars(ins) <= bound and not any(isinstance(t, Wildcard) for t in ins)
@@ -158,6 +177,8 @@ class _RuleText:
             return f"{WILDCARD_PREFIX}{self.wildcards}"
         if isinstance(t, Const):
             return literal(t.value)
+        if isinstance(t, Arith):
+            return f"({self.term(t.left)} {t.op} {self.term(t.right)})"
         raise PyDatalogCheckError(f"unexpected term {t!r}")
 
     def atom(self, a: Atom) -> str:
@@ -204,24 +225,57 @@ def translate_rule(rule: Rule, builtins: Mapping[str, Builtin], index: int) -> l
         return [f"{rt.atom(rule.head)} <= {body_text}"]
     if agg.func not in _AGGREGATES:
         raise PyDatalogCheckError(f"{rule.pos}: aggregate {agg.func} has no pyDatalog form")
-    keys = [rt.term(t) for t in rule.head.args if not isinstance(t, Aggregate)] or ["0"]
-    name = f"{AGG_PREFIX}{index}" + (f"_{rule.label}" if rule.label else "")
-    fn = f"{name}[{', '.join(keys)}]"
-    value = rt.term(agg.var)
-    head_args = [value if isinstance(t, Aggregate) else rt.term(t) for t in rule.head.args]
+    # the rule feeds the aggregate's inputs; translate() aggregates them once per relation
+    head_args = [rt.term(agg.var if isinstance(t, Aggregate) else t) for t in rule.head.args]
+    return [f"{AGG_PREFIX}in_{rule.head.pred}({', '.join(head_args)}) <= {body_text}"]
+
+
+def translate_aggregate(pred: str, arity: int, pos: int, func: str) -> list[str]:
+    """``pred`` = the min/max over the union of its rules' bodies (``Agg_in_pred``)."""
+    keys = [f"{VAR_PREFIX}_key{i}" for i in range(arity) if i != pos]
+    value = f"{VAR_PREFIX}_value"
+    args = keys[:pos] + [value] + keys[pos:]
+    fn = f"{AGG_PREFIX}{pred}[{', '.join(keys) or '0'}]"
+    inputs = f"{AGG_PREFIX}in_{pred}({', '.join(args)})"
     return [
-        f"({fn} == {_AGGREGATES[agg.func]}({value}, order_by={value})) <= {body_text}",
-        f"{rule.head.pred}({', '.join(head_args)}) <= ({fn} == {value})",
+        f"({fn} == {_AGGREGATES[func]}({value}, order_by={value})) <= {inputs}",
+        f"{pred}({', '.join(args)}) <= ({fn} == {value})",
     ]
 
 
-def translate(program: Any) -> str:
-    """The rules of ``program`` (a CompiledProgram or an ast.Program) as pyDatalog source."""
+def needed_rules(program: Any, preds: Iterable[str]) -> list[Rule]:
+    """The rules the relations ``preds`` depend on (so a check of BestCost does not ask
+    pyDatalog to evaluate the bound rules, whose aggregates recurse)."""
+    todo, need = list(preds), set()
+    while todo:
+        p = todo.pop()
+        if p in need:
+            continue
+        need.add(p)
+        for r in program.rules:
+            if r.head.pred == p:
+                todo.extend(lit.pred for lit in r.body
+                            if isinstance(lit, Atom) and not lit.is_builtin)
+    return [r for r in program.rules if r.head.pred in need]
+
+
+def translate(program: Any, preds: Iterable[str] | None = None) -> str:
+    """The rules of ``program`` (a CompiledProgram or an ast.Program) as pyDatalog source;
+    with ``preds``, only those the relations ``preds`` depend on."""
     builtins = _builtins_of(program)
     lines: list[str] = []
-    for i, rule in enumerate(program.rules):
+    rules = program.rules if preds is None else needed_rules(program, preds)
+    aggregates: dict[str, tuple[int, int, str]] = {}
+    for i, rule in enumerate(rules):
         lines.append(f"# {rule}")
         lines.extend(translate_rule(rule, builtins, i))
+        agg = rule.aggregate
+        if agg is not None:
+            pos = rule.head.args.index(agg)
+            aggregates.setdefault(rule.head.pred, (len(rule.head.args), pos, agg.func))
+    for pred, shape in aggregates.items():
+        lines.append(f"# {pred}: the aggregate over its rules")
+        lines.extend(translate_aggregate(pred, *shape))
     return "\n".join(lines) + "\n"
 
 
@@ -270,7 +324,7 @@ def pydatalog_relations(
     from pyDatalog import pyDatalog, pyEngine
 
     preds = list(preds)
-    source = translate(program)
+    source = translate(program, preds)
     n_args = arities(program)
     unknown = [p for p in preds if p not in n_args]
     if unknown:

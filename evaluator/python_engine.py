@@ -7,13 +7,16 @@ Intermediate results are lists of tuples whose columns are the variables bound s
 
 from __future__ import annotations
 
+import heapq
 import operator
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reopt.evaluator.ast import Aggregate, Const, Var, Wildcard
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     DELTA,
     OLD,
@@ -21,8 +24,10 @@ from reopt.evaluator.compiler import (
     CompiledProgram,
     Filter,
     Scan,
+    Stratum,
     Variant,
 )
+from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 
 COMPARE = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -50,6 +55,18 @@ class Relation:
             self._indexes[cols] = idx
         return idx
 
+    def remove(self, rows: list[tuple]) -> None:
+        for r in rows:
+            self.rows.discard(r)
+        for cols, idx in self._indexes.items():
+            for r in rows:
+                key = tuple(r[c] for c in cols)
+                bucket = idx.get(key)
+                if bucket is not None:
+                    bucket.remove(r)
+                    if not bucket:
+                        del idx[key]
+
     def add(self, rows: Iterable[tuple]) -> list[tuple]:
         """Insert; returns the tuples that were new."""
         new = []
@@ -71,11 +88,18 @@ class RunStats:
     """New tuples inserted per relation."""
     produced: dict[str, int] = field(default_factory=dict)
     """Tuples produced by rule bodies per relation, duplicates included."""
+    deleted: dict[str, int] = field(default_factory=dict)
+    """Tuples pruned per relation (suppression, reference counting)."""
     seconds: float = 0.0
 
 
 def _value(t, schema: dict[str, int], row: tuple):
-    return t.value if isinstance(t, Const) else row[schema[t.name]]
+    if isinstance(t, Const):
+        return t.value
+    if isinstance(t, Arith):
+        left, right = _value(t.left, schema, row), _value(t.right, schema, row)
+        return left + right if t.op == "+" else left - right
+    return row[schema[t.name]]
 
 
 class PythonEngine:
@@ -84,6 +108,7 @@ class PythonEngine:
     def __init__(self, compiled: CompiledProgram, ctx: Mapping[int, Any]):
         self.program = compiled
         self.ctx = ctx
+        self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
@@ -104,7 +129,7 @@ class PythonEngine:
 
     def _scan(self, op: Scan, schema, rows, full, delta) -> list[tuple]:
         rel = delta[op.pred] if op.version == DELTA else full[op.pred]
-        exclude = delta[op.pred].rows if op.version == OLD else None
+        exclude = delta[op.pred].rows if op.version == OLD and op.pred in delta else None
         key_cols, key_src, new_cols, checks = [], [], [], []
         first: dict[str, int] = {}
         for col, t in enumerate(op.args):
@@ -190,18 +215,10 @@ class PythonEngine:
         return [r for r in rows if cmp(_value(op.left, schema, r), _value(op.right, schema, r))]
 
     def _project(self, v: Variant, schema, rows) -> list[tuple]:
-        head = v.head
-        agg = v.aggregate
-        if agg is None:
-            return [tuple(_value(t, schema, r) for t in head) for r in rows]
-        pos, a = agg
-        pick = min if a.func == "min" else max
-        groups: dict[tuple, Any] = {}
-        for r in rows:
-            key = tuple(_value(t, schema, r) for t in head if not isinstance(t, Aggregate))
-            x = r[schema[a.var.name]]
-            groups[key] = x if key not in groups else pick(groups[key], x)
-        return [k[:pos] + (x,) + k[pos:] for k, x in groups.items()]
+        """Head tuples; an aggregate head gives its inputs (the aggregated value in place),
+        aggregated when released, over the union of the relation's rules."""
+        head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
+        return [tuple(_value(t, schema, r) for t in head) for r in rows]
 
     # -- fixpoint -----------------------------------------------------------------------------
     def evaluate(
@@ -209,34 +226,232 @@ class PythonEngine:
     ) -> tuple[dict[str, Relation], RunStats]:
         t0 = time.perf_counter()
         prog = self.program
-        stats = RunStats()
-        full: dict[str, Relation] = {p: Relation() for p in prog.schemas}
+        self.stats = RunStats()
+        self.full = {p: Relation() for p in prog.schemas}
+        self.counts: dict[str, dict[tuple, int]] = {p: {} for p in prog.features.refcount}
         for p, rows in prog.facts.items():
-            full[p].add(rows)
+            self.full[p].add(rows)
         for p in prog.inputs:
-            full[p].add(inputs.get(p, ()))
+            self.full[p].add(inputs.get(p, ()))
+            if p in self.counts:
+                for r in self.full[p].rows:
+                    self.counts[p][r] = 1
         for stratum in prog.strata:
-            pending = {p: [] for p in stratum.preds}
-            for v in stratum.base:
-                pending[v.head_pred].extend(self.run_variant(v, full, {}))
-            delta = self._absorb(pending, full, stats)
-            stats.iterations += 1
-            while stratum.recursive and any(delta.values()):
-                pending = {p: [] for p in stratum.preds}
-                for v in stratum.deltas:
-                    if delta[v.rule.body[v.delta_atom].pred]:  # type: ignore[index]
-                        pending[v.head_pred].extend(self.run_variant(v, full, delta))
-                delta = self._absorb(pending, full, stats)
-                stats.iterations += 1
-        stats.seconds = time.perf_counter() - t0
-        return full, stats
+            if stratum.schedule is not None:
+                self._run_scheduled(stratum)
+            else:
+                self._run_seminaive(stratum)
+        self.stats.seconds = time.perf_counter() - t0
+        return self.full, self.stats
 
-    @staticmethod
-    def _absorb(pending, full, stats: RunStats) -> dict[str, Relation]:
-        delta = {}
-        for p, rows in pending.items():
-            stats.produced[p] = stats.produced.get(p, 0) + len(rows)
-            new = full[p].add(rows)
-            stats.derived[p] = stats.derived.get(p, 0) + len(new)
-            delta[p] = Relation(new)
-        return delta
+    def _run_seminaive(self, stratum: Stratum) -> None:
+        pending: dict[str, list[tuple]] = {p: [] for p in stratum.preds}
+        for v in stratum.base:
+            pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
+        while True:
+            delta = {p: self._release(p, rows) for p, rows in pending.items()}
+            self.stats.iterations += 1
+            if not stratum.recursive or not any(delta.values()):
+                return
+            pending = {p: [] for p in stratum.preds}
+            for v in stratum.deltas:
+                if delta[v.rule.body[v.delta_atom].pred]:  # type: ignore[index]
+                    pending[v.head_pred].extend(self.run_variant(v, self.full, delta))
+
+    def _run_scheduled(self, stratum: Stratum) -> None:
+        """Release the stratum's tuples one rank at a time (see :mod:`.features`)."""
+        sched = stratum.schedule
+        assert sched is not None
+        rank_fn = self.program.builtins[sched.rank]
+        n_in = len(rank_fn.inputs)
+        sign = 1 if sched.direction == ASCENDING else -1
+        aggs = [p for p in stratum.preds if p in self.program.aggregates]
+        agg_inputs = {p: {lit.pred for v in stratum.base if v.head_pred == p
+                          for lit in v.rule.body
+                          if isinstance(lit, Atom) and lit.pred in stratum.preds}
+                      for p in aggs}
+        pending: dict[str, dict[int, list[tuple]]] = {p: {} for p in stratum.preds}
+        ranks: list[int] = []  # heap of signed pending ranks
+        done: set[str] = set()
+        current: int | None = None
+
+        def add(pred: str, rows: list[tuple]) -> None:
+            for r in rows:
+                k = rank_fn.fn(self.ctx, *r[:n_in])[0][0]
+                if current is not None and (sign * k < sign * current or
+                                            (k == current and pred in done)):
+                    raise ReoptError(
+                        f".schedule {sched.direction} {sched.rank}: {pred}{r} has rank {k} "
+                        f"but rank {current} is being released")
+                bucket = pending[pred].get(k)
+                if bucket is None:
+                    pending[pred][k] = bucket = []
+                    heapq.heappush(ranks, sign * k)
+                bucket.append(r)
+
+        for v in stratum.base:
+            add(v.head_pred, self.run_variant(v, self.full, {}))
+        while ranks:
+            current = sign * heapq.heappop(ranks)
+            if not any(current in pending[p] for p in stratum.preds):
+                continue  # a duplicate heap entry
+            done = set()
+            while True:
+                plain = [p for p in stratum.preds
+                         if p not in self.program.aggregates and current in pending[p]]
+                if not plain:
+                    ready = [p for p in aggs if current in pending[p] and not any(
+                        current in pending[i] for i in agg_inputs[p] if i != p)]
+                    if not ready:
+                        break
+                    plain = ready[:1]
+                    done.add(plain[0])
+                delta = {p: self._release(p, pending[p].pop(current)) for p in plain}
+                self.stats.iterations += 1
+                for v in stratum.deltas:
+                    d = delta.get(v.rule.body[v.delta_atom].pred)  # type: ignore[index]
+                    if d:
+                        add(v.head_pred, self.run_variant(v, self.full, delta))
+            left = [p for p in stratum.preds if current in pending[p]]
+            if left:
+                raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
+                                 f"rank {current}; the rank must separate them")
+
+    # -- inserting: aggregates, selection, bounds, suppression ---------------------------------
+    def _release(self, pred: str, rows: list[tuple]) -> Relation:
+        """Insert candidate tuples of ``pred``; returns the ones that were new."""
+        prog, stats = self.program, self.stats
+        stats.produced[pred] = stats.produced.get(pred, 0) + len(rows)
+        if pred in self.counts:
+            counts = self.counts[pred]
+            for r in rows:
+                counts[r] = counts.get(r, 0) + 1
+        agg = prog.aggregates.get(pred)
+        if agg is not None:
+            rows = _aggregate(rows, *agg)
+        source = prog.features.suppress.get(pred)
+        if source is not None:
+            src = self.full[source].rows
+            width = len(prog.schemas[source])
+            rows = [r for r in rows if r[:width] in src]  # sources deleted meanwhile
+        sel = prog.features.aggsel.get(pred)
+        if sel is not None:
+            kept = self._select(sel, rows)
+            if source is not None:
+                self._suppress(pred, source, rows, kept)
+            rows = kept
+        new = self.full[pred].add(rows)
+        stats.derived[pred] = stats.derived.get(pred, 0) + len(new)
+        return Relation(new)
+
+    def _select(self, sel: AggSel, rows: list[tuple]) -> list[tuple]:
+        """Aggregate selection: per group, the tuples with the best value, if that value beats
+        the group's current aggregate and (with ``.bound``) does not exceed its bound."""
+        better = operator.lt if sel.func == "min" else operator.gt
+        best: dict[tuple, Any] = {}
+        key, val = sel.key, sel.value
+        for r in rows:
+            g = tuple(r[c] for c in key)
+            if g not in best or better(r[val], best[g]):
+                best[g] = r[val]
+        current = self.full[sel.agg].index(tuple(range(len(key))))
+        bound_pred = self.program.features.bound.get(sel.target)
+        bounds = self.full[bound_pred].index(tuple(range(len(key)))) if bound_pred else {}
+        kept = []
+        for r in rows:
+            g = tuple(r[c] for c in key)
+            v = r[val]
+            if v != best[g]:
+                continue
+            cur = current.get(g)
+            if cur and not better(v, cur[0][-1]):
+                continue
+            b = bounds.get(g)
+            if b and better(b[0][-1], v):
+                continue
+            kept.append(r)
+        return kept
+
+    def _suppress(self, pred: str, source: str, rows: list[tuple], kept: list[tuple]) -> None:
+        """Tuple source suppression: delete the source of every rejected tuple that has no
+        other tuple in ``pred``."""
+        width = len(self.program.schemas[source])
+        alive = {r[:width] for r in kept}
+        have = self.full[pred].index(tuple(range(width)))
+        dead = {r[:width] for r in rows} - alive
+        dead = [s for s in dead if s not in have]
+        if dead:
+            self._delete(source, dead)
+
+    # -- deleting: cascades through the rules ----------------------------------------------------
+    def _delete(self, pred: str, rows: Iterable[tuple]) -> None:
+        """Delete tuples and what was derived from them: a tuple that embeds a deleted source
+        goes with it, a counted tuple (``.refcount``) loses one count per derivation and goes
+        at zero, an aggregate group is recomputed from the inputs left. Any other derived
+        tuple stays (it may have other derivations, and nothing counts them)."""
+        prog, full = self.program, self.full
+        work: deque[tuple[str, list[tuple]]] = deque([(pred, list(rows))])
+        while work:
+            p, rs = work.popleft()
+            rel = full[p]
+            rs = [r for r in set(rs) if r in rel.rows]
+            if not rs:
+                continue
+            gone = {p: Relation(rs)}
+            derived: dict[str, list[tuple]] = {}
+            for v in prog.triggers.get(p, ()):
+                h = v.head_pred
+                if v.embeds or h in self.counts or h in prog.aggregates:
+                    derived.setdefault(h, []).extend(self.run_variant(v, full, gone))
+            rel.remove(rs)
+            self.stats.deleted[p] = self.stats.deleted.get(p, 0) + len(rs)
+            for head, hs in derived.items():
+                if head in self.counts:
+                    counts, dead = self.counts[head], []
+                    for h in hs:
+                        counts[h] -= 1
+                        if counts[h] == 0:
+                            del counts[h]
+                            dead.append(h)
+                    work.append((head, dead))
+                elif head in prog.aggregates:
+                    work.append((head, self._regroup(head, hs)))
+                else:
+                    work.append((head, hs))
+
+    def _regroup(self, pred: str, raw: list[tuple]) -> list[tuple]:
+        """The tuples of aggregate groups whose inputs lost tuples and that are now empty.
+        (Pruning removes whole groups or tuples that never carried the group's value; a group
+        left with a different value would need re-derivation, which pruning never asks for.)"""
+        pos, func = self.program.aggregates[pred]
+        key_cols = tuple(i for i in range(len(self.program.schemas[pred])) if i != pos)
+        idx = self.full[pred].index(key_cols)
+        out = []
+        for g in {tuple(r[c] for c in key_cols) for r in raw}:
+            left = [r[pos] for r in self._group_inputs(pred, g)]
+            for t in idx.get(g, ()):
+                if not left:
+                    out.append(t)
+                elif (min if func == "min" else max)(left) != t[pos]:
+                    raise ReoptError(f"internal: pruning changed the value of {pred}{t}")
+        return out
+
+    def _group_inputs(self, pred: str, group: tuple) -> list[tuple]:
+        """The input tuples of one aggregate group (aggregates over a single relation)."""
+        out = []
+        for inp in self._agg_inputs[pred]:
+            hits = self.full[inp.target].index(inp.key).get(group, ())
+            out.extend((*group, r[inp.value]) for r in hits)
+        return out
+
+
+def _aggregate(rows: list[tuple], pos: int, func: str) -> list[tuple]:
+    """Group by every column but ``pos`` and keep the min/max of ``pos``."""
+    better = operator.lt if func == "min" else operator.gt
+    groups: dict[tuple, Any] = {}
+    for r in rows:
+        key = r[:pos] + r[pos + 1:]
+        x = r[pos]
+        if key not in groups or better(x, groups[key]):
+            groups[key] = x
+    return [k[:pos] + (x,) + k[pos:] for k, x in groups.items()]

@@ -95,7 +95,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from reopt.evaluator.ast import Aggregate, Const, Var, Wildcard
+from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     BOOLEAN,
     DELTA,
@@ -243,7 +243,15 @@ class _Bindings:
         return col
 
     def term(self, t) -> str:
+        if isinstance(t, Arith):
+            return f"({self.term(t.left)} {t.op} {self.term(t.right)})"
         return _sql_lit(t.value) if isinstance(t, Const) else _ident(self.cols[t.name])
+
+    def type_of(self, t) -> str:
+        if isinstance(t, Arith):
+            sides = (self.type_of(t.left), self.type_of(t.right))
+            return DOUBLE if DOUBLE in sides else LONG
+        return _py_type(t.value) if isinstance(t, Const) else self.types[t.name]
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -412,7 +420,7 @@ class SparkEngine:
         right_free = isinstance(op.right, Var) and op.right.name not in b.cols
         if op.op == "=" and (left_free or right_free):
             free, src = (op.left, op.right) if left_free else (op.right, op.left)
-            ty = _py_type(src.value) if isinstance(src, Const) else b.types[src.name]
+            ty = b.type_of(src)
             col = _ident(b.bind(free.name, ty))
             b.df = b.df.selectExpr("*", f"CAST({b.term(src)} AS {SQL_TYPES[ty]}) AS {col}")
             return

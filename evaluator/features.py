@@ -1,0 +1,204 @@
+"""Engine features the rule files switch on by declaration (directives), checked at compile time.
+
+The rules stay the program: scheduling and pruning are declared next to the rules they act on,
+and every engine implements the same declarations with the same semantics.
+
+``.schedule ascending|descending Fn_rank P1 P2 ….``
+    The listed relations form one recursive stratum whose tuples are released in rounds, one
+    rank at a time (the rank of a tuple is the built-in applied to its leading columns), in
+    increasing or decreasing order. A tuple derived for a rank already released is an error.
+    Within a round, plain relations are released first, then each aggregate relation once its
+    inputs have nothing pending at that rank, so ``min<>``/``max<>`` may appear inside the
+    recursion: each group is aggregated once, over all of its inputs.
+
+``.aggsel Agg.`` (pruning feature ``aggsel``)
+    Aggregate selection (Section 4.1): ``Agg`` is a ``min``/``max`` over one relation ``R``;
+    the selection is pushed into ``R``'s fixpoint, so only tuples that improve their group's
+    aggregate are kept in ``R`` (per round, the best of each group).
+
+``.suppress R S.`` (pruning feature ``suppress``)
+    Tuple source suppression: ``S``'s tuples are ``R``'s leading columns; when aggregate
+    selection (or a bound) rejects every ``R`` tuple of an ``S`` tuple, that ``S`` tuple is
+    deleted, and deletions cascade to what was derived from it.
+
+``.refcount G.`` (pruning feature ``refcount``)
+    Reference counting (Section 4.2): each ``G`` tuple counts its derivations (distinct body
+    tuples: for the optimizer, distinct parent plans); when deletions bring a count to zero the
+    tuple is deleted, recursively.
+
+``.bound R B.`` (pruning feature ``bound``)
+    Recursive bounding (Section 4.3): an ``R`` tuple whose aggregate-selection value exceeds
+    ``B``'s value for its group (``B``'s leading columns) is rejected like a suppressed one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reopt.costmodel.builtins import LONG, Builtin
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Aggregate, Atom, Directive, Rule, Var
+
+ASCENDING, DESCENDING = "ascending", "descending"
+PRUNING_FEATURES = ("aggsel", "suppress", "refcount", "bound")
+
+
+class DirectiveError(ReoptError):
+    """A directive in a rule file is malformed or names something that does not exist."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    direction: str
+    rank: str
+    preds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AggSel:
+    """Keep a ``target`` tuple only if it improves ``agg``'s group (``key`` columns of
+    ``target``, in the aggregate head's order) on the ``value`` column."""
+
+    agg: str
+    target: str
+    key: tuple[int, ...]
+    value: int
+    func: str
+
+
+@dataclass
+class Features:
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    """Relation → the schedule it is released by."""
+    aggsel: dict[str, AggSel] = field(default_factory=dict)
+    """Filtered relation → its aggregate selection."""
+    suppress: dict[str, str] = field(default_factory=dict)
+    """Pruned relation → the relation of its source tuples (a prefix of its columns)."""
+    refcount: set[str] = field(default_factory=set)
+    bound: dict[str, str] = field(default_factory=dict)
+    """Filtered relation → the relation holding its groups' bounds."""
+
+
+def _err(d: Directive, msg: str) -> DirectiveError:
+    return DirectiveError(f"{d.pos}: .{d.name}: {msg}")
+
+
+def read_features(
+    directives: list[Directive],
+    rules: list[Rule],
+    arity: dict[str, int],
+    builtins: dict[str, Builtin],
+    enabled: frozenset[str],
+) -> Features:
+    """Check every directive; keep the pruning ones whose feature is ``enabled``."""
+    out = Features()
+    defined = {r.head.pred for r in rules}
+
+    def relation(d: Directive, name: str, needs_rules: bool = True) -> str:
+        if name not in arity:
+            raise _err(d, f"unknown relation {name}")
+        if needs_rules and name not in defined:
+            raise _err(d, f"{name} has no rules")
+        return name
+
+    for d in directives:
+        if d.name == "schedule":
+            if len(d.args) < 3 or d.args[0] not in (ASCENDING, DESCENDING):
+                raise _err(d, "expected '.schedule ascending|descending Fn_rank Relation …'")
+            b = builtins.get(d.args[1])
+            if b is None or b.outputs != (LONG,):
+                raise _err(d, f"{d.args[1]} is not a built-in with one integer output")
+            s = Schedule(d.args[0], d.args[1], tuple(relation(d, p) for p in d.args[2:]))
+            for p in s.preds:
+                if p in out.schedules:
+                    raise _err(d, f"{p} is already scheduled")
+                if arity[p] < len(b.inputs):
+                    raise _err(d, f"{p} has fewer columns than {b.name} has inputs")
+                out.schedules[p] = s
+        elif d.name == "aggsel":
+            if len(d.args) != 1:
+                raise _err(d, "expected '.aggsel AggregateRelation.'")
+            sel = _aggsel(d, relation(d, d.args[0]), rules)
+            if "aggsel" in enabled:
+                out.aggsel[sel.target] = sel
+        elif d.name == "suppress":
+            if len(d.args) != 2:
+                raise _err(d, "expected '.suppress PrunedRelation SourceRelation.'")
+            r, s = relation(d, d.args[0]), relation(d, d.args[1])
+            if arity[s] >= arity[r]:
+                raise _err(d, f"{s}'s columns must be a proper prefix of {r}'s")
+            if "suppress" in enabled:
+                out.suppress[r] = s
+        elif d.name == "refcount":
+            if len(d.args) != 1:
+                raise _err(d, "expected '.refcount Relation.'")
+            if "refcount" in enabled:
+                out.refcount.add(relation(d, d.args[0]))
+        elif d.name == "bound":
+            if len(d.args) != 2:
+                raise _err(d, "expected '.bound FilteredRelation BoundRelation.'")
+            r, b = relation(d, d.args[0]), relation(d, d.args[1])
+            if "bound" in enabled:
+                out.bound[r] = b
+        else:
+            raise _err(d, "unknown directive (known: schedule, aggsel, suppress, refcount, "
+                          "bound)")
+    for r, b in out.bound.items():
+        sel = out.aggsel.get(r)
+        if sel is None:
+            raise DirectiveError(f".bound {r} {b}: needs aggregate selection on {r} "
+                                 "(its value column)")
+        if arity[b] != len(sel.key) + 1:
+            raise DirectiveError(f".bound {r} {b}: {b} must have the group columns of "
+                                 f"{sel.agg} and one value")
+    return out
+
+
+def aggregate_input(rule: Rule) -> AggSel | None:
+    """For ``A(k…, min<v>) :- R(…)`` (one atom, nothing else): which columns of ``R`` are
+    ``A``'s group and value. None for any other shape."""
+    a = rule.aggregate
+    if a is None or len(rule.body) != 1 or not isinstance(rule.body[0], Atom):
+        return None
+    body = rule.body[0]
+    if body.negated or body.is_builtin:
+        return None
+    where = {t.name: i for i, t in enumerate(body.args) if isinstance(t, Var)}
+    key = []
+    for t in rule.head.args:
+        if isinstance(t, Aggregate):
+            continue
+        if not isinstance(t, Var) or t.name not in where:
+            return None
+        key.append(where[t.name])
+    return AggSel(rule.head.pred, body.pred, tuple(key), where[a.var.name], a.func)
+
+
+def aggregate_inputs(rules: list[Rule], aggregates) -> dict[str, list[AggSel]]:
+    """Aggregate relation → its single-relation inputs (see :func:`aggregate_input`)."""
+    out: dict[str, list[AggSel]] = {p: [] for p in aggregates}
+    for rule in rules:
+        sel = aggregate_input(rule)
+        if sel is not None:
+            out[sel.agg].append(sel)
+    return out
+
+
+def _aggsel(d: Directive, agg: str, rules: list[Rule]) -> AggSel:
+    found: AggSel | None = None
+    for rule in rules:
+        if rule.head.pred != agg:
+            continue
+        sel = aggregate_input(rule)
+        if sel is None:
+            raise _err(d, f"{agg} must be defined by min<>/max<> over a single relation "
+                          f"({rule.pos})")
+        if found is not None and found != sel:
+            raise _err(d, f"{agg}'s rules aggregate different relations or columns")
+        found = sel
+    assert found is not None
+    return found
+
+
+__all__ = ["ASCENDING", "DESCENDING", "PRUNING_FEATURES", "AggSel", "DirectiveError",
+           "Features", "Schedule", "aggregate_input", "aggregate_inputs", "read_features"]
