@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from reopt.costmodel.builtins import BUILTINS, LONG, STRING
+from reopt.costmodel.builtins import BOOLEAN, BUILTINS, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.evaluator.compiler import CompiledProgram, compile_program
@@ -96,14 +96,37 @@ class Evaluation:
         return build_plan(self.spaces[q], chosen)
 
     def sizes(self) -> dict[str, int]:
-        """Tuples per relation at the fixpoint, from what the run counted (relations only grow
-        during one evaluation): facts and inputs, plus the new tuples every iteration
-        inserted — no extra pass over the relations (on Spark, no extra jobs)."""
+        """Tuples per relation at the fixpoint, as the engine counted them (no extra pass
+        over the relations; on Spark, no extra jobs)."""
+        if self.stats.held:
+            return dict(self.stats.held)
         out = {}
         for p in self.program.schemas:
             given = len(self.program.facts.get(p, ())) + self.input_sizes.get(p, 0)
             out[p] = given + self.stats.derived.get(p, 0)
         return out
+
+    def held(self, q: int) -> dict[str, int]:
+        """What query ``q`` holds at the fixpoint: OR nodes (distinct (expr, prop) of
+        SearchSpace), AND nodes (SearchSpace tuples), and ``state_bytes``, the size of all its
+        tuples in every relation (8 bytes per number, 1 per boolean, UTF-8 length of strings:
+        the same definition on every engine)."""
+        widths = {LONG: 8, DOUBLE: 8, BOOLEAN: 1}
+        keyed = [p for p, t in self.program.schemas.items() if t and t[0] == LONG
+                 and p not in self.program.facts]
+        rels = {p: self.relations[p] for p in keyed}
+        if any(hasattr(r, "df") for r in rels.values()):
+            return _held_spark(self.program, rels, q, widths)
+        space = [r for r in self.rows("SearchSpace") if r[0] == q]
+        state = 0
+        for p, rel in rels.items():
+            types = self.program.schemas[p]
+            for r in rel.rows:
+                if r[0] == q:
+                    state += sum(widths[t] if t in widths else len(str(v).encode())
+                                 for v, t in zip(r, types, strict=True))
+        return {"or_nodes": len({r[1:3] for r in space}), "and_nodes": len(space),
+                "state_bytes": state}
 
     def frames(self) -> dict[str, Any]:
         """Every relation as a frame with named columns: Spark DataFrames for the ``spark``
@@ -119,6 +142,24 @@ class Evaluation:
 
                 out[pred] = pd.DataFrame(sorted(rel.rows), columns=names)
         return out
+
+
+def _held_spark(program: CompiledProgram, rels: dict[str, Any], q: int,
+                widths: dict[str, int]) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    ss = rels["SearchSpace"].df.toDF(*column_names(program, "SearchSpace")).where(F.col("q") == q)
+    row = ss.agg(F.count("*").alias("a"),
+                 F.countDistinct("expr", "prop").alias("o")).collect()[0]
+    state = 0
+    for p, rel in rels.items():
+        types = program.schemas[p]
+        cols = rel.df.columns
+        size = sum((F.lit(widths[t]) if t in widths else F.length(F.col(c)))
+                   for c, t in zip(cols, types, strict=True))
+        got = rel.df.where(F.col(cols[0]) == q).agg(F.sum(size)).collect()[0][0]
+        state += int(got or 0)
+    return {"or_nodes": int(row["o"]), "and_nodes": int(row["a"]), "state_bytes": state}
 
 
 def column_names(program: CompiledProgram, pred: str) -> list[str]:

@@ -90,6 +90,8 @@ class RunStats:
     """Tuples produced by rule bodies per relation, duplicates included."""
     deleted: dict[str, int] = field(default_factory=dict)
     """Tuples pruned per relation (suppression, reference counting)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Tuples per relation at the fixpoint (set by the engine at the end)."""
     seconds: float = 0.0
 
 
@@ -241,6 +243,7 @@ class PythonEngine:
                 self._run_scheduled(stratum)
             else:
                 self._run_seminaive(stratum)
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
 

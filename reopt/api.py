@@ -36,7 +36,9 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
 DECLARATIVE = "declarative"
 OPTIMIZERS = (DECLARATIVE, *PROCEDURAL)
 ENGINES = ("spark", "python")
-PRUNING_MODES = ("none",)
+PRUNING_MODES = ("none", "evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
+"""Pruning inside the datalog evaluation (README, "Scheduling and pruning"); see
+:data:`reopt.evaluator.driver.PRUNING_MODES` for the features each switches on."""
 
 
 def load_catalog(path: str | Path | None = None, sf: float = 1.0) -> Catalog:
@@ -132,7 +134,7 @@ class Optimizer:
         cost_model: str = "io",
         optimizer: str = DECLARATIVE,
         engine: str = "spark",
-        pruning: str = "none",
+        pruning: str = "all",
         rules: str | Path | None = None,
         program: Any = None,
     ):
@@ -150,7 +152,7 @@ class Optimizer:
         if self.optimizer == DECLARATIVE:
             from reopt.evaluator.driver import load_program
 
-            self._program = program or load_program(rules)
+            self._program = program or load_program(rules, self.pruning)
 
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
@@ -201,8 +203,13 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
         space = o.space()
         result = PROCEDURAL[o.optimizer](space)
         seconds = time.perf_counter() - t0
-        metrics = {"seconds": seconds, "search_space": o._sized(space),
-                   "explored": result.explored}
+        full = o._sized(space)
+        explored = result.explored
+        metrics = {"seconds": seconds, "search_space": full, "explored": explored,
+                   "pruning_ratio": {
+                       "or": _ratio(explored.get("or_nodes", 0), full["or_nodes"]),
+                       "and": _ratio(explored.get("and_nodes", 0), full["and_nodes"]),
+                   }}
         steps[i] = Step(result.cost, result.plan, metrics, estimates=estimates(space))
     for (engine, _), members in groups.items():
         from reopt.evaluator.driver import evaluate
@@ -215,18 +222,32 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
         for q, i in enumerate(members):
             o = opts[i]
             o._evaluation = ev
+            full = o._sized(spaces[q])
+            held = ev.held(q)
+            state_bytes = held.pop("state_bytes")
             metrics = {
                 "seconds": seconds,
                 "compile_seconds": o._program.compile_seconds,
-                "search_space": o._sized(spaces[q]),
+                "search_space": full,
+                "held": held,
+                "pruning_ratio": {
+                    "or": _ratio(held["or_nodes"], full["or_nodes"]),
+                    "and": _ratio(held["and_nodes"], full["and_nodes"]),
+                },
                 "iterations": ev.stats.iterations,
                 "relations": ev.sizes(),
                 "derived": dict(ev.stats.derived),
+                "state_bytes": state_bytes,
                 "batch_queries": len(members),
             }
             steps[i] = Step(ev.best_cost(q), ev.best_plan(q), metrics,
                             estimates=estimates(spaces[q]))
     return [steps[i] for i in range(len(opts))]
+
+
+def _ratio(held: int, full: int) -> float:
+    """``1 - held/full``: the share of the search space pruned (0 when nothing is)."""
+    return 1.0 - held / full if full else 0.0
 
 
 def _listify(deltas: Any) -> list:

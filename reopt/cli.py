@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--engine", default="spark", choices=ENGINES,
                    help="engine of the declarative optimizer (default: spark)")
-    o.add_argument("--pruning", default="none", choices=PRUNING_MODES,
-                   help="pruning inside the datalog evaluation (default: none)")
+    o.add_argument("--pruning", default="all", choices=PRUNING_MODES,
+                   help="pruning inside the datalog evaluation (default: all)")
     o.add_argument("--rules", metavar="DIR", help="load the *.dl rule files of DIR instead of "
                    "the installed ones")
     o.add_argument("--master", help="Spark master URL (default: local[*], or "
@@ -97,7 +97,7 @@ def optimize_main(args: argparse.Namespace) -> int:
     if DECLARATIVE in names:
         from reopt.evaluator.driver import load_program
 
-        program = load_program(args.rules)
+        program = load_program(args.rules, args.pruning)
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program)

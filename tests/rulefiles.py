@@ -8,14 +8,15 @@ from pathlib import Path
 from reopt.evaluator.driver import rule_files
 
 
-def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "") -> Path:
-    """A copy of the rules directory with ``old`` replaced by ``new`` in ``optimizer.dl``
+def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "",
+                 file: str = "optimizer.dl") -> Path:
+    """A copy of the rules directory with ``old`` replaced by ``new`` in ``file``
     (``old`` must occur exactly once) and ``extra`` written to an additional ``extra.dl``."""
     out = tmp_path / "rules"
     out.mkdir()
     for f in rule_files():
         shutil.copy(f, out / f.name)
-    target = out / "optimizer.dl"
+    target = out / file
     text = target.read_text()
     if old:
         assert text.count(old) == 1, old
