@@ -145,6 +145,7 @@ class PlanSpace:
                     self._component_of[i] = c
         self._splits: dict[int, list[tuple[int, int]]] = {}
         self._alts: dict[tuple[int, str], list[Alt]] = {}
+        self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
         self._local: dict[Alt, float] = {}
 
     # -- join graph --------------------------------------------------------------------------
@@ -274,10 +275,20 @@ class PlanSpace:
         return self.model.scan_alternatives(self, expr, prop) if self.is_leaf(expr) else []
 
     def join_alternatives(self, expr: int, prop: str, method: str) -> list[Alt]:
-        out: list[Alt] = []
-        for left, right in self.splits(expr):
-            out.extend(self.model.join_alternatives(self, expr, prop, left, right, method))
-        return out
+        """The joins of ``method`` for an OR node (memoized with :meth:`alternatives`)."""
+        return self._joins_by_method(expr, prop).get(method, [])
+
+    def _joins_by_method(self, expr: int, prop: str) -> dict[str, list[Alt]]:
+        key = (expr, prop)
+        hit = self._joins.get(key)
+        if hit is None:
+            hit = {}
+            for m in self.model.join_methods:
+                for left, right in self.splits(expr):
+                    hit.setdefault(m, []).extend(
+                        self.model.join_alternatives(self, expr, prop, left, right, m))
+            self._joins[key] = hit
+        return hit
 
     def enforcer_alternatives(self, expr: int, prop: str) -> list[Alt]:
         return self.model.enforcer_alternatives(self, expr, prop)

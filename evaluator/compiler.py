@@ -81,9 +81,10 @@ class Variant:
     ops: tuple[Op, ...]
     head_pred: str
     head: tuple[Term | Aggregate, ...]
-    embeds: bool = False
-    """The head repeats every column of the delta atom: each head tuple this variant derives
-    contains the delta tuple it came from, so deleting that tuple deletes the head tuple."""
+    embeds: tuple[int, ...] | None = None
+    """When the head repeats every column of the delta atom: the head position of each of the
+    atom's columns. Each head tuple this variant derives then contains the delta tuple it came
+    from, so deleting that tuple deletes exactly the head tuples that contain it."""
 
     @property
     def aggregate(self) -> tuple[int, Aggregate] | None:
@@ -415,12 +416,13 @@ class _Compiler:
                 if delta is not None and lit.pred in stratum:
                     version = DELTA if i == delta else before if i < delta else after
                 ops.append(Scan(lit.pred, version, lit.args, lit.negated))  # type: ignore[arg-type]
-        embeds = False
+        embeds = None
         if delta is not None:
             args = rule.body[delta].args  # type: ignore[union-attr]
             names = [a.name for a in args if isinstance(a, Var)]
-            embeds = len(names) == len(args) == len(set(names)) and set(names) <= {
-                a.name for a in rule.head.args if isinstance(a, Var)}
+            where = {a.name: i for i, a in enumerate(rule.head.args) if isinstance(a, Var)}
+            if len(names) == len(args) == len(set(names)) and set(names) <= set(where):
+                embeds = tuple(where[n] for n in names)
         return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args, embeds)
 
 

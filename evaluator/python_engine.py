@@ -11,7 +11,7 @@ import heapq
 import operator
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,18 +40,20 @@ class Relation:
 
     def __init__(self, rows: Iterable[tuple] = ()):
         self.rows: set[tuple] = set()
-        self._indexes: dict[tuple[int, ...], dict[tuple, list[tuple]]] = {}
+        self._indexes: dict[tuple[int, ...], dict[tuple, dict[tuple, None]]] = {}
+        """Key columns → key → the tuples with that key (a dict as an ordered set, so tuples
+        are removed in constant time)."""
         self.add(rows)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def index(self, cols: tuple[int, ...]) -> dict[tuple, list[tuple]]:
+    def index(self, cols: tuple[int, ...]) -> dict[tuple, dict[tuple, None]]:
         idx = self._indexes.get(cols)
         if idx is None:
             idx = {}
             for r in self.rows:
-                idx.setdefault(tuple(r[c] for c in cols), []).append(r)
+                idx.setdefault(tuple(r[c] for c in cols), {})[r] = None
             self._indexes[cols] = idx
         return idx
 
@@ -62,8 +64,8 @@ class Relation:
             for r in rows:
                 key = tuple(r[c] for c in cols)
                 bucket = idx.get(key)
-                if bucket is not None:
-                    bucket.remove(r)
+                if bucket is not None and r in bucket:
+                    del bucket[r]
                     if not bucket:
                         del idx[key]
 
@@ -77,7 +79,7 @@ class Relation:
         if new:
             for cols, idx in self._indexes.items():
                 for r in new:
-                    idx.setdefault(tuple(r[c] for c in cols), []).append(r)
+                    idx.setdefault(tuple(r[c] for c in cols), {})[r] = None
         return new
 
 
@@ -95,13 +97,29 @@ class RunStats:
     seconds: float = 0.0
 
 
-def _value(t, schema: dict[str, int], row: tuple):
+def _getter(t, schema: Mapping[str, int]) -> Callable[[tuple], Any]:
+    """A function reading term ``t`` from a row whose columns are ``schema``'s variables."""
     if isinstance(t, Const):
-        return t.value
+        value = t.value
+        return lambda row: value
     if isinstance(t, Arith):
-        left, right = _value(t.left, schema, row), _value(t.right, schema, row)
-        return left + right if t.op == "+" else left - right
-    return row[schema[t.name]]
+        left, right = _getter(t.left, schema), _getter(t.right, schema)
+        if t.op == "+":
+            return lambda row: left(row) + right(row)
+        return lambda row: left(row) - right(row)
+    return operator.itemgetter(schema[t.name])
+
+
+def _tuple_getter(cols: list[int]) -> Callable[[tuple], tuple]:
+    if not cols:
+        return lambda row: ()
+    if len(cols) == 1:
+        c = cols[0]
+        return lambda row: (row[c],)
+    return operator.itemgetter(*cols)
+
+
+Step = Callable[[list, Mapping[str, "Relation"], Mapping[str, "Relation"]], list]
 
 
 class PythonEngine:
@@ -111,27 +129,45 @@ class PythonEngine:
         self.program = compiled
         self.ctx = ctx
         self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
+        self._plans: dict[int, tuple[list[Step], Callable[[tuple], tuple]]] = {}
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
         self, v: Variant, full: Mapping[str, Relation], delta: Mapping[str, Relation]
     ) -> list[tuple]:
-        schema: dict[str, int] = {}
+        plan = self._plans.get(id(v))
+        if plan is None:
+            plan = self._plans[id(v)] = self._compile(v)
+        steps, project = plan
         rows: list[tuple] = [()]
-        for op in v.ops:
+        for step in steps:
+            rows = step(rows, full, delta)
             if not rows:
                 return []
-            if isinstance(op, Scan):
-                rows = self._scan(op, schema, rows, full, delta)
-            elif isinstance(op, Call):
-                rows = self._call(op, schema, rows)
-            else:
-                rows = self._filter(op, schema, rows)
-        return self._project(v, schema, rows)
+        return [project(r) for r in rows]
 
-    def _scan(self, op: Scan, schema, rows, full, delta) -> list[tuple]:
-        rel = delta[op.pred] if op.version == DELTA else full[op.pred]
-        exclude = delta[op.pred].rows if op.version == OLD and op.pred in delta else None
+    def _compile(self, v: Variant) -> tuple[list[Step], Callable[[tuple], tuple]]:
+        """The variant's ops as closures over fixed column positions (the variables bound
+        after each op are known before any tuple flows)."""
+        schema: dict[str, int] = {}
+        steps: list[Step] = []
+        for op in v.ops:
+            if isinstance(op, Scan):
+                steps.append(self._scan(op, schema))
+            elif isinstance(op, Call):
+                steps.append(self._call(op, schema))
+            else:
+                steps.append(self._filter(op, schema))
+        # an aggregate head gives its inputs (the aggregated value in place), aggregated when
+        # released, over the union of the relation's rules
+        head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
+        if all(isinstance(t, Var) for t in head):
+            return steps, _tuple_getter([schema[t.name] for t in head])  # type: ignore[union-attr]
+        gets = [_getter(t, schema) for t in head]
+        return steps, lambda row: tuple(g(row) for g in gets)
+
+    @staticmethod
+    def _scan(op: Scan, schema: dict[str, int]) -> Step:
         key_cols, key_src, new_cols, checks = [], [], [], []
         first: dict[str, int] = {}
         for col, t in enumerate(op.args):
@@ -139,39 +175,54 @@ class PythonEngine:
                 continue
             if isinstance(t, Const):
                 key_cols.append(col)
-                key_src.append((True, t.value))
+                key_src.append(_getter(t, schema))
             elif t.name in schema:
                 key_cols.append(col)
-                key_src.append((False, schema[t.name]))
+                key_src.append(_getter(t, schema))
             elif t.name in first:
                 checks.append((first[t.name], col))
             else:
                 first[t.name] = col
                 new_cols.append(col)
-        idx = rel.index(tuple(key_cols))
-        out = []
-        for row in rows:
-            key = tuple(v if is_c else row[v] for is_c, v in key_src)
-            matches = idx.get(key, ())
-            if exclude:
-                matches = [m for m in matches if m not in exclude]
-            if checks:
-                matches = [m for m in matches if all(m[a] == m[b] for a, b in checks)]
-            if op.negated:
-                if not matches:
-                    out.append(row)
-            else:
-                for m in matches:
-                    out.append(row + tuple(m[c] for c in new_cols))
         if not op.negated:
             for name in first:  # same order as new_cols
                 schema[name] = len(schema)
-        return out
+        cols = tuple(key_cols)
+        if all(isinstance(op.args[c], Var) for c in key_cols):
+            key = _tuple_getter([schema[op.args[c].name] for c in key_cols])  # type: ignore
+        else:
+            key = lambda row: tuple(g(row) for g in key_src)  # noqa: E731
+        ext = _tuple_getter(new_cols)
+        pred, negated = op.pred, op.negated
+        is_delta, is_old = op.version == DELTA, op.version == OLD
 
-    def _call(self, op: Call, schema, rows) -> list[tuple]:
+        def scan(rows, full, delta):
+            rel = delta[pred] if is_delta else full[pred]
+            exclude = delta[pred].rows if is_old and pred in delta else None
+            get = rel.index(cols).get
+            out = []
+            for row in rows:
+                matches = get(key(row), ())
+                if exclude:
+                    matches = [m for m in matches if m not in exclude]
+                if checks:
+                    matches = [m for m in matches if all(m[a] == m[b] for a, b in checks)]
+                if negated:
+                    if not matches:
+                        out.append(row)
+                else:
+                    out.extend([row + ext(m) for m in matches])
+            return out
+
+        return scan
+
+    def _call(self, op: Call, schema: dict[str, int]) -> Step:
         fn = self.program.builtins[op.name].fn
-        binds, checks = [], []
-        first: set[str] = set()
+        ctx = self.ctx
+        args = [_getter(t, schema) for t in op.inputs]
+        binds: list[tuple[int, str]] = []
+        checks: list[tuple[int, Any, Any]] = []
+        first: dict[str, int] = {}
         for j, t in enumerate(op.outputs):
             if isinstance(t, Wildcard):
                 continue
@@ -180,47 +231,46 @@ class PythonEngine:
             elif t.name in schema:
                 checks.append((j, False, schema[t.name]))
             elif t.name in first:
-                checks.append((j, None, t.name))
+                checks.append((j, None, first[t.name]))
             else:
-                first.add(t.name)
+                first[t.name] = j
                 binds.append((j, t.name))
-        out = []
-        ctx = self.ctx
-        for row in rows:
-            args = [_value(t, schema, row) for t in op.inputs]
-            for res in fn(ctx, *args):
-                ok = True
-                for j, is_c, v in checks:
-                    if is_c is True:
-                        ok = res[j] == v
-                    elif is_c is False:
-                        ok = res[j] == row[v]
-                    else:
-                        ok = res[j] == res[next(k for k, n in binds if n == v)]
-                    if not ok:
-                        break
-                if ok:
-                    out.append(row + tuple(res[j] for j, _ in binds))
         for _, name in binds:
             schema[name] = len(schema)
-        return out
+        keep = [j for j, _ in binds]
+        whole = keep == list(range(len(op.outputs)))
+        pick = _tuple_getter(keep)
 
-    def _filter(self, op: Filter, schema, rows) -> list[tuple]:
+        def ok(row, res) -> bool:
+            for j, kind, v in checks:
+                other = v if kind is True else row[v] if kind is False else res[v]
+                if res[j] != other:
+                    return False
+            return True
+
+        def call(rows, full, delta):
+            out = []
+            for row in rows:
+                for res in fn(ctx, *[a(row) for a in args]):
+                    if checks and not ok(row, res):
+                        continue
+                    out.append(row + (tuple(res) if whole else pick(res)))
+            return out
+
+        return call
+
+    @staticmethod
+    def _filter(op: Filter, schema: dict[str, int]) -> Step:
         left_free = isinstance(op.left, Var) and op.left.name not in schema
         right_free = isinstance(op.right, Var) and op.right.name not in schema
         if op.op == "=" and (left_free or right_free):
             free, src = (op.left, op.right) if left_free else (op.right, op.left)
-            out = [row + (_value(src, schema, row),) for row in rows]
-            schema[free.name] = len(schema)
-            return out
+            get = _getter(src, schema)
+            schema[free.name] = len(schema)  # type: ignore[union-attr]
+            return lambda rows, full, delta: [row + (get(row),) for row in rows]
         cmp = COMPARE[op.op]
-        return [r for r in rows if cmp(_value(op.left, schema, r), _value(op.right, schema, r))]
-
-    def _project(self, v: Variant, schema, rows) -> list[tuple]:
-        """Head tuples; an aggregate head gives its inputs (the aggregated value in place),
-        aggregated when released, over the union of the relation's rules."""
-        head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
-        return [tuple(_value(t, schema, r) for t in head) for r in rows]
+        left, right = _getter(op.left, schema), _getter(op.right, schema)
+        return lambda rows, full, delta: [r for r in rows if cmp(left(r), right(r))]
 
     # -- fixpoint -----------------------------------------------------------------------------
     def evaluate(
@@ -367,10 +417,10 @@ class PythonEngine:
             if v != best[g]:
                 continue
             cur = current.get(g)
-            if cur and not better(v, cur[0][-1]):
+            if cur and not better(v, next(iter(cur))[-1]):
                 continue
             b = bounds.get(g)
-            if b and better(b[0][-1], v):
+            if b and better(next(iter(b))[-1], v):
                 continue
             kept.append(r)
         return kept
@@ -404,7 +454,10 @@ class PythonEngine:
             derived: dict[str, list[tuple]] = {}
             for v in prog.triggers.get(p, ()):
                 h = v.head_pred
-                if v.embeds or h in self.counts or h in prog.aggregates:
+                if v.embeds is not None and h not in self.counts and h not in prog.aggregates:
+                    idx = full[h].index(v.embeds)  # the head tuples containing a deleted one
+                    derived.setdefault(h, []).extend(t for r in rs for t in idx.get(r, ()))
+                elif h in self.counts or h in prog.aggregates:
                     derived.setdefault(h, []).extend(self.run_variant(v, full, gone))
             rel.remove(rs)
             self.stats.deleted[p] = self.stats.deleted.get(p, 0) + len(rs)
