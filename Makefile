@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean bench-initial
+.PHONY: bench-pruning demo test lint venv clean bench-initial
 
 # Create .venv at the repo root and install the package editable with its dev extras.
 $(STAMP): pyproject.toml
@@ -17,15 +17,18 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # The main job: TPC-H Q5 on SF1 statistics, best plan from each optimizer. Under the physical
-# `io` model Q5 has 24 million plan trees, which the declarative optimizer can only search once
-# pruning exists; under `cout` every optimizer runs, the declarative one on both engines.
+# `io` model Q5 has 24 million plan trees: the declarative optimizer searches them with pruning
+# (default --pruning all); under `cout` the exhaustive optimizer checks every optimizer.
 demo: $(STAMP)
-	$(BIN)/reopt optimize tpch:q5 --cost-model io --optimizer topdown,bottomup
+	$(BIN)/reopt optimize tpch:q5 --cost-model io --optimizer declarative,topdown,bottomup --engine python
 	$(BIN)/reopt optimize tpch:q5 --cost-model cout --optimizer declarative,topdown,bottomup,exhaustive --engine python
 	$(BIN)/reopt optimize tpch:q5 --cost-model cout --optimizer declarative --engine spark
 
 bench-initial: $(STAMP)
 	$(BIN)/python benchmarks/initial.py --repeat 5 --engines python,spark --out benchmarks/results/initial.md
+
+bench-pruning: $(STAMP)
+	$(BIN)/python benchmarks/pruning.py --repeat 5 --out benchmarks/results/pruning.md
 
 test: $(STAMP)
 	$(BIN)/ruff check .
