@@ -199,6 +199,9 @@ class PythonEngine:
         def scan(rows, full, delta):
             rel = delta[pred] if is_delta else full[pred]
             exclude = delta[pred].rows if is_old and pred in delta else None
+            if not cols and not exclude and not checks and not negated:
+                # no key: a cross product with the whole relation, no index needed
+                return [row + ext(m) for row in rows for m in rel.rows]
             get = rel.index(cols).get
             out = []
             for row in rows:
