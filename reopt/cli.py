@@ -143,11 +143,20 @@ def optimize_main(args: argparse.Namespace) -> int:
         return 0
     for e in out:
         init = e["initial"]
-        how = e["optimizer"] + (f" ({e['engine']})" if "engine" in e else "")
+        how = e["optimizer"] + (f" ({e['engine']}, pruning {e['pruning']})"
+                                if "engine" in e else "")
         print(
             f"== {e['query']} · {e['cost_model']} · {how}: cost={init.cost:.6g} "
             f"({init.metrics['seconds'] * 1000:.1f} ms)"
         )
+        m = init.metrics
+        kept = m.get("held") or m.get("explored")
+        if kept:
+            full = m["search_space"]
+            print(f"   {'held' if 'held' in m else 'explored'} {kept['or_nodes']}/"
+                  f"{full['or_nodes']} OR nodes, {kept['and_nodes']}/{full['and_nodes']} "
+                  f"AND nodes (pruned {m['pruning_ratio']['or']:.0%}, "
+                  f"{m['pruning_ratio']['and']:.0%})")
         print(init.plan.explain())
         for step in e["steps"]:
             print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g}")

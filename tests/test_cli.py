@@ -88,7 +88,8 @@ def test_plan_tree_printout(capsys):
     assert code == 0
     assert out.startswith("== tpch:q5 · io · bottomup: cost=")
     lines = out.splitlines()
-    assert lines[1].startswith("hashagg") and "rows=" in lines[1] and "cost=" in lines[1]
+    assert lines[1].startswith("   explored ") and "/592 AND nodes" in lines[1]
+    assert lines[2].startswith("hashagg") and "rows=" in lines[2] and "cost=" in lines[2]
     assert any(line.startswith("    ") for line in lines)  # indented children
 
 
