@@ -18,7 +18,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from reopt.api import Optimizer
