@@ -189,6 +189,15 @@ class Optimizer:
         step.estimates = None
         return step
 
+    def graph(self):
+        """The search space as a :class:`reopt.graph.AndOrGraph`: every OR and AND node of the
+        plan space, with the last optimize()'s held state overlaid (``held``/``pruned``; a
+        procedural optimizer keeps none: ``unknown``, its plan re-derived under the current
+        statistics). Declarative optimizers need optimize() first."""
+        from reopt.graph import build_graph
+
+        return build_graph(self)
+
 
 def optimize_batch(opts: list[Optimizer]) -> list[Step]:
     """Optimize several sessions; declarative ones sharing an engine and a program are

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,9 @@ class PlanNode:
             "cost": self.cost,
             "children": [c.to_json() for c in self.children],
         }
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.explain())}</pre>"
 
     def explain(self, indent: str = "") -> str:
         label = self.alt.phy_op
