@@ -27,6 +27,9 @@ class Builtin:
     outputs: tuple[str, ...]
     fn: Callable[..., Iterable[tuple]]
     doc: str = ""
+    statistics: bool = False
+    """Whether results depend on the statistics (summaries, costs): after a delta, only
+    these can answer differently, and only for the OR nodes :func:`stale_keys` names."""
 
     @property
     def arity(self) -> int:
@@ -82,6 +85,22 @@ def _sum(ctx: Context, local: float, lcost: float, rcost: float):
     return [(plan_cost(local, lcost, rcost),)]
 
 
+def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
+    """The OR nodes ``(q, expr, prop)`` among ``keys`` for which a built-in marked
+    ``statistics`` may answer differently under ``new`` than under ``old`` (a query's
+    :class:`PlanSpace` replaced after a delta). Incremental maintenance re-derives exactly
+    these; everything else is reused."""
+    by_query: dict[int, list[tuple[int, str]]] = {}
+    for k in keys:
+        by_query.setdefault(k[0], []).append((k[1], k[2]))
+    out: set[tuple] = set()
+    for q, nodes in by_query.items():
+        if old[q] is new[q]:
+            continue
+        out.update((q, *n) for n in new[q].stale_nodes(old[q], nodes))
+    return out
+
+
 BUILTINS: dict[str, Builtin] = {
     b.name: b
     for b in (
@@ -97,16 +116,20 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
                 "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
         Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary,
-                "Fn_scansummary(q, expr, md): estimated rows of a base relation"),
+                "Fn_scansummary(q, expr, md): estimated rows of a base relation",
+                statistics=True),
         Builtin("Fn_nonscansummary", (LONG, LONG, DOUBLE, DOUBLE), (DOUBLE,), _nonscansummary,
-                "Fn_nonscansummary(q, expr, lMd, rMd, md): estimated rows of an operator"),
+                "Fn_nonscansummary(q, expr, lMd, rMd, md): estimated rows of an operator",
+                statistics=True),
         Builtin("Fn_scancost", (LONG, LONG, STRING, LONG, STRING, DOUBLE), (DOUBLE,), _scancost,
-                "Fn_scancost(q, expr, prop, index, method, md, cost): local cost of a scan"),
+                "Fn_scancost(q, expr, prop, index, method, md, cost): local cost of a scan",
+                statistics=True),
         Builtin("Fn_nonscancost",
                 (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING, DOUBLE),
                 (DOUBLE,), _nonscancost,
                 "Fn_nonscancost(q, expr, prop, index, logOp, method, lExpr, lProp, rExpr, rProp, "
-                "md, cost): local cost of a join, enforcer or final operator"),
+                "md, cost): local cost of a join, enforcer or final operator",
+                statistics=True),
         Builtin("Fn_rank", (LONG, LONG, STRING), (LONG,), _rank,
                 "Fn_rank(q, expr, prop, rank): the OR node's bottom-up rank (children below "
                 "parents), the order scheduled strata follow"),

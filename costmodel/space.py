@@ -31,7 +31,7 @@ inner of an index nested-loop join: an index on that class's column).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from reopt.costmodel.cardinality import Adjustments, Estimator
@@ -143,10 +143,23 @@ class PlanSpace:
             for i in range(n):
                 if c >> i & 1:
                     self._component_of[i] = c
+        # structure (statistics-independent): shared by with_adjustments()
         self._splits: dict[int, list[tuple[int, int]]] = {}
         self._alts: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
+        self._inputs: dict[tuple[int, str], tuple[frozenset[int], frozenset[str]]] = {}
+        # statistics-dependent
         self._local: dict[Alt, float] = {}
+
+    def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
+        """The same query under other statistics. The alternatives do not depend on the
+        statistics, so the new space shares this one's memoized structure (splits,
+        alternatives) and recomputes only estimates and costs — what re-optimization after a
+        delta needs, without re-enumerating the space."""
+        out = PlanSpace(self.query, self.catalog, self.model, adjustments)
+        out._splits, out._alts, out._joins = self._splits, self._alts, self._joins
+        out._inputs = self._inputs
+        return out
 
     # -- join graph --------------------------------------------------------------------------
     def _column_classes(self) -> dict[ColumnRef, str]:
@@ -326,6 +339,43 @@ class PlanSpace:
             )
             self._local[alt] = hit
         return hit
+
+    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
+                    ) -> list[tuple[int, str]]:
+        """The OR nodes among ``nodes`` whose summary or some alternative's local cost may
+        differ between ``old`` (the same query under earlier statistics) and this space.
+
+        A local cost depends only on the estimated rows of the alternative's expression and
+        children, the base rows of a scanned relation and the operator's cost factor (README,
+        "Cost models"), so a node is stale when one of those differs; comparing them costs
+        one estimate per expression, not one cost per alternative."""
+        ops = set(old.adjustments.op_factors) | set(self.adjustments.op_factors)
+        ops = {m for m in ops if old.adjustments.op_factors.get(m, 1.0)
+               != self.adjustments.op_factors.get(m, 1.0)}
+        changed: dict[int, bool] = {}
+
+        def moved(expr: int) -> bool:
+            hit = changed.get(expr)
+            if hit is None:
+                hit = old.summary(expr) != self.summary(expr)
+                if not hit and self.is_leaf(expr):
+                    alias = self.relations(expr)[0]
+                    hit = old.estimator.base_rows(alias) != self.estimator.base_rows(alias)
+                changed[expr] = hit
+            return hit
+
+        out = []
+        for node in nodes:
+            inputs = self._inputs.get(node)
+            if inputs is None:
+                alts = self.alternatives(*node)
+                inputs = self._inputs[node] = (
+                    frozenset(c for a in alts for c, _ in a.children),
+                    frozenset(a.phy_op for a in alts))
+            exprs, methods = inputs
+            if moved(node[0]) or not ops.isdisjoint(methods) or any(moved(e) for e in exprs):
+                out.append(node)
+        return out
 
     def relations(self, expr: int) -> tuple[str, ...]:
         return self.query.aliases_of(expr & self.all)

@@ -48,6 +48,12 @@ class Relation:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def copy(self) -> Relation:
+        """The same tuples; indexes are rebuilt on demand."""
+        out = Relation()
+        out.rows = set(self.rows)
+        return out
+
     def index(self, cols: tuple[int, ...]) -> dict[tuple, dict[tuple, None]]:
         idx = self._indexes.get(cols)
         if idx is None:
@@ -280,6 +286,15 @@ class PythonEngine:
         self, inputs: Mapping[str, Iterable[tuple]]
     ) -> tuple[dict[str, Relation], RunStats]:
         t0 = time.perf_counter()
+        self.start(inputs)
+        for stratum in self.program.strata:
+            self.run_stratum(stratum)
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        self.stats.seconds = time.perf_counter() - t0
+        return self.full, self.stats
+
+    def start(self, inputs: Mapping[str, Iterable[tuple]]) -> None:
+        """Fresh relations holding the facts and the inputs; fresh statistics."""
         prog = self.program
         self.stats = RunStats()
         self.full = {p: Relation() for p in prog.schemas}
@@ -291,14 +306,12 @@ class PythonEngine:
             if p in self.counts:
                 for r in self.full[p].rows:
                     self.counts[p][r] = 1
-        for stratum in prog.strata:
-            if stratum.schedule is not None:
-                self._run_scheduled(stratum)
-            else:
-                self._run_seminaive(stratum)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
-        self.stats.seconds = time.perf_counter() - t0
-        return self.full, self.stats
+
+    def run_stratum(self, stratum: Stratum) -> None:
+        if stratum.schedule is not None:
+            self._run_scheduled(stratum)
+        else:
+            self._run_seminaive(stratum)
 
     def _run_seminaive(self, stratum: Stratum) -> None:
         pending: dict[str, list[tuple]] = {p: [] for p in stratum.preds}

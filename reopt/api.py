@@ -149,6 +149,10 @@ class Optimizer:
         self._space_size: dict[str, int] | None = None
         self._program = None
         self._evaluation = None
+        self._session = None
+        """The declarative optimizer's state since the last optimize() (update() maintains
+        it); shared by the optimizers of one batch."""
+        self._qid = 0
         if self.optimizer == DECLARATIVE:
             from reopt.evaluator.driver import load_program
 
@@ -181,13 +185,47 @@ class Optimizer:
         )
 
     def update(self, deltas: Iterable[str | dict | Delta] | str) -> Step:
-        """Apply a batch of deltas (all or nothing) and return the new best plan."""
+        """Apply a batch of deltas (all or nothing) and return the new best plan.
+
+        The declarative optimizer keeps its state since the last optimize() and maintains it
+        incrementally (``python`` engine; README, "Incremental re-optimization"); the result
+        is the plan a from-scratch optimization would return. A delta that fails validation
+        raises before anything changes."""
         items = _listify(deltas)
-        self.adjustments = self.check(items)
-        step = self.optimize()
+        adjustments = self.check(items)
+        session = self._session
+        if session is None:
+            self.adjustments = adjustments
+            step = self.optimize()
+        else:
+            self.adjustments = adjustments
+            step = self._incremental_step(session, adjustments)
         step.deltas = [str(d) for d in items]
         step.estimates = None
         return step
+
+    def _incremental_step(self, session: Any, adjustments: Adjustments) -> Step:
+        q = self._qid
+        res = session.update({q: adjustments})
+        ev = self._evaluation = res.evaluation
+        for o in getattr(session, "members", ()):
+            o._evaluation = ev
+        up = res.stats
+        derived = up.derived if up is not None else ev.stats.derived
+        seconds = up.seconds if up is not None else res.seconds
+        metrics = _declarative_metrics(self, ev, q, seconds, derived)
+        metrics["incremental"] = session.incremental
+        if up is not None:
+            full = metrics["search_space"]
+            touched = res.updated.get(q, {"or_nodes": 0, "and_nodes": 0})
+            metrics["updated"] = touched
+            metrics["update_ratio"] = {
+                "or": touched["or_nodes"] / full["or_nodes"] if full["or_nodes"] else 0.0,
+                "and": touched["and_nodes"] / full["and_nodes"] if full["and_nodes"] else 0.0,
+            }
+            metrics["rederived"] = {"stale": up.stale, "or_nodes": up.rederived,
+                                    "changed": up.changed}
+        return Step(ev.best_cost(q), ev.best_plan(q), metrics)
 
     def graph(self):
         """The search space as a :class:`reopt.graph.AndOrGraph`: every OR and AND node of the
@@ -221,37 +259,45 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
                    }}
         steps[i] = Step(result.cost, result.plan, metrics, estimates=estimates(space))
     for (engine, _), members in groups.items():
-        from reopt.evaluator.driver import evaluate
+        from reopt.incremental.session import Session
 
         first = opts[members[0]]
         spaces = [opts[i].space() for i in members]
         t0 = time.perf_counter()
-        ev = evaluate(spaces, engine, program=first._program)
+        session = Session(first._program, spaces, engine)
+        session.members = [opts[i] for i in members]
+        ev = session.optimize()
         seconds = time.perf_counter() - t0
         for q, i in enumerate(members):
             o = opts[i]
-            o._evaluation = ev
-            full = o._sized(spaces[q])
-            held = ev.held(q)
-            state_bytes = held.pop("state_bytes")
-            metrics = {
-                "seconds": seconds,
-                "compile_seconds": o._program.compile_seconds,
-                "search_space": full,
-                "held": held,
-                "pruning_ratio": {
-                    "or": _ratio(held["or_nodes"], full["or_nodes"]),
-                    "and": _ratio(held["and_nodes"], full["and_nodes"]),
-                },
-                "iterations": ev.stats.iterations,
-                "relations": ev.sizes(),
-                "derived": dict(ev.stats.derived),
-                "state_bytes": state_bytes,
-                "batch_queries": len(members),
-            }
+            o._evaluation, o._session, o._qid = ev, session, q
+            metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
+            metrics["batch_queries"] = len(members)
             steps[i] = Step(ev.best_cost(q), ev.best_plan(q), metrics,
                             estimates=estimates(spaces[q]))
     return [steps[i] for i in range(len(opts))]
+
+
+def _declarative_metrics(o: Optimizer, ev: Any, q: int, seconds: float,
+                         derived: dict[str, int]) -> dict[str, Any]:
+    """The STEP metrics of a declarative optimizer's query ``q`` in evaluation ``ev``."""
+    full = o._sized(ev.spaces[q])
+    held = ev.held(q)
+    state_bytes = held.pop("state_bytes")
+    return {
+        "seconds": seconds,
+        "compile_seconds": o._program.compile_seconds,
+        "search_space": full,
+        "held": held,
+        "pruning_ratio": {
+            "or": _ratio(held["or_nodes"], full["or_nodes"]),
+            "and": _ratio(held["and_nodes"], full["and_nodes"]),
+        },
+        "iterations": ev.stats.iterations,
+        "relations": ev.sizes(),
+        "derived": dict(derived),
+        "state_bytes": state_bytes,
+    }
 
 
 def _ratio(held: int, full: int) -> float:

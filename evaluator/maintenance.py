@@ -1,0 +1,440 @@
+"""Incremental maintenance of the ``python`` engine's relations when statistics change.
+
+After a delta, built-in functions marked ``statistics`` (summaries, local costs) may answer
+differently; everything else the rules compute from them must follow, and the result must be
+exactly the relations a from-scratch evaluation under the new statistics would give — in every
+pruning mode. The engine keeps two layers between evaluations:
+
+* the **complete layer**: the strata up to the maintained stratum (the one that holds the
+  aggregate-selected relation, here ``{PlanCost, BestCost}``) evaluated with aggregate
+  selection only — no suppression, no reference counting. It holds every OR node's best plans
+  (the aggregate's inputs that can matter: Proposition 5), so a plan pruned in the live layer
+  can come back without re-deriving its subplans (the paper's memoization, Section 5.4).
+* the **live layer**: what the pruning mode keeps — the complete layer with tuple source
+  suppression and reference counting applied (their deletions cascade exactly as during a
+  full evaluation), then the strata after the maintained one (BestPlan, LocalCost, Bound)
+  derived from it. These are the relations the optimizer reports.
+
+An update (Section 5.1's cases, at the granularity of OR nodes):
+
+1. The costmodel names the *stale* groups (:func:`reopt.costmodel.builtins.stale_keys`): those
+   whose built-in results may have changed.
+2. Groups are re-derived in the maintained stratum's schedule order (ascending rank: children
+   before parents). Re-deriving a group runs the rules of the selected relation for the
+   group's source tuples only (for the optimizer: R6–R8 for the OR node's SearchSpace
+   tuples), selects the best, and re-aggregates. When a group's selected tuples change —
+   insertion, deletion, or cost update — the groups whose rules read them (parents) are
+   re-derived too; when they do not, propagation stops there (lazy propagation).
+3. Suppression and reference counting are replayed on the new complete layer; deletions
+   cascade, and a plan that becomes optimal is present again because the complete layer kept
+   it (undoing suppression, reference counts 0 → 1). The later strata follow.
+
+Nothing here is specific to one rule: the maintained stratum, its source relation, its group
+key (the schedule's rank inputs) and the parents' rules are read off the compiled program, and
+a program outside this shape is rejected with a clear error.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from reopt.costmodel.builtins import stale_keys
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Var
+from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
+from reopt.evaluator.features import ASCENDING, Features, aggregate_input
+from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats
+
+
+@dataclass
+class UpdateStats:
+    """What one incremental update did."""
+
+    stale: int = 0
+    """Groups the costmodel named stale."""
+    rederived: int = 0
+    """Groups re-derived in the complete layer (stale ones and parents reached)."""
+    changed: int = 0
+    """Groups whose selected tuples changed."""
+    derived: dict[str, int] = field(default_factory=dict)
+    """Candidate tuples produced per relation while re-deriving."""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MaintenancePlan:
+    """Where incremental maintenance acts, read off a compiled program."""
+
+    stratum: int
+    """Index of the maintained stratum."""
+    target: str
+    """The relation re-derived per group (the aggregate-selected one)."""
+    key: int
+    """Its group key: the leading ``key`` columns (the schedule's rank inputs)."""
+    aggregates: tuple[tuple[str, int, str], ...]
+    """Aggregates over ``target``: (relation, value column of ``target``, min|max)."""
+    sources: tuple[tuple[str, tuple[int, ...], Variant], ...]
+    """Per rule of ``target``: (source relation, its columns holding the group key, the
+    variant reading one group's source tuples)."""
+    parents: tuple[Variant, ...]
+    """Variants deriving the group keys of ``target`` tuples that read changed ``target``
+    tuples (cut after the key is bound: no built-in runs)."""
+
+
+def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
+    """Check that ``program`` can be maintained incrementally and say how."""
+    strata = program.strata
+    sel_targets = set(program.features.aggsel)
+    idx = next((i for i, s in enumerate(strata) if sel_targets & set(s.preds)), None)
+    if idx is None:
+        idx = next((i for i, s in enumerate(strata) if s.schedule is not None), None)
+    if idx is None:
+        raise ReoptError("incremental maintenance needs a scheduled stratum (.schedule)")
+    st = strata[idx]
+    sched = st.schedule
+    if sched is None or sched.direction != ASCENDING:
+        raise ReoptError(f"incremental maintenance: stratum {{{', '.join(st.preds)}}} must be "
+                         "scheduled ascending (children before parents)")
+    plain = [p for p in st.preds if p not in program.aggregates]
+    if len(plain) != 1:
+        raise ReoptError(f"incremental maintenance: stratum {{{', '.join(st.preds)}}} must "
+                         "hold one relation and aggregates over it")
+    target = plain[0]
+    key = len(program.builtins[sched.rank].inputs)
+    aggs = []
+    for rule in program.rules:
+        if rule.head.pred in st.preds and rule.head.pred != target:
+            sel = aggregate_input(rule)
+            if sel is None or sel.target != target or sel.key != tuple(range(key)):
+                raise ReoptError(f"{rule.pos}: incremental maintenance: an aggregate of the "
+                                 f"maintained stratum must aggregate {target} by its first "
+                                 f"{key} columns")
+            aggs.append((rule.head.pred, sel.value, sel.func))
+    for s in strata[:idx]:
+        for v in (*s.base, *s.deltas):
+            for op in v.ops:
+                if isinstance(op, Call) and program.builtins[op.name].statistics:
+                    raise ReoptError(f"{v.rule.pos}: incremental maintenance: {op.name} "
+                                     "depends on statistics but is called before the "
+                                     "maintained stratum")
+    sources = []
+    covered = set()
+    for pred, variants in program.triggers.items():
+        if pred in st.preds:
+            continue
+        for v in variants:
+            if v.head_pred != target or v.embeds is None or id(v.rule) in covered:
+                continue
+            where = {h: i for i, h in enumerate(v.embeds)}
+            if all(k in where for k in range(key)):
+                covered.add(id(v.rule))
+                sources.append((pred, tuple(where[k] for k in range(key)), v))
+    rules = [r for r in program.rules if r.head.pred == target]
+    if len(covered) != len(rules):
+        raise ReoptError(f"incremental maintenance: every rule of {target} must read a "
+                         f"relation of an earlier stratum holding the whole group key")
+    parents = tuple(_key_variant(v, key) for v in program.triggers.get(target, ())
+                    if v.head_pred == target)
+    return MaintenancePlan(idx, target, key, tuple(aggs), tuple(sources), parents)
+
+
+def _key_variant(v: Variant, key: int) -> Variant:
+    """``v`` cut after the ops that bind its head's first ``key`` terms, projecting them."""
+    head = v.head[:key]
+    need = {t.name for t in head if isinstance(t, Var)}
+    bound: set[str] = set()
+    ops = []
+    for op in v.ops:
+        if need <= bound:
+            break
+        ops.append(op)
+        if isinstance(op, Scan) and not op.negated:
+            bound.update(t.name for t in op.args if isinstance(t, Var))
+        elif isinstance(op, Call):
+            bound.update(t.name for t in op.outputs if isinstance(t, Var))
+        else:
+            bound.update(t.name for t in (op.left, op.right) if isinstance(t, Var))
+    return replace(v, ops=tuple(ops), head=head, embeds=None)
+
+
+class MaintainedEngine(PythonEngine):
+    """The ``python`` engine, keeping its complete layer between evaluations so that
+    :meth:`update` can follow a change of statistics incrementally."""
+
+    def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any]):
+        super().__init__(compiled, ctx)
+        self.plan = maintenance_plan(compiled)
+        self.live_program = compiled
+        f = compiled.features
+        self.complete_program = replace(
+            compiled, features=Features(schedules=f.schedules, aggsel=dict(f.aggsel)))
+        st = compiled.strata[self.plan.stratum]
+        self._sel = f.aggsel.get(self.plan.target)
+        self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
+        self._layer = [p for s in compiled.strata[:self.plan.stratum + 1] for p in s.preds]
+        # per relation of the layer, per rule: the (source relation, columns) its tuples embed
+        by_rule: dict[int, tuple[str, list[tuple[str, tuple[int, ...]]]]] = {}
+        for src, variants in compiled.triggers.items():
+            for v in variants:
+                if v.embeds is not None and v.head_pred in self._layer:
+                    cols = tuple(v.embeds)
+                    by_rule.setdefault(id(v.rule), (v.head_pred, []))[1].append((src, cols))
+        self._embedded: dict[str, list[list[tuple[str, tuple[int, ...]]]]] = {}
+        for head, atoms in by_rule.values():
+            self._embedded.setdefault(head, []).append(atoms)
+        # relations whose tuples name an AND node in front: the source relation and those
+        # embedding it (or one of them) in their leading columns
+        source = self.plan.sources[0][0]
+        width = len(compiled.schemas[source])
+        self._alternatives = {source}
+        grew = True
+        while grew:
+            grew = False
+            for src in list(self._alternatives):
+                for v in compiled.triggers.get(src, ()):
+                    if (v.embeds is not None and v.head_pred not in self._alternatives
+                            and tuple(v.embeds[:width]) == tuple(range(width))):
+                        self._alternatives.add(v.head_pred)
+                        grew = True
+
+    # -- from scratch ---------------------------------------------------------------------------
+    def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
+                 ) -> tuple[dict[str, Relation], RunStats]:
+        t0 = time.perf_counter()
+        self.program = self.complete_program
+        self.start(inputs)
+        for stratum in self.program.strata[:self.plan.stratum + 1]:
+            self.run_stratum(stratum)
+        self.complete = self.full
+        self._live()
+        self.live = self.full
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        self.stats.seconds = time.perf_counter() - t0
+        return self.full, self.stats
+
+    def _live(self) -> None:
+        """Derive the live layer from the complete one: suppression and reference counting
+        as a full evaluation applies them, then the later strata."""
+        prog = self.program = self.live_program
+        layer = set(self._layer)
+        self.full = {p: (r.copy() if p in layer else r) for p, r in self.complete.items()}
+        for p in prog.strata[self.plan.stratum + 1:]:
+            for pred in p.preds:
+                self.full[pred] = Relation()
+        self.counts = {}
+        for g in prog.features.refcount:
+            counts: dict[tuple, int] = {}
+            for r in self.full[g].rows if g in prog.inputs else ():
+                counts[r] = 1
+            for s in prog.strata:
+                for v in s.base:
+                    if v.head_pred == g:
+                        for r in self.run_variant(v, self.full, {}):
+                            counts[r] = counts.get(r, 0) + 1
+            self.counts[g] = counts
+        for pruned, source in prog.features.suppress.items():
+            width = len(prog.schemas[source])
+            have = self.full[pruned].index(tuple(range(width)))
+            dead = [s for s in self.full[source].rows if s not in have]
+            if dead:
+                self._delete(source, dead)
+        for stratum in prog.strata[self.plan.stratum + 1:]:
+            self.run_stratum(stratum)
+
+    # -- incremental -------------------------------------------------------------------------
+    def update(self, spaces: Mapping[int, Any]) -> tuple[dict[str, Relation], UpdateStats]:
+        """Replace the queries' plan spaces (new statistics) and bring every relation to what
+        a from-scratch evaluation under them gives."""
+        t0 = time.perf_counter()
+        old = dict(self.ctx)
+        self.ctx.clear()  # the compiled variants hold this very mapping
+        self.ctx.update(spaces)
+        self.stats = RunStats()
+        up = UpdateStats()
+        plan, complete = self.plan, self.complete
+        self.program, self.full = self.complete_program, complete
+        by_key = complete[plan.target].index(tuple(range(plan.key)))
+        stale = stale_keys(old, self.ctx, list(by_key))
+        up.stale = len(stale)
+        heap = [(self._rank(self.ctx, *g)[0][0], g) for g in stale]
+        heapq.heapify(heap)
+        queued = set(stale)
+        changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
+        while heap:
+            _, g = heapq.heappop(heap)
+            up.rederived += 1
+            removed, added = self._rederive(g, up)
+            if not removed and not added:
+                continue
+            changes[g] = (removed, added)
+            delta = {plan.target: Relation(removed | added)}
+            for v in plan.parents:
+                for parent in set(self.run_variant(v, complete, delta)):
+                    if parent not in queued:
+                        queued.add(parent)
+                        heapq.heappush(heap, (self._rank(self.ctx, *parent)[0][0], parent))
+        up.changed = len(changes)
+        self.full = self.live
+        self.program = self.live_program
+        self._live_update(changes)
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        up.seconds = time.perf_counter() - t0
+        return self.full, up
+
+    def _rederive(self, g: tuple, up: UpdateStats) -> tuple[set[tuple], set[tuple]]:
+        """Re-derive group ``g`` of the maintained relation from its source tuples; returns
+        the selected tuples that went and those that came (both empty if nothing changed)."""
+        plan, complete = self.plan, self.complete
+        cands: list[tuple] = []
+        for source, cols, v in plan.sources:
+            rows = complete[source].index(cols).get(g)
+            if rows:
+                cands.extend(self.run_variant(v, complete, {source: Relation(rows)}))
+        up.derived[plan.target] = up.derived.get(plan.target, 0) + len(cands)
+        new = set(cands)
+        if self._sel is not None and new:
+            better = min if self._sel.func == "min" else max
+            best = better(r[self._sel.value] for r in new)
+            new = {r for r in new if r[self._sel.value] == best}
+        rel = complete[plan.target]
+        old = set(rel.index(tuple(range(plan.key))).get(g, ()))
+        if new == old:
+            return set(), set()
+        removed, added = old - new, new - old
+        rel.remove(list(removed))
+        rel.add(added)
+        for agg, _, _ in plan.aggregates:
+            self._set_group(complete, agg, g)
+        return removed, added
+
+    def _set_group(self, rels: dict[str, Relation], agg: str, g: tuple) -> None:
+        """Recompute one group of an aggregate over ``target`` from ``rels``' inputs."""
+        plan = self.plan
+        pos, func = self.program.aggregates[agg]
+        keys = tuple(i for i in range(plan.key + 1) if i != pos)
+        value = next(v for a, v, _ in plan.aggregates if a == agg)
+        rel = rels[agg]
+        rel.remove(list(rel.index(keys).get(g, ())))
+        inputs = rels[plan.target].index(tuple(range(plan.key))).get(g)
+        if inputs:
+            x = (min if func == "min" else max)(r[value] for r in inputs)
+            rel.add([(*g[:pos], x, *g[pos:])])
+
+    # -- what an update touched ----------------------------------------------------------------
+    def snapshot(self) -> dict[tuple[str, str], set[tuple]]:
+        """The tuples of both layers (a copy), to tell afterwards what an update changed."""
+        out = {("complete", p): set(self.complete[p].rows) for p in self._layer}
+        for p in self.program.schemas:
+            if p not in self.program.facts and p not in self.program.inputs:
+                out[("live", p)] = set(self.live[p].rows)
+        return out
+
+    def changed_since(self, before: dict[tuple[str, str], set[tuple]]
+                      ) -> dict[int, dict[str, int]]:
+        """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
+        source relation, or of a relation embedding it in front) some of whose tuples, in
+        either layer, were inserted, deleted or changed since ``before``."""
+        ors: dict[int, set[tuple]] = {}
+        ands: dict[int, set[tuple]] = {}
+        width = len(self.program.schemas[self.plan.sources[0][0]])
+        for (layer, p), rows in before.items():
+            now = (self.complete if layer == "complete" else self.live)[p].rows
+            diff = rows ^ now
+            if not diff:
+                continue
+            alt = p in self._alternatives
+            for t in diff:
+                ors.setdefault(t[0], set()).add(t[:self.plan.key])
+                if alt:
+                    ands.setdefault(t[0], set()).add(t[:width])
+        return {q: {"or_nodes": len(ors.get(q, ())), "and_nodes": len(ands.get(q, ()))}
+                for q in self.ctx}
+
+    # -- the live layer, incrementally --------------------------------------------------------
+    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
+        """Apply the complete layer's changed groups to the live layer, parents first:
+        a plan no longer selected has its source suppressed (deletions cascade, reference
+        counts fall), a newly selected plan has its source revived from the complete layer
+        (reference counts rise, subplans come back). Then the later strata are re-derived."""
+        prog, plan = self.program, self.plan
+        for stratum in prog.strata[plan.stratum + 1:]:
+            for pred in stratum.preds:
+                self.full[pred] = Relation()
+        target = plan.target
+        source = prog.features.suppress.get(target)
+        width = len(prog.schemas[source]) if source else 0
+        kept = self.complete[target].index(tuple(range(width))) if source else {}
+        order = sorted(changes, key=lambda g: self._rank(self.ctx, *g)[0][0], reverse=True)
+        live = self.full
+        for g in order:
+            removed, added = changes[g]
+            live[target].remove([r for r in removed if r in live[target].rows])
+            if source is not None:
+                srcs = live[source].rows
+                dead = {r[:width] for r in removed} - {a[:width] for a in added}
+                dead_live = [s for s in dead if s in srcs and s not in kept]
+                if dead_live:
+                    self._delete(source, dead_live)
+                back = {a[:width] for a in added} - srcs
+                if back:
+                    self._revive(source, back)
+                added = {a for a in added if a[:width] in live[source].rows}
+            live[target].add(added)
+            for agg, _, _ in plan.aggregates:
+                self._set_group(live, agg, g)
+        for stratum in prog.strata[plan.stratum + 1:]:
+            self.run_stratum(stratum)
+
+    def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
+        """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
+        layer, with what they support — tuples embedding them whose every embedded source is
+        live, counted tuples whose count rises from zero, aggregate groups."""
+        prog = self.program
+        post = {p for s in prog.strata[self.plan.stratum + 1:] for p in s.preds}
+        work: deque[tuple[str, Iterable[tuple]]] = deque([(pred, rows)])
+        while work:
+            p, rs = work.popleft()
+            rel = self.full[p]
+            rs = [r for r in set(rs) if r not in rel.rows and self._supported(p, r)]
+            if not rs:
+                continue
+            rel.add(rs)
+            new = {p: Relation(rs)}
+            for v in prog.triggers.get(p, ()):
+                h = v.head_pred
+                if h in post:
+                    continue
+                if h in self.counts:
+                    counts, up = self.counts[h], []
+                    for t in self.run_variant(v, self.full, new):
+                        counts[t] = counts.get(t, 0) + 1
+                        if counts[t] == 1:
+                            up.append(t)
+                    work.append((h, up))
+                elif h in prog.aggregates:
+                    for t in rs:
+                        self._set_group(self.full, h, t[:self.plan.key])
+                elif v.embeds is not None:
+                    idx = self.complete[h].index(v.embeds)
+                    work.append((h, [t for r in rs for t in idx.get(r, ())]))
+
+    def _supported(self, pred: str, row: tuple) -> bool:
+        """Whether a complete-layer tuple belongs in the live layer given what is live now."""
+        prog = self.program
+        if pred in self.counts:
+            return self.counts[pred].get(row, 0) > 0
+        for pruned, source in prog.features.suppress.items():
+            if source == pred:
+                width = len(row)
+                if row not in self.complete[pruned].index(tuple(range(width))):
+                    return False
+        rules = self._embedded.get(pred)
+        if not rules:
+            return True
+        return any(all(tuple(row[i] for i in cols) in self.full[src].rows
+                       for src, cols in atoms) for atoms in rules)

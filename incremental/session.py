@@ -1,0 +1,105 @@
+"""Re-optimization sessions: the optimizer state that lives between deltas.
+
+A :class:`Session` owns one evaluation of the rules for a batch of queries — the relations,
+reference counts and the complete layer of :mod:`reopt.evaluator.maintenance` — and answers
+:meth:`Session.update` (new statistics for some queries) by incremental maintenance instead of
+a new evaluation. The answer is always the relations a from-scratch evaluation would give
+(tested against one after every step).
+
+On the ``python`` engine the maintenance is incremental. The ``spark`` engine re-evaluates
+from scratch on update (its incremental twin is not built yet); so does a rule program whose
+shape :func:`~reopt.evaluator.maintenance.maintenance_plan` rejects, and the session says so
+in :attr:`Session.incremental`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reopt.costmodel.cardinality import Adjustments
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.space import PlanSpace
+from reopt.evaluator.compiler import CompiledProgram
+from reopt.evaluator.driver import Evaluation, evaluate
+from reopt.evaluator.maintenance import MaintainedEngine, UpdateStats
+
+
+@dataclass
+class UpdateResult:
+    """One update of a session: the evaluation after it and what it touched per query."""
+
+    evaluation: Evaluation
+    stats: UpdateStats | None
+    """None when the session re-evaluated from scratch."""
+    updated: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Query id → ``or_nodes``/``and_nodes`` whose state was inserted, deleted or changed."""
+    seconds: float = 0.0
+
+
+class Session:
+    """The state of the declarative optimizer for a batch of queries between deltas."""
+
+    def __init__(self, program: CompiledProgram, spaces: list[PlanSpace], engine: str):
+        self.program = program
+        self.engine_name = engine
+        self.ctx: dict[int, PlanSpace] = dict(enumerate(spaces))
+        self.engine: MaintainedEngine | None = None
+        self.reason = ""
+        if engine == "python":
+            try:
+                self.engine = MaintainedEngine(program, self.ctx)
+            except ReoptError as e:
+                self.reason = str(e)
+        else:
+            self.reason = f"the {engine} engine re-evaluates from scratch"
+        self.evaluation: Evaluation | None = None
+        self.members: list[Any] = []
+        """The API's optimizers sharing this session (one per query of the batch)."""
+
+    @property
+    def incremental(self) -> bool:
+        return self.engine is not None
+
+    def optimize(self) -> Evaluation:
+        """Evaluate from scratch (the initial optimization)."""
+        inputs = {"Expr": [(q, *s.root) for q, s in self.ctx.items()]}
+        if self.engine is None:
+            self.evaluation = evaluate(list(self.ctx.values()), self.engine_name,
+                                       program=self.program)
+            return self.evaluation
+        rels, stats = self.engine.evaluate(inputs)
+        sizes = {p: len(set(rows)) for p, rows in inputs.items()}
+        self.evaluation = Evaluation(self.program, self.ctx, rels, stats, sizes)
+        return self.evaluation
+
+    def update(self, adjustments: Mapping[int, Adjustments]) -> UpdateResult:
+        """New statistics for the queries named (query id → adjustments); the others keep
+        theirs. Returns the evaluation under the new statistics."""
+        if self.evaluation is None:
+            raise ReoptError("update(): optimize() the session first")
+        t0 = time.perf_counter()
+        spaces = dict(self.ctx)
+        for q, adj in adjustments.items():
+            spaces[q] = self.ctx[q].with_adjustments(adj)
+        if self.engine is None:
+            self.ctx.clear()
+            self.ctx.update(spaces)
+            ev = self.optimize()
+            return UpdateResult(ev, None, {}, time.perf_counter() - t0)
+        before = self.engine.snapshot()
+        rels, up = self.engine.update(spaces)
+        updated = self.engine.changed_since(before)
+        assert self.evaluation is not None
+        self.evaluation = Evaluation(self.program, self.ctx, rels, self.engine.stats,
+                                     self.evaluation.input_sizes)
+        return UpdateResult(self.evaluation, up, updated, time.perf_counter() - t0)
+
+    def space(self, q: int) -> PlanSpace:
+        return self.ctx[q]
+
+    def query_id(self, query: Any) -> int:
+        assert self.evaluation is not None
+        return self.evaluation.query_id(query)
