@@ -192,16 +192,8 @@ class Optimizer:
         is the plan a from-scratch optimization would return. A delta that fails validation
         raises before anything changes."""
         items = _listify(deltas)
-        adjustments = self.check(items)
-        session = self._session
-        if session is None:
-            self.adjustments = adjustments
-            step = self.optimize()
-        else:
-            self.adjustments = adjustments
-            step = self._incremental_step(session, adjustments)
+        step = update_batch([self], [self.check(items)])[0]
         step.deltas = [str(d) for d in items]
-        step.estimates = None
         return step
 
     def _incremental_step(self, session: Any, adjustments: Adjustments) -> Step:
@@ -275,6 +267,24 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
             metrics["batch_queries"] = len(members)
             steps[i] = Step(ev.best_cost(q), ev.best_plan(q), metrics,
                             estimates=estimates(spaces[q]))
+    return [steps[i] for i in range(len(opts))]
+
+
+def update_batch(opts: list[Optimizer], adjustments: list[Adjustments]) -> list[Step]:
+    """Adopt already validated statistics, one per optimizer, and return each one's new best
+    plan: a declarative optimizer holding a session maintains it incrementally (its query
+    only; the batch's other queries are untouched), every other one re-optimizes."""
+    steps: dict[int, Step] = {}
+    rest: list[int] = []
+    for i, (o, adj) in enumerate(zip(opts, adjustments, strict=True)):
+        o.adjustments = adj
+        if o._session is not None:
+            steps[i] = o._incremental_step(o._session, adj)
+        else:
+            rest.append(i)
+    for i, step in zip(rest, optimize_batch([opts[i] for i in rest]), strict=True):
+        step.estimates = None
+        steps[i] = step
     return [steps[i] for i in range(len(opts))]
 
 

@@ -19,6 +19,7 @@ from reopt.api import (
     load_catalog,
     load_query,
     optimize_batch,
+    update_batch,
 )
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
@@ -118,12 +119,9 @@ def optimize_main(args: argparse.Namespace) -> int:
             step.metrics["setup_seconds"] = setup_seconds
     history: list[list] = []
     for batch, adjs in zip(steps, planned, strict=True):
-        for s, adj in zip(sessions, adjs, strict=True):
-            s.adjustments = adj
-        results = optimize_batch(sessions)
+        results = update_batch(sessions, adjs)  # declarative: incremental maintenance
         for r in results:
             r.deltas = [str(d) for d in batch]
-            r.estimates = None
         history.append(results)
     out = [
         {"query": s.query.name, "optimizer": s.optimizer, "cost_model": args.cost_model,
