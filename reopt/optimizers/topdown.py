@@ -17,13 +17,27 @@ from reopt.optimizers.base import Result
 from reopt.plan import build_plan
 
 Group = tuple[int, str]
+Entry = tuple[float, Alt | None]
+"""A memo entry: ``(cost, alt)`` for the winner, ``(limit, None)`` for no plan under limit."""
+
+
+def memo_answer(entry: Entry | None, limit: float) -> tuple[bool, float | None]:
+    """What a memo entry says to a request for a plan cheaper than ``limit``: ``(True, cost)``,
+    ``(True, None)`` (no such plan) or ``(False, None)`` — the group must be (re)opened: it
+    was never explored, or it only knows there is no plan under a tighter limit."""
+    if entry is None:
+        return False, None
+    cost, alt = entry
+    if alt is not None:
+        return True, cost if cost < limit else None
+    return cost >= limit, None
 
 
 class TopDown:
     def __init__(self, space: PlanSpace):
         self.space = space
         # group -> (cost, alt); alt None means "no plan cheaper than cost exists"
-        self.memo: dict[Group, tuple[float, Alt | None]] = {}
+        self.memo: dict[Group, Entry] = {}
         self.costed: set[Alt] = set()
 
     def optimize(self) -> Result:
@@ -37,13 +51,9 @@ class TopDown:
         )
 
     def _optimize(self, group: Group, limit: float) -> float | None:
-        hit = self.memo.get(group)
-        if hit is not None:
-            cost, alt = hit
-            if alt is not None:
-                return cost if cost < limit else None
-            if cost >= limit:
-                return None
+        done, cost = memo_answer(self.memo.get(group), limit)
+        if done:
+            return cost
         space = self.space
         bound, best = limit, None
         for alt in space.alternatives(*group):
