@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: bench-pruning demo test lint venv clean bench-initial
+.PHONY: bench-pruning bench-incremental demo test lint venv clean bench-initial notebooks
 
 # Create .venv at the repo root and install the package editable with its dev extras.
 $(STAMP): pyproject.toml
@@ -30,9 +30,19 @@ bench-initial: $(STAMP)
 bench-pruning: $(STAMP)
 	$(BIN)/python benchmarks/pruning.py --repeat 5 --out benchmarks/results/pruning.md
 
+bench-incremental: $(STAMP)
+	$(BIN)/python benchmarks/incremental.py --repeat 5 --out benchmarks/results/incremental.md
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# JupyterLab on the repo's .venv, opened on notebooks/ (its kernel is this .venv's Python, so
+# `import reopt` is the working tree). The front end is the `jupyter` extra, installed on first
+# use: `make test` does not need it. Extra flags: make notebooks JUPYTER_ARGS=--no-browser
+notebooks: $(STAMP)
+	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install --quiet -e ".[jupyter]"
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
