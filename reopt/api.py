@@ -25,6 +25,8 @@ from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.exhaustive import exhaustive
+from reopt.optimizers.incremental import BottomUpInc, TopDownInc
+from reopt.optimizers.memo import IncrementalMemo
 from reopt.optimizers.topdown import topdown
 from reopt.plan import PlanNode
 
@@ -34,7 +36,12 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
     "exhaustive": exhaustive,
 }
 DECLARATIVE = "declarative"
-OPTIMIZERS = (DECLARATIVE, *PROCEDURAL)
+INCREMENTAL: dict[str, type[IncrementalMemo]] = {
+    "topdown-inc": TopDownInc,
+    "bottomup-inc": BottomUpInc,
+}
+"""Procedural optimizers whose memo survives deltas: see :func:`_incremental`."""
+OPTIMIZERS = (DECLARATIVE, *PROCEDURAL, *INCREMENTAL)
 ENGINES = ("spark", "python")
 PRUNING_MODES = ("none", "evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
 """Pruning inside the datalog evaluation (README, "Scheduling and pruning"); see
@@ -122,8 +129,9 @@ class Optimizer:
 
     ``optimizer`` is ``declarative`` (the datalog program of ``rules/`` — or of the directory
     ``rules`` — evaluated by ``engine``: ``spark`` or ``python``) or a procedural reference
-    optimizer (``topdown``, ``bottomup``, ``exhaustive``). For now a delta is applied by
-    re-optimizing from scratch with the new statistics.
+    optimizer (``topdown``, ``bottomup``, ``exhaustive``; ``topdown-inc`` and ``bottomup-inc``
+    keep their memo between optimize()/update() calls, see :func:`_incremental`).
+    For now the others apply a delta by re-optimizing from scratch with the new statistics.
     """
 
     def __init__(
@@ -147,6 +155,7 @@ class Optimizer:
         self.model = get_cost_model(cost_model)
         self.adjustments = Adjustments()
         self._space_size: dict[str, int] | None = None
+        self._incremental: IncrementalMemo | None = None
         self._program = None
         self._evaluation = None
         self._session = None
@@ -240,7 +249,8 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
             continue
         t0 = time.perf_counter()
         space = o.space()
-        result = PROCEDURAL[o.optimizer](space)
+        run = PROCEDURAL.get(o.optimizer)
+        result = run(space) if run else _incremental(o, space)
         seconds = time.perf_counter() - t0
         full = o._sized(space)
         explored = result.explored
@@ -308,6 +318,17 @@ def _declarative_metrics(o: Optimizer, ev: Any, q: int, seconds: float,
         "derived": dict(derived),
         "state_bytes": state_bytes,
     }
+
+
+def _incremental(o: Optimizer, space: PlanSpace) -> Result:
+    """``topdown-inc``/``bottomup-inc`` keep their memo on the session: the first optimize()
+    builds it, every later one (after update(), or a CLI delta step) re-costs only what the
+    statistics changed since, with the same result as from scratch; ``explored`` then counts
+    what that update touched."""
+    if o._incremental is None:
+        o._incremental = INCREMENTAL[o.optimizer](space)
+        return o._incremental.optimize()
+    return o._incremental.update(space)
 
 
 def _ratio(held: int, full: int) -> float:
