@@ -436,6 +436,8 @@ class AndOrGraph:
         Returns the axes."""
         import networkx as nx
 
+        if labels not in LABEL_MODES:
+            raise ReoptError(f"draw(): labels must be one of {', '.join(LABEL_MODES)}")
         _need_matplotlib()
         if ax is None:
             import matplotlib.pyplot as plt
@@ -475,19 +477,6 @@ class AndOrGraph:
                                               node_size=size * 1.6, node_color=best,
                                               linewidths=0)
                 coll.set_zorder(5)
-        shown = {
-            "none": set(),
-            "best": {n for n, d in g.nodes(data=True) if d["on_best_plan"]},
-            "or": {n for n, d in g.nodes(data=True) if d["on_best_plan"] or d["kind"] == "or"},
-            "all": set(g.nodes),
-        }
-        if labels not in shown:
-            raise ReoptError(f"draw(): labels must be one of {', '.join(shown)}")
-        for n in sorted(shown[labels]):
-            d = g.nodes[n]
-            x, y = pos[n]
-            ax.annotate(d["label"], (x, y), xytext=(5, 3), textcoords="offset points",
-                        fontsize=7, color=best if d["on_best_plan"] else "#333333", zorder=6)
         from matplotlib.lines import Line2D
 
         handles = [
@@ -499,7 +488,9 @@ class AndOrGraph:
         if self.optimizer != "declarative":
             handles[0:3] = [Line2D([], [], marker="o", ls="", color=colors[UNKNOWN],
                                    label="state unknown (procedural)")]
-        ax.legend(handles=handles, loc="upper right", fontsize=7, frameon=False)
+        # below the drawing: the root's label runs to the right at the top, leaves at the bottom
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  ncol=len(handles), fontsize=7, frameon=False)
         if title:
             c = self.counts()
             text = (f"{self.query} · {self.cost_model} · {self.optimizer}"
@@ -514,6 +505,18 @@ class AndOrGraph:
         for side in ("top", "right", "bottom", "left"):
             ax.spines[side].set_visible(False)
         ax.margins(x=0.08, y=0.05)
+        ax.autoscale_view()
+        shown = {
+            "none": set(),
+            "best": {n for n, d in g.nodes(data=True) if d["on_best_plan"]},
+            "or": {n for n, d in g.nodes(data=True) if d["on_best_plan"] or d["kind"] == "or"},
+            "all": set(g.nodes),
+        }[labels]
+        items = [(pos[n], g.nodes[n]["label"], g.nodes[n]["on_best_plan"]) for n in sorted(shown)]
+        for ((x, y), text, on_best), (dx, dy, ha) in zip(items, _label_offsets(ax, items),
+                                                          strict=True):
+            ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha,
+                        fontsize=LABEL_SIZE, color=best if on_best else "#333333", zorder=6)
         return ax
 
     def _figsize(self) -> tuple[float, float]:
@@ -546,6 +549,57 @@ class AndOrGraph:
 
     def _repr_html_(self) -> str:
         return f"<p><code>{html.escape(repr(self))}</code></p>{self.to_svg()}"
+
+
+LABEL_MODES = ("best", "or", "all", "none")
+LABEL_SIZE = 7  # points
+
+# Where a label may go relative to its node, in order of preference: (dx, dy) in points and the
+# horizontal alignment. Right-above first; then below, then to the left; then a line further
+# up or down (layers are rarely closer than that).
+_LABEL_SLOTS: tuple[tuple[float, float, str], ...] = (
+    (5, 3, "left"), (5, -10, "left"), (-5, 3, "right"), (-5, -10, "right"),
+    (5, 11, "left"), (5, -18, "left"), (-5, 11, "right"), (-5, -18, "right"),
+)
+
+
+def _label_offsets(ax, items: list[tuple[tuple[float, float], str, bool]]
+                   ) -> list[tuple[float, float, str]]:
+    """A slot of :data:`_LABEL_SLOTS` per label so that labels in one layer do not overlap:
+    nodes of a layer share a y, and on big graphs neighbours on the best plan are often
+    closer than a label is long. Widths come from the font's glyph outlines (no renderer
+    needed), positions from the axes' current size and limits; greedy, left to right, the
+    first free slot wins (the first slot when none is free)."""
+    from matplotlib.textpath import TextPath
+
+    fig = ax.get_figure()
+    box = ax.get_position()
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    per_x = box.width * fig.get_figwidth() * 72 / (x1 - x0)  # points per data unit
+    per_y = box.height * fig.get_figheight() * 72 / (y1 - y0)
+    height = LABEL_SIZE * 1.2
+    placed: list[tuple[float, float, float, float]] = []  # boxes in points: x0, x1, y0, y1
+    out: dict[int, tuple[float, float, str]] = {}
+    order = sorted(range(len(items)), key=lambda i: (items[i][0][0], -items[i][0][1]))
+    for i in order:
+        (x, y), text, _ = items[i]
+        width = TextPath((0, 0), text, size=LABEL_SIZE).get_extents().width
+        px, py = x * per_x, y * per_y
+        chosen = _LABEL_SLOTS[0]
+        for slot in _LABEL_SLOTS:
+            dx, dy, ha = slot
+            lx0 = px + dx if ha == "left" else px + dx - width
+            cand = (lx0, lx0 + width, py + dy, py + dy + height)
+            if not any(cand[0] < b[1] and b[0] < cand[1] and cand[2] < b[3] and b[2] < cand[3]
+                       for b in placed):
+                chosen = slot
+                break
+        dx, dy, ha = chosen
+        lx0 = px + dx if ha == "left" else px + dx - width
+        placed.append((lx0, lx0 + width, py + dy, py + dy + height))
+        out[i] = chosen
+    return [out[i] for i in range(len(items))]
 
 
 def _need_matplotlib() -> None:
@@ -634,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost-model", default="io")
     ap.add_argument("--optimizer", default="declarative")
     ap.add_argument("--pruning", default="all")
-    ap.add_argument("--labels", default="best", choices=("best", "or", "all", "none"))
+    ap.add_argument("--labels", default="best", choices=LABEL_MODES)
     args = ap.parse_args(argv)
     try:
         opt = Optimizer(args.query, cost_model=args.cost_model, optimizer=args.optimizer,

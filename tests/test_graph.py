@@ -331,3 +331,26 @@ def test_graph_object_from_space_directly():
     g = AndOrGraph(opt.space(), step.plan, optimizer="bottomup")
     assert g.counts()["search_space"] == step.metrics["search_space"]
     assert g.counts()["held"] == {"or_nodes": 0, "and_nodes": 0}
+
+
+@pytest.mark.parametrize("query, model", [("tpch:q5", "io"), ("tpch:q10", "io")])
+def test_drawn_labels_do_not_overlap(query, model):
+    """The best plan's labels are readable: no two overlap once rendered (Agg), on the figure
+    size ``draw()`` picks and on a small one."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    opt, step, g = optimized(query, model)
+    for size in (g._figsize(), (7.0, 5.0)):
+        fig = Figure(figsize=size)
+        FigureCanvasAgg(fig)
+        ax = g.draw(fig.subplots())
+        fig.tight_layout()
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        assert len(boxes) == 2 * len(list(step.plan.walk()))
+        clashes = [(a.get_text(), b.get_text())
+                   for i, (a, ba) in enumerate(zip(ax.texts, boxes, strict=True))
+                   for b, bb in zip(ax.texts[i + 1:], boxes[i + 1:], strict=True)
+                   if ba.overlaps(bb)]
+        assert not clashes, (size, clashes)
