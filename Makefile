@@ -39,10 +39,12 @@ test: $(STAMP)
 
 # JupyterLab on the repo's .venv, opened on notebooks/ (its kernel is this .venv's Python, so
 # `import reopt` is the working tree). The front end is the `jupyter` extra, installed on first
-# use: `make test` does not need it. Extra flags: make notebooks JUPYTER_ARGS=--no-browser
+# use: `make test` does not need it. As root (containers) it passes --allow-root. Extra flags:
+# make notebooks JUPYTER_ARGS=--no-browser
 notebooks: $(STAMP)
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install --quiet -e ".[jupyter]"
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		$(JUPYTER_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
