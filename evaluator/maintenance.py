@@ -177,6 +177,7 @@ class MaintainedEngine(PythonEngine):
         self._sel = f.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
         self._layer = [p for s in compiled.strata[:self.plan.stratum + 1] for p in s.preds]
+        self._post = {p for s in compiled.strata[self.plan.stratum + 1:] for p in s.preds}
         # per relation of the layer, per rule: the (source relation, columns) its tuples embed
         by_rule: dict[int, tuple[str, list[tuple[str, tuple[int, ...]]]]] = {}
         for src, variants in compiled.triggers.items():
@@ -219,13 +220,33 @@ class MaintainedEngine(PythonEngine):
 
     def _live(self) -> None:
         """Derive the live layer from the complete one: suppression and reference counting
-        as a full evaluation applies them, then the later strata."""
+        as a full evaluation applies them, then the later strata.
+
+        With reference counting, everything live is supported from the inputs (the queries'
+        roots), so the layer is built top-down by revival — touching only what stays live
+        (for ``all``, the optimal plan trees) instead of copying the complete layer and
+        deleting the rest; without it, suppression deletes from a copy."""
         prog = self.program = self.live_program
         layer = set(self._layer)
-        self.full = {p: (r.copy() if p in layer else r) for p, r in self.complete.items()}
+        counted = bool(prog.features.refcount) and bool(prog.features.suppress)
+        self.full = {p: ((Relation() if counted else r.copy()) if p in layer else r)
+                     for p, r in self.complete.items()}
         for p in prog.strata[self.plan.stratum + 1:]:
             for pred in p.preds:
                 self.full[pred] = Relation()
+        if counted:
+            self.counts = {g: {} for g in prog.features.refcount}
+            work: deque[tuple[str, Iterable[tuple]]] = deque()
+            for p in prog.inputs:
+                self._spread(p, list(self.full[p].rows), work)
+            self._revive_all(work)
+        else:
+            self._count_and_suppress()
+        for stratum in prog.strata[self.plan.stratum + 1:]:
+            self.run_stratum(stratum)
+
+    def _count_and_suppress(self) -> None:
+        prog = self.program
         self.counts = {}
         for g in prog.features.refcount:
             counts: dict[tuple, int] = {}
@@ -243,8 +264,6 @@ class MaintainedEngine(PythonEngine):
             dead = [s for s in self.full[source].rows if s not in have]
             if dead:
                 self._delete(source, dead)
-        for stratum in prog.strata[self.plan.stratum + 1:]:
-            self.run_stratum(stratum)
 
     # -- incremental -------------------------------------------------------------------------
     def update(self, spaces: Mapping[int, Any]) -> tuple[dict[str, Relation], UpdateStats]:
@@ -394,34 +413,38 @@ class MaintainedEngine(PythonEngine):
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
         layer, with what they support — tuples embedding them whose every embedded source is
         live, counted tuples whose count rises from zero, aggregate groups."""
-        prog = self.program
-        post = {p for s in prog.strata[self.plan.stratum + 1:] for p in s.preds}
-        work: deque[tuple[str, Iterable[tuple]]] = deque([(pred, rows)])
+        self._revive_all(deque([(pred, rows)]))
+
+    def _revive_all(self, work: deque[tuple[str, Iterable[tuple]]]) -> None:
         while work:
             p, rs = work.popleft()
             rel = self.full[p]
             rs = [r for r in set(rs) if r not in rel.rows and self._supported(p, r)]
-            if not rs:
+            if rs:
+                rel.add(rs)
+                self._spread(p, rs, work)
+
+    def _spread(self, p: str, rs: list[tuple], work: deque) -> None:
+        """Queue what the newly live tuples ``rs`` of ``p`` support."""
+        prog = self.program
+        new = {p: Relation(rs)}
+        for v in prog.triggers.get(p, ()):
+            h = v.head_pred
+            if h in self._post:
                 continue
-            rel.add(rs)
-            new = {p: Relation(rs)}
-            for v in prog.triggers.get(p, ()):
-                h = v.head_pred
-                if h in post:
-                    continue
-                if h in self.counts:
-                    counts, up = self.counts[h], []
-                    for t in self.run_variant(v, self.full, new):
-                        counts[t] = counts.get(t, 0) + 1
-                        if counts[t] == 1:
-                            up.append(t)
-                    work.append((h, up))
-                elif h in prog.aggregates:
-                    for t in rs:
-                        self._set_group(self.full, h, t[:self.plan.key])
-                elif v.embeds is not None:
-                    idx = self.complete[h].index(v.embeds)
-                    work.append((h, [t for r in rs for t in idx.get(r, ())]))
+            if h in self.counts:
+                counts, up = self.counts[h], []
+                for t in self.run_variant(v, self.full, new):
+                    counts[t] = counts.get(t, 0) + 1
+                    if counts[t] == 1:
+                        up.append(t)
+                work.append((h, up))
+            elif h in prog.aggregates:
+                for t in rs:
+                    self._set_group(self.full, h, t[:self.plan.key])
+            elif v.embeds is not None:
+                idx = self.complete[h].index(v.embeds)
+                work.append((h, [t for r in rs for t in idx.get(r, ())]))
 
     def _supported(self, pred: str, row: tuple) -> bool:
         """Whether a complete-layer tuple belongs in the live layer given what is live now."""
