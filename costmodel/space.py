@@ -31,7 +31,7 @@ inner of an index nested-loop join: an index on that class's column).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from reopt.costmodel.cardinality import Adjustments, Estimator
@@ -83,7 +83,7 @@ def plan_cost(local: float, left: float | None = None, right: float | None = Non
 
 
 def popcount(x: int) -> int:
-    return bin(x).count("1")
+    return x.bit_count()
 
 
 def sort_prop(cls: str) -> str:
@@ -148,6 +148,7 @@ class PlanSpace:
         self._alts: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
         self._inputs: dict[tuple[int, str], tuple[frozenset[int], frozenset[str]]] = {}
+        self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
 
@@ -158,7 +159,7 @@ class PlanSpace:
         delta needs, without re-enumerating the space."""
         out = PlanSpace(self.query, self.catalog, self.model, adjustments)
         out._splits, out._alts, out._joins = self._splits, self._alts, self._joins
-        out._inputs = self._inputs
+        out._inputs, out._crossing = self._inputs, self._crossing
         return out
 
     # -- join graph --------------------------------------------------------------------------
@@ -267,13 +268,17 @@ class PlanSpace:
         return out
 
     def crossing(self, left: int, right: int) -> list[CrossingPredicate]:
-        """Join predicates with one side in ``left`` and the other in ``right``."""
-        return [
-            p
-            for p in self.predicates
-            if (p.left_bit & left and p.right_bit & right)
-            or (p.left_bit & right and p.right_bit & left)
-        ]
+        """Join predicates with one side in ``left`` and the other in ``right`` (memoized:
+        every join method of every split asks)."""
+        hit = self._crossing.get((left, right))
+        if hit is None:
+            hit = self._crossing[(left, right)] = [
+                p
+                for p in self.predicates
+                if (p.left_bit & left and p.right_bit & right)
+                or (p.left_bit & right and p.right_bit & left)
+            ]
+        return hit
 
     def interesting_props(self, expr: int) -> list[str]:
         """Properties a parent could require of ``expr`` (for bottom-up enumeration)."""
@@ -340,15 +345,16 @@ class PlanSpace:
             self._local[alt] = hit
         return hit
 
-    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
-                    ) -> list[tuple[int, str]]:
-        """The OR nodes among ``nodes`` whose summary or some alternative's local cost may
-        differ between ``old`` (the same query under earlier statistics) and this space.
+    def changed_inputs(self, old: PlanSpace) -> tuple[Callable[[int], bool], set[str]]:
+        """What local costs depend on that differs from ``old`` (the same query under earlier
+        statistics): ``moved(expr)``, whether an expression's estimated rows (for a base
+        relation, also its rows before filters) differ, and the operators whose cost factor
+        differs.
 
         A local cost depends only on the estimated rows of the alternative's expression and
         children, the base rows of a scanned relation and the operator's cost factor (README,
-        "Cost models"), so a node is stale when one of those differs; comparing them costs
-        one estimate per expression, not one cost per alternative."""
+        "Cost models"); comparing those costs one estimate per expression, not one cost per
+        alternative. ``moved`` is memoized."""
         ops = set(old.adjustments.op_factors) | set(self.adjustments.op_factors)
         ops = {m for m in ops if old.adjustments.op_factors.get(m, 1.0)
                != self.adjustments.op_factors.get(m, 1.0)}
@@ -364,6 +370,16 @@ class PlanSpace:
                 changed[expr] = hit
             return hit
 
+        return moved, ops
+
+    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
+                    ) -> list[tuple[int, str]]:
+        """The OR nodes among ``nodes`` whose summary or some alternative's local cost may
+        differ between ``old`` (the same query under earlier statistics) and this space.
+
+        A node is stale when its expression, a child's expression or one of its alternatives'
+        operators is among :meth:`changed_inputs`."""
+        moved, ops = self.changed_inputs(old)
         out = []
         for node in nodes:
             inputs = self._inputs.get(node)

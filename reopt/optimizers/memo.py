@@ -16,7 +16,8 @@ and per OR node an entry like the top-down memo's: ``(cost, alt)`` for the exact
 and-or graph does not depend on statistics, only local costs do, and a local cost depends only
 on its operator's factor and the estimated rows of the alternative's expression and children
 (README, "Cost models"; scans also on their table's rows before filters). So the alternatives a
-delta can change are found by comparing those few numbers between the old and the new space.
+delta can change are found by comparing those few numbers between the old and the new space
+(:meth:`PlanSpace.changed_inputs`, shared with the declarative optimizer's maintenance).
 They are re-costed, and their OR nodes re-settled in rank order (children before parents, the
 order of :meth:`PlanSpace.rank`). Lazy propagation: a node's parents hear of it only when its
 entry's cost changed; a new winner of the same cost changes no parent's choice. A parent's
@@ -38,22 +39,6 @@ from reopt.costmodel.space import Alt, PlanSpace, plan_cost
 from reopt.optimizers.base import Result
 from reopt.optimizers.topdown import Entry, Group, memo_answer
 from reopt.plan import build_plan
-
-
-def changed_inputs(old: PlanSpace, new: PlanSpace, exprs: object) -> tuple[set[int], set[str]]:
-    """The expressions of ``exprs`` whose cost inputs differ between two spaces of one query,
-    and the operators whose cost factor differs: what a local cost depends on."""
-    changed = set()
-    for e in exprs:
-        if old.summary(e) != new.summary(e):
-            changed.add(e)
-        elif new.is_leaf(e):
-            alias = new.relations(e)[0]
-            if old.estimator.base_rows(alias) != new.estimator.base_rows(alias):
-                changed.add(e)  # a scan's cost counts rows before filters
-    a, b = old.adjustments.op_factors, new.adjustments.op_factors
-    ops = {op for op in set(a) | set(b) if a.get(op, 1.0) != b.get(op, 1.0)}
-    return changed, ops
 
 
 class IncrementalMemo:
@@ -101,7 +86,8 @@ class IncrementalMemo:
             raise ValueError("update() needs a space of the same query, catalog and cost model")
         self.space = space
         self.touched_or, self.touched_and = set(), set()
-        exprs, ops = changed_inputs(old, space, self._by_expr)
+        moved, ops = space.changed_inputs(old)
+        exprs = [e for e in self._by_expr if moved(e)]
         stale: dict[Group, set[Alt]] = {}
         for alts in [self._by_expr[e] for e in exprs] + [self._by_op.get(o, []) for o in ops]:
             for alt in alts:
