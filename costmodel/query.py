@@ -13,6 +13,7 @@ selectivity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True, order=True)
@@ -168,11 +169,12 @@ class Query:
     def all_mask(self) -> int:
         return (1 << self.n) - 1
 
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {r.alias: i for i, r in enumerate(self.relations)}
+
     def index(self, alias: str) -> int:
-        for i, r in enumerate(self.relations):
-            if r.alias == alias:
-                return i
-        raise KeyError(alias)
+        return self._positions[alias]
 
     def bit(self, alias: str) -> int:
         return 1 << self.index(alias)
