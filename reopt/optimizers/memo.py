@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 from reopt.costmodel.space import Alt, PlanSpace, plan_cost
 from reopt.optimizers.base import Result
@@ -179,7 +180,8 @@ class IncrementalMemo:
             spent = spent + c
         self._record(alt, plan_cost(local, *costs), exact=True)
 
-    def _settle(self, g: Group, candidates: object, bound: float, best: Alt | None) -> Entry:
+    def _settle(self, g: Group, candidates: Iterable[Alt], bound: float, best: Alt | None
+                ) -> Entry:
         """The node's entry from ``best`` (costing ``bound``, or no plan under ``bound`` when
         None) and the records of ``candidates``: exact ones compete at once, pruned ones whose
         lower bound is under the current bound are searched."""
