@@ -30,6 +30,7 @@ inner of an index nested-loop join: an index on that class's column).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
@@ -157,9 +158,10 @@ class PlanSpace:
         statistics, so the new space shares this one's memoized structure (splits,
         alternatives) and recomputes only estimates and costs — what re-optimization after a
         delta needs, without re-enumerating the space."""
-        out = PlanSpace(self.query, self.catalog, self.model, adjustments)
-        out._splits, out._alts, out._joins = self._splits, self._alts, self._joins
-        out._inputs, out._crossing = self._inputs, self._crossing
+        out = copy.copy(self)  # shares the structure: join graph, classes, memoized alternatives
+        out.adjustments = adjustments
+        out.estimator = Estimator(self.query, self.catalog, adjustments)
+        out._local = {}
         return out
 
     # -- join graph --------------------------------------------------------------------------
