@@ -157,7 +157,13 @@ def optimize_main(args: argparse.Namespace) -> int:
                   f"{m['pruning_ratio']['and']:.0%})")
         print(init.plan.explain())
         for step in e["steps"]:
-            print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g}")
+            m = step.metrics
+            how = f"{m['seconds'] * 1000:.1f} ms"
+            if "updated" in m:
+                u, full = m["updated"], m["search_space"]
+                how += (f", incremental: updated {u['or_nodes']}/{full['or_nodes']} OR nodes, "
+                        f"{u['and_nodes']}/{full['and_nodes']} AND nodes")
+            print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g} ({how})")
             print(step.plan.explain())
         print()
     return 0
