@@ -230,9 +230,10 @@ class Optimizer:
 
     def graph(self):
         """The search space as a :class:`reopt.graph.AndOrGraph`: every OR and AND node of the
-        plan space, with the last optimize()'s held state overlaid (``held``/``pruned``; a
-        procedural optimizer keeps none: ``unknown``, its plan re-derived under the current
-        statistics). Declarative optimizers need optimize() first."""
+        plan space under the current statistics, with the held state of the last optimize() or
+        update() overlaid (``held``/``pruned``; a procedural optimizer keeps none: ``unknown``,
+        its plan re-derived under the current statistics). Declarative optimizers need
+        optimize() first."""
         from reopt.graph import build_graph
 
         return build_graph(self)

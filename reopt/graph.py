@@ -637,15 +637,15 @@ def graphframes_jvm_available(spark) -> bool:
 def build_graph(opt: Any) -> AndOrGraph:
     """The graph of an :class:`~reopt.api.Optimizer` (see :meth:`reopt.api.Optimizer.graph`)."""
     if opt.optimizer != "declarative":
-        from reopt.api import PROCEDURAL
-
+        # procedural optimizers keep no plan between calls (the -inc ones keep a memo, and
+        # answer from it without re-costing when nothing changed): ask for the current one
         space = opt.space()
-        result = PROCEDURAL[opt.optimizer](space)
-        return AndOrGraph(space, result.plan, optimizer=opt.optimizer, engine=opt.engine)
+        return AndOrGraph(space, opt.optimize().plan, optimizer=opt.optimizer,
+                          engine=opt.engine)
     ev = opt._evaluation
     if ev is None:
         raise ReoptError("graph(): optimize() a declarative optimizer first")
-    q = ev.query_id(opt.query)
+    q = opt._qid  # its place in the batch it was optimized in (update() keeps it)
     return AndOrGraph(ev.spaces[q], ev.best_plan(q), evaluation=ev, q=q,
                       optimizer=opt.optimizer, engine=opt.engine, pruning=opt.pruning)
 

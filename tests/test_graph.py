@@ -354,3 +354,46 @@ def test_drawn_labels_do_not_overlap(query, model):
                    for b, bb in zip(ax.texts[i + 1:], boxes[i + 1:], strict=True)
                    if ba.overlaps(bb)]
         assert not clashes, (size, clashes)
+
+
+@pytest.mark.parametrize("query, pruning, deltas", [
+    ("tpch:q5", "all", ["sel lineitem.l_orderkey=orders.o_orderkey *3",
+                        "card {nation,region} *0.125"]),
+    ("tpch:q3", "none", ["sel lineitem.l_orderkey=orders.o_orderkey *3", "card orders *2"]),
+])
+def test_graph_after_update_is_the_updated_state(query, pruning, deltas):
+    """After update() (maintained incrementally) the graph shows the new statistics and the
+    maintained held state: counts are the step's metrics, the flagged plan is the step's plan,
+    costs equal those of a fresh optimizer's graph under the same statistics."""
+    opt = Optimizer(query, cost_model="io", engine="python", pruning=pruning)
+    before = opt.optimize()
+    step = opt.update(deltas)
+    assert step.plan.cost != before.plan.cost
+    g = opt.graph()
+    assert g.counts() == {"search_space": step.metrics["search_space"],
+                          "held": step.metrics["held"]}
+    assert sorted(a.alt for a in g.and_nodes.values() if a.on_best_plan) == sorted(
+        set(n.alt for n in step.plan.walk()))
+    assert g.or_nodes[g.root].best_cost == pytest.approx(step.cost, rel=1e-12)
+    fresh = Optimizer(query, cost_model="io", engine="python", pruning=pruning)
+    fresh.adjustments = fresh.check(deltas)
+    fresh.optimize()
+    f = fresh.graph()
+    assert list(f.or_nodes) == list(g.or_nodes)
+    for oid, o in g.or_nodes.items():
+        assert o.min_cost == f.or_nodes[oid].min_cost
+        assert o.rows == f.or_nodes[oid].rows
+        if o.state == "held" and f.or_nodes[oid].state == "held":
+            assert o.best_cost == pytest.approx(f.or_nodes[oid].best_cost, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["topdown-inc", "bottomup-inc"])
+def test_incremental_procedural_graph(name):
+    opt = Optimizer("tpch:q5", cost_model="io", optimizer=name)
+    opt.optimize()
+    step = opt.update(["sel lineitem.l_orderkey=orders.o_orderkey *3"])
+    g = opt.graph()
+    assert g.optimizer == name
+    assert {o.state for o in g.or_nodes.values()} == {"unknown"}
+    assert g.best_plan.cost == pytest.approx(step.cost, rel=1e-12)
+    assert g.counts()["search_space"] == step.metrics["search_space"]
