@@ -313,9 +313,18 @@ class PythonEngine:
         else:
             self._run_seminaive(stratum)
 
+    def _live_base(self, stratum: Stratum) -> list[Variant]:
+        """The base variants that can derive anything: one joining a relation of its own
+        stratum that is still empty derives nothing (R7/R8 before any PlanCost exists), so
+        it is not run — its derivations come from the delta variants."""
+        own = set(stratum.preds)
+        return [v for v in stratum.base
+                if not any(isinstance(op, Scan) and not op.negated and op.pred in own
+                           and not self.full[op.pred].rows for op in v.ops)]
+
     def _run_seminaive(self, stratum: Stratum) -> None:
         pending: dict[str, list[tuple]] = {p: [] for p in stratum.preds}
-        for v in stratum.base:
+        for v in self._live_base(stratum):
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
         while True:
             delta = {p: self._release(p, rows) for p, rows in pending.items()}
@@ -358,7 +367,7 @@ class PythonEngine:
                     heapq.heappush(ranks, sign * k)
                 bucket.append(r)
 
-        for v in stratum.base:
+        for v in self._live_base(stratum):
             add(v.head_pred, self.run_variant(v, self.full, {}))
         while ranks:
             current = sign * heapq.heappop(ranks)
