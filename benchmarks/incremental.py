@@ -26,59 +26,11 @@ re-evaluates from scratch on update, so it is not in these tables.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 
-from reopt.api import Optimizer
-
-FACTORS = (0.125, 0.25, 0.5, 2.0, 4.0, 8.0)
-FIG6_SETS = {
-    "A": "nation,region",
-    "B": "customer,nation,region",
-    "C": "orders,customer,nation,region",
-    "D": "lineitem,orders,customer,nation,region",
-    "E": "supplier,lineitem,orders,customer,nation,region",
-}
-MODES = ("evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
-
-
-def inverse(delta: str) -> str:
-    text, f = delta.rsplit("*", 1)
-    return f"{text}*{1 / float(f)}"
-
-
-def measure(query: str, delta: str, mode: str, repeat: int) -> dict:
-    """Incremental vs from-scratch (same engine) vs topdown for one delta."""
-    inc = Optimizer(query, cost_model="io", engine="python", pruning=mode)
-    inc.optimize()
-    times, step = [], None
-    for _ in range(repeat):
-        step = inc.update(delta)
-        times.append(step.metrics["seconds"])
-        inc.update(inverse(delta))
-    assert step is not None
-    changed = inc.check([delta])
-    full, td = [], []
-    cost = None
-    for _ in range(repeat):
-        scratch = Optimizer(query, cost_model="io", engine="python", pruning=mode)
-        scratch.adjustments = changed
-        full.append(scratch.optimize().metrics["seconds"])
-        ref = Optimizer(query, cost_model="io", optimizer="topdown")
-        ref.adjustments = changed
-        r = ref.optimize()
-        td.append(r.metrics["seconds"])
-        cost = r.cost
-    if step.cost != cost:
-        raise SystemExit(f"{query} {delta} {mode}: incremental {step.cost} != topdown {cost}")
-    m = step.metrics
-    return {"inc": statistics.median(times), "full": statistics.median(full),
-            "topdown": statistics.median(td), "or": m["update_ratio"]["or"],
-            "and": m["update_ratio"]["and"]}
+from harness import FACTORS, FIG6_SETS, MODES, QUICK_FACTORS, machine, measure, today
 
 
 def row(label: str, r: dict) -> str:
@@ -106,13 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the markdown report here")
     ap.add_argument("--quick", action="store_true", help="two factors, one repetition")
     args = ap.parse_args(argv)
-    factors = (0.125, 8.0) if args.quick else FACTORS
+    factors = QUICK_FACTORS if args.quick else FACTORS
     repeat = 1 if args.quick else args.repeat
     lines = [
         f"Command: `{' '.join(['python', 'benchmarks/incremental.py', *(argv or sys.argv[1:])])}`",
-        f"Date: {dt.date.today()}; Python {platform.python_version()} on {platform.machine()}, "
-        f"{os.cpu_count()} cores; cost model `io`, TPC-H SF1 statistics, engine `python`; "
-        f"medians of {repeat}.", ""]
+        f"Date: {today()}; {machine()}; cost model `io`, TPC-H SF1 statistics, engine "
+        f"`python`; medians of {repeat}.", ""]
 
     lines += ["### Figure 6: Q5, join-set corrections A–E (pruning `all`)", "", *HEADER]
     fig6 = []

@@ -14,13 +14,12 @@ Q5S and Q8Join under ``cout``. The others are listed with their plan-tree counts
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from harness import machine, ms, plan_trees, timed, today
 
 from reopt.api import Optimizer
 
@@ -29,19 +28,6 @@ WORKLOAD = [
     ("tpch:q5", "cout"), ("tpch:q5s", "cout"), ("tpch:q8join", "cout"),
 ]
 NOT_RUN = [("tpch:q5", "io"), ("tpch:q5s", "io"), ("tpch:q8join", "io")]
-
-
-def timed(opt: Optimizer, repeat: int) -> tuple[float, list[float]]:
-    times, cost = [], None
-    for _ in range(repeat):
-        step = opt.optimize()
-        times.append(step.metrics["seconds"])
-        cost = step.cost
-    return cost, times
-
-
-def fmt(ts: list[float]) -> str:
-    return f"{statistics.median(ts) * 1000:.1f} ({min(ts) * 1000:.1f}–{max(ts) * 1000:.1f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,17 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     for query, model in WORKLOAD:
         results = {}
         for name in ("topdown", "bottomup"):
-            results[name] = timed(Optimizer(query, cost_model=model, optimizer=name), args.repeat)
+            results[name] = timed(Optimizer(query, cost_model=model, optimizer=name),
+                                  args.repeat)[:2]
         tuples = 0
         for e in engines:
-            opt = Optimizer(query, cost_model=model, engine=e)
-            results[e] = timed(opt, args.repeat if e == "python" else max(1, args.repeat // 2))
+            opt = Optimizer(query, cost_model=model, engine=e, pruning="none")
+            results[e] = timed(opt, args.repeat if e == "python" else max(1, args.repeat // 2))[:2]
             tuples = opt.optimize().metrics["relations"]["PlanCost"]
         td = statistics.median(results["topdown"][1])
         same = len({round(c, 6) for c, _ in results.values()}) == 1
         rows.append(
-            [query, model, fmt(results["topdown"][1]), fmt(results["bottomup"][1])]
-            + [fmt(results[e][1]) for e in engines]
+            [query, model, ms(results["topdown"][1]), ms(results["bottomup"][1])]
+            + [ms(results[e][1]) for e in engines]
             + [f"{statistics.median(results[e][1]) / td:.1f}×" for e in engines]
             + [str(tuples), "yes" if same else "NO"]
         )
@@ -88,15 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     skipped = []
     for query, model in NOT_RUN:
-        space = Optimizer(query, cost_model=model, optimizer="topdown").space()
-        trees = space.count_trees(limit=1e12)
+        trees = plan_trees(query, model)
         skipped.append(f"- {query} under `{model}`: {trees:,.0f} plan trees — not run "
                        "without pruning")
     meta = [
         f"Command: `.venv/bin/python benchmarks/initial.py --repeat {args.repeat} "
         f"--engines {args.engines}`",
-        f"Date: {dt.date.today().isoformat()}; machine: {platform.machine()}, "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        f"Date: {today()}; machine: {machine()}",
         "Times: median (min–max) wall milliseconds of the optimization work of one query, "
         f"{args.repeat} runs (Spark: {max(1, args.repeat // 2)}).",
     ]

@@ -13,31 +13,15 @@ The per-mode table is the contribution of each technique (the paper's Figure 11)
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 
+from harness import MODES, machine, ms, timed, today
+
 from reopt.api import Optimizer
-from reopt.evaluator.driver import PRUNING_MODES
 
 QUERIES = ("tpch:q5", "tpch:q5s", "tpch:q10", "tpch:q8join", "tpch:q8joins")
-MODES = [m for m in PRUNING_MODES if m != "none"]
-
-
-def run(opt: Optimizer, repeat: int) -> tuple[float, list[float], dict]:
-    times, step = [], None
-    for _ in range(repeat):
-        step = opt.optimize()
-        times.append(step.metrics["seconds"])
-    assert step is not None
-    return step.cost, times, step.metrics
-
-
-def ms(ts: list[float]) -> str:
-    return f"{statistics.median(ts) * 1000:.1f} ({min(ts) * 1000:.1f}–{max(ts) * 1000:.1f})"
 
 
 def bar(x: float, width: int = 30) -> str:
@@ -53,8 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e for e in args.engines.split(",") if e]
     lines = [
         f"Command: `{' '.join(['python', 'benchmarks/pruning.py', *(argv or sys.argv[1:])])}`",
-        f"Date: {dt.date.today()}; {platform.python_version()} on {platform.machine()}, "
-        f"{os.cpu_count()} cores; cost model `io`, TPC-H SF1 statistics.", "",
+        f"Date: {today()}; {machine()}; cost model `io`, TPC-H SF1 statistics.", "",
         "| query | optimizer | mode | ms (median, min–max) | × topdown | OR held/full "
         "| AND held/full | OR ratio | AND ratio |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -62,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     plot = ["", "AND-node pruning ratio per mode (the paper's Figure 5(c) / 11):", "", "```"]
     for query in QUERIES:
         td = Optimizer(query, cost_model="io", optimizer="topdown")
-        ref, t_td, m = run(td, args.repeat)
+        ref, t_td, m = timed(td, args.repeat)
         base = statistics.median(t_td)
         full = m["search_space"]
         ex = m["explored"]
@@ -75,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         for engine in engines:
             for mode in MODES if engine == "python" else ["all"]:
                 opt = Optimizer(query, cost_model="io", engine=engine, pruning=mode)
-                cost, ts, m = run(opt, args.repeat)
+                cost, ts, m = timed(opt, args.repeat)
                 if cost != ref:
                     raise SystemExit(f"{query} {engine} {mode}: cost {cost} != topdown {ref}")
                 h, r = m["held"], m["pruning_ratio"]

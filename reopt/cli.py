@@ -1,4 +1,4 @@
-"""Command line: ``reopt optimize …`` and ``reopt stats …``.
+"""Command line: ``reopt optimize …``, ``reopt stats …`` and ``reopt bench …``.
 
 Bad input of any kind ends with one line ``reopt: <what is wrong>`` on stderr and exit code 2.
 """
@@ -62,7 +62,27 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bench", help="the paper's evaluation: BENCHMARKS.md and PNG plots "
+                       "(source checkout only; see benchmarks/run.py)")
+    b.add_argument("args", nargs=argparse.REMAINDER)
     return p
+
+
+def bench_main(argv: list[str]) -> int:
+    """``reopt bench``: ``benchmarks/run.py`` of the source checkout reopt is installed from
+    (editable install); it is not part of the installed package."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+    if not path.is_file():
+        raise ReoptError(f"bench: {path} not found (reopt bench runs from a source checkout)")
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # its helpers: harness, sparkrun
+    spec = importlib.util.spec_from_file_location("reopt_bench_run", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv)
 
 
 def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustments]]:
@@ -176,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             from reopt.costmodel.stats import main as stats_main
 
             return stats_main(argv[1:])
+        if argv[:1] == ["bench"]:  # likewise: `reopt bench --help` shows benchmarks/run.py's
+            return bench_main(argv[1:])
         return optimize_main(_parser().parse_args(argv))
     except ReoptError as e:
         print(f"reopt: {e}", file=sys.stderr)

@@ -1,0 +1,188 @@
+"""Shared measuring helpers of the benchmark scripts (``initial.py``, ``pruning.py``,
+``incremental.py`` and the ``make bench`` driver ``run.py``).
+
+Conventions: every optimizer of one comparison runs in the same process, interleaved round by
+round (one run of each, ``repeat`` rounds), so drift of a shared, noisy machine hits them all
+alike; times are wall seconds of the optimization work (``Step.metrics["seconds"]``), reported
+as median (min–max); ratios are taken between medians measured in the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from reopt.api import Optimizer
+
+MODEL = "io"
+"""The paper's physical cost model; every figure is measured under it."""
+
+FACTORS = (0.125, 0.25, 0.5, 2.0, 4.0, 8.0)
+"""The paper's change factors 1/8 … 8."""
+
+QUICK_FACTORS = (0.125, 8.0)
+
+FIG6_SETS = {
+    "A": "nation,region",
+    "B": "customer,nation,region",
+    "C": "orders,customer,nation,region",
+    "D": "lineitem,orders,customer,nation,region",
+    "E": "supplier,lineitem,orders,customer,nation,region",
+}
+"""Figure 6's join expressions of Q5: A = region⋈nation, B = customer⋈A, … E = supplier⋈D;
+a change of a join's selectivity is a correction on that relation set."""
+
+MODES = ("evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
+"""The pruning modes that prune (``none`` is the exponential baseline)."""
+
+
+# -- formatting -----------------------------------------------------------------------------
+
+def machine() -> str:
+    """One line naming the machine: architecture, cores, OS, Python."""
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")
+
+
+def today() -> str:
+    return dt.date.today().isoformat()
+
+
+def median(ts: Iterable[float]) -> float:
+    return statistics.median(list(ts))
+
+
+def ms(ts: Sequence[float]) -> str:
+    """``median (min–max)`` of wall seconds, in milliseconds."""
+    return f"{median(ts) * 1000:.1f} ({min(ts) * 1000:.1f}–{max(ts) * 1000:.1f})"
+
+
+def factor_label(f: float) -> str:
+    """``1/8`` … ``8``."""
+    return f"1/{round(1 / f):d}" if f < 1 else f"{f:g}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)]
+
+
+def same_cost(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+def timed(opt: Optimizer, repeat: int) -> tuple[float, list[float], dict]:
+    """``repeat`` from-scratch optimize() calls: (cost, wall seconds each, last metrics)."""
+    times, step = [], None
+    for _ in range(repeat):
+        step = opt.optimize()
+        times.append(step.metrics["seconds"])
+    assert step is not None
+    return step.cost, times, step.metrics
+
+
+def round_robin(runs: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list]:
+    """Call every function once per round, ``repeat`` rounds; the results per name."""
+    out: dict[str, list] = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            out[name].append(fn())
+    return out
+
+
+def inverse(delta: str) -> str:
+    """``card orders *8`` → ``card orders *0.125`` (returns to the base statistics)."""
+    text, f = delta.rsplit("*", 1)
+    return f"{text}*{1 / float(f)}"
+
+
+def _scratch(query: str, adjustments: Any, last: dict, key: str,
+             **kw: Any) -> Callable[[], float]:
+    """A run: a fresh optimizer under ``adjustments`` optimizes; its step goes to
+    ``last[key]``; returns its seconds."""
+    def run() -> float:
+        opt = Optimizer(query, cost_model=MODEL, **kw)
+        opt.adjustments = adjustments
+        step = last[key] = opt.optimize()
+        return step.metrics["seconds"]
+    return run
+
+
+def _update_and_back(query: str, delta: str, last: dict,
+                     **kw: Any) -> tuple[Callable[[], float], Any]:
+    """A run: an optimizer that optimized under the base statistics applies ``delta`` (timed,
+    its step goes to ``last["step"]``) and the inverse delta (untimed). Also returns the
+    statistics after ``delta``, for the from-scratch baselines."""
+    opt = Optimizer(query, cost_model=MODEL, **kw)
+    opt.optimize()
+
+    def run() -> float:
+        step = last["step"] = opt.update(delta)
+        opt.update(inverse(delta))
+        return step.metrics["seconds"]
+    return run, opt.check([delta])
+
+
+def measure(query: str, delta: str, mode: str = "all", repeat: int = 5,
+            scratch: bool = True) -> dict:
+    """The declarative optimizer's incremental update vs from-scratch optimization, one delta.
+
+    An optimizer that has optimized under the base statistics applies ``delta`` with
+    ``update()`` (timed: the maintenance work) and then the inverse delta (untimed), each
+    round; in the same rounds a fresh declarative optimizer (same engine and mode; skipped
+    when ``scratch`` is false) and ``topdown`` optimize under the changed statistics.
+    Returns seconds per round (``inc_s``, ``full_s``, ``topdown_s``), their medians (``inc``,
+    ``full``, ``topdown``), the update ratios (``or``, ``and``: OR/AND nodes the update
+    touched over the search space), the pruning ratios of the state after the update
+    (``pruned_or``, ``pruned_and``) and whether the result equals ``topdown``'s cost.
+    """
+    last: dict[str, Any] = {}
+    update, changed = _update_and_back(query, delta, last, engine="python", pruning=mode)
+    runs = {"inc": update}
+    if scratch:
+        runs["full"] = _scratch(query, changed, last, "full", engine="python", pruning=mode)
+    runs["topdown"] = _scratch(query, changed, last, "topdown", optimizer="topdown")
+    ts = round_robin(runs, repeat)
+    m = last["step"].metrics
+    out = {f"{k}_s": v for k, v in ts.items()}
+    out.update({k: median(v) for k, v in ts.items()})
+    out.update({
+        "or": m["update_ratio"]["or"], "and": m["update_ratio"]["and"],
+        "pruned_or": m["pruning_ratio"]["or"], "pruned_and": m["pruning_ratio"]["and"],
+        "incremental": m.get("incremental", False),
+        "same_cost": same_cost(last["step"].cost, last["topdown"].cost),
+    })
+    return out
+
+
+def measure_procedural(query: str, delta: str, optimizer: str, repeat: int = 5) -> dict:
+    """``topdown-inc``/``bottomup-inc`` update() vs a fresh ``topdown``/``bottomup``
+    optimize() under the same changed statistics, interleaved round by round (the paper's
+    Figure 9). The update ratio is what the update touched (``explored``) over the search
+    space."""
+    last: dict[str, Any] = {}
+    update, changed = _update_and_back(query, delta, last, optimizer=optimizer)
+    fresh = _scratch(query, changed, last, "scratch", optimizer=optimizer.removesuffix("-inc"))
+    ts = round_robin({"inc": update, "full": fresh}, repeat)
+    m = last["step"].metrics
+    full, ex = m["search_space"], m["explored"]
+    return {
+        "inc_s": ts["inc"], "full_s": ts["full"],
+        "inc": median(ts["inc"]), "full": median(ts["full"]),
+        "or": ex.get("or_nodes", 0) / full["or_nodes"],
+        "and": ex.get("and_nodes", 0) / full["and_nodes"],
+        "same_cost": same_cost(last["step"].cost, last["scratch"].cost),
+    }
+
+
+def plan_trees(query: str, model: str = MODEL) -> float:
+    """Plan trees of ``query`` (what pruning ``none`` would cost one by one)."""
+    return Optimizer(query, cost_model=model, optimizer="topdown").space().count_trees(
+        limit=1e12)

@@ -1,0 +1,162 @@
+"""Initial optimizations on the Spark engine, in a worker process the driver can time out.
+
+The Spark engine costs seconds per fixpoint iteration, and a pruning mode it cannot yet run
+well may take far longer; ``run_spark`` therefore runs the tasks in a child process
+(``python benchmarks/sparkrun.py``: tasks as JSON on stdin, one JSON line per result on
+stdout), kills it (its whole process group, the JVM included) when a task exceeds its time
+limit, marks that task, and starts a fresh worker for the rest. A failure is reported with the
+first line of its error, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+
+
+def worker() -> int:
+    """Child side: set up Spark, then run each task and print its result as a JSON line."""
+    tasks = json.load(sys.stdin)
+
+    def say(obj: dict) -> None:
+        print(json.dumps(obj), flush=True)
+
+    from reopt.api import Optimizer
+
+    try:
+        from reopt.spark import get_spark
+
+        t0 = time.perf_counter()
+        get_spark()
+        say({"setup": time.perf_counter() - t0})
+    except Exception as e:  # Java missing, Spark not starting: every task is unavailable
+        say({"fatal": _first_line(e)})
+        return 0
+    for t in tasks:
+        try:
+            opt = Optimizer(t["query"], cost_model=t["model"], engine="spark",
+                            pruning=t["mode"])
+            times, step = [], None
+            for _ in range(t["repeat"]):
+                step = opt.optimize()
+                times.append(step.metrics["seconds"])
+            say({"id": t["id"], "times": times, "cost": step.cost,
+                 "pruning_ratio": step.metrics["pruning_ratio"]})
+        except Exception as e:
+            say({"id": t["id"], "error": _first_line(e)})
+    return 0
+
+
+def _reader(stream, q: queue.Queue) -> None:
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+def run_spark(tasks: list[dict], task_timeout: float, budget: float,
+              log=lambda msg: None) -> tuple[dict[str, dict], float | None]:
+    """Run ``tasks`` (dicts with ``id``, ``query``, ``model``, ``mode``, ``repeat``) in
+    worker processes. Returns ``{id: result}`` — ``times``/``cost``/``pruning_ratio`` or
+    ``error`` — and the Spark session start-up seconds of the first worker (``None`` if
+    Spark never started). A task over ``task_timeout`` seconds is killed and its mode is
+    skipped on the remaining queries (a mode too slow on one query is so on the larger
+    ones); once ``budget`` seconds are spent the remaining tasks are not run."""
+    results: dict[str, dict] = {}
+    setup: float | None = None
+    pending = list(tasks)
+    slow_modes: dict[str, str] = {}
+    started = time.monotonic()
+    script = Path(__file__).resolve()
+    while pending:
+        pending = [t for t in pending if not _skip(t, slow_modes, results)]
+        if not pending:
+            break
+        if time.monotonic() - started > budget:
+            for t in pending:
+                results[t["id"]] = {"error": f"not run: Spark budget of {budget:.0f} s spent"}
+            break
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=err, text=True, start_new_session=True, cwd=str(script.parent.parent))
+            proc.stdin.write(json.dumps(pending))
+            proc.stdin.close()
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+            current = 0
+            deadline = time.monotonic() + task_timeout + 120  # start-up allowance
+            while current < len(pending):
+                try:
+                    line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    line = "TIMEOUT"
+                if line is None or line == "TIMEOUT":
+                    t = pending[current]
+                    if line is None:
+                        err.seek(0)
+                        tail = err.read().decode(errors="replace").strip().splitlines()
+                        msg = "worker died: " + (tail[-1][:200] if tail else "no output")
+                    else:
+                        msg = f"timed out after {task_timeout:.0f} s"
+                        slow_modes[t["mode"]] = f"{msg} on {t['query']}"
+                    results[t["id"]] = {"error": msg}
+                    log(f"spark {t['query']} {t['mode']}: {msg}")
+                    current += 1
+                    break
+                msg = json.loads(line)
+                if "fatal" in msg:
+                    for t in pending:
+                        results[t["id"]] = {"error": msg["fatal"]}
+                    current = len(pending)
+                    break
+                if "setup" in msg:
+                    setup = msg["setup"] if setup is None else setup
+                else:
+                    results[msg.pop("id")] = msg
+                    log(f"spark {pending[current]['query']} {pending[current]['mode']}: "
+                        f"{msg.get('error') or msg['times']}")
+                    current += 1
+                    if time.monotonic() - started > budget:
+                        break  # the outer loop reports the rest as not run
+                deadline = time.monotonic() + task_timeout
+            _kill(proc)
+            pending = pending[current:]
+    return results, setup
+
+
+def _skip(t: dict, slow_modes: dict[str, str], results: dict) -> bool:
+    if t["mode"] in slow_modes:
+        results[t["id"]] = {"error": f"skipped: {slow_modes[t['mode']]}"}
+        return True
+    return False
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def available(result: dict[str, Any] | None) -> bool:
+    return bool(result) and "times" in result
+
+
+if __name__ == "__main__":
+    sys.exit(worker())
