@@ -18,12 +18,20 @@ costs one round trip to the JVM per operation instead of one per column object.
   argument becomes a ``filter`` on the relation, a variable repeated within the atom a
   column-equality ``filter``, a wildcard is simply not selected; the ``selectExpr`` renames the
   remaining columns to their variables' columns. Filtering and projecting *before* the join
-  keeps the build side small. Then the relation is **joined** on the variables already bound:
-  an equi-join in the USING form (a key stays one column) with the relation side
-  **broadcast** (``hint("broadcast")``), so the bindings frame is never shuffled; a
-  ``crossJoin`` when no variable is bound; the relation itself when the scan is the first op.
-* A negated ``Scan`` is a broadcast ``left_anti`` join on its (all bound) variables: it keeps
-  the bindings that have no matching tuple, exactly ``!pred(...)``.
+  keeps the other side small. Then the relation is **joined** on the variables already bound
+  (a key stays one column), or crossed with the bindings when none is; the relation itself
+  when the scan is the first op.
+* A negated ``Scan`` is an anti-join on its (all bound) variables: it keeps the bindings that
+  have no matching tuple, exactly ``!pred(...)``.
+* Joins (:func:`_window_join`) use single-input operators only: the bindings and the
+  relation's columns in one ``union`` in ONE partition, one window per join key. A semi- or
+  anti-join keeps the bindings whose window has (has no) relation row; an inner join collects
+  the relation rows of the window (``collect_list`` of structs) and ``inline``-s them next to
+  each binding. Spark neither shuffles (one partition satisfies any clustering) nor
+  broadcasts: a broadcast would send every derived relation through the driver and cost a
+  job per join and step; a sort-merge or hash join of two ``coalesce(1)`` frames would get
+  its exchanges back, because the optimizer pushes semi- and anti-joins below the
+  ``coalesce``.
 * Facts and inputs (relations no rule derives; at most :data:`LOCAL_MAX` tuples) are known on
   the driver and never change, so a non-first scan of one needs no join: the tuples that pass
   the atom's constants become a literal array that ``inline`` expands next to each binding,
@@ -36,10 +44,14 @@ costs one round trip to the JVM per operation instead of one per column object.
   checks on the result. Consecutive calls (R7/R8 call three functions in a row) are fused into
   one ``mapInPandas`` that runs them in sequence over the same batch, so a row crosses the
   JVM↔Python boundary once per run of calls, not once per call (one helper, :func:`_expand`,
-  serves a lone call and a fused run alike). The query contexts (the
-  :class:`~reopt.costmodel.space.PlanSpace` of every query) travel to the executors once per
-  evaluation as a broadcast variable, unpickled once per Python worker. The input columns of
-  a batch are taken as Python lists (``tolist``), so the functions see
+  serves a lone call and a fused run alike). Better still, the ops after a variant's last
+  scan of a derived relation (its *tail*: calls, comparisons, scans of facts) run with the
+  python engine's semantics in ONE ``mapInPandas`` for all the variants of a head relation
+  (:meth:`SparkEngine.run_group`), which also computes the ranks of a scheduled stratum.
+  The query contexts (the :class:`~reopt.costmodel.space.PlanSpace` of every query) travel
+  to the executors once per evaluation as a broadcast variable, unpickled once per Python
+  worker. The input columns of a batch are taken as Python lists (``tolist``), so the
+  functions see
   ``int``/``float``/``str``/``bool`` exactly as in the python engine, and the columns a row
   carries through are copied by position (``iloc``), never converted: doubles are
   bit-identical.
@@ -60,33 +72,72 @@ members are (``min`` of the tag). That frame — FULL ∪ DELTA, tagged — is
 in FULL), the new FULL its projection (``FULL ∪ DELTA``), and OLD the FULL frame of before.
 Checkpointing every iteration makes the next iteration's plans start from materialized data:
 planning time and lineage stay constant instead of growing with the iterations (a final
-relation's plan is a projection of one checkpoint). The only action per relation and
-iteration is ``DELTA.count()``: it materializes the checkpoint, tests termination, fills
-``RunStats.derived`` and decides which delta variants run next. Nothing is collected to the
-driver during the fixpoint; :attr:`SparkRelation.rows` collects a final relation once, when
-asked.
+relation's plan is a projection of one checkpoint). The only action per step is ONE job
+(:meth:`SparkEngine._measure`): a global aggregate over the union of what the step needs
+measured — each DELTA's count (materializing the checkpoints, testing termination, filling
+``RunStats.derived``, deciding which delta variants run next) and, in a scheduled stratum, the
+lowest pending rank per relation. Only those numbers (one row) reach the driver during the
+fixpoint; :attr:`SparkRelation.rows` collects a final relation once, when asked.
+
+Scheduled strata (``.schedule``) release rank by rank, exactly as the python engine does:
+each relation's pending candidates are one checkpointed frame with a rank column (a string
+the tails compute with the rank built-in, or a constant when the head keeps the delta atom's
+rank columns); a release takes ``filter(rank = k)`` and leaves the rest pending.
+
+Pruning (:mod:`reopt.evaluator.features`), in :meth:`SparkEngine._release` as in
+:meth:`PythonEngine._release`:
+
+* aggregate selection: per group, a window ``min``/``max`` keeps the best candidates of the
+  release; a lookup (a window join) of the group's current aggregate — and, with ``.bound``,
+  of its bound — drops those that do not improve on it (or exceed the bound);
+* tuple source suppression: the rejected candidates' source tuples that keep no tuple in the
+  relation (two anti-joins) start a deletion cascade (below);
+* reference counts are a frame of (tuple, count) per counted relation; a release adds one per
+  produced tuple (``union``, ``groupBy`` all columns, ``sum``);
+* the deletion cascade (:meth:`SparkEngine._delete`) runs by *generation*, like semi-naive
+  rounds: a round deletes, relation by relation in stratum order, everything the previous
+  round asked to delete from it, as one frame. :meth:`SparkEngine._split` tags the
+  relation's tuples that are to go (FULL tagged 0 ∪ the candidates tagged 1, grouped on all
+  columns) and is the round's ONE checkpoint of that relation: the deleted tuples and the new
+  FULL are its two filters. What the deletions cause is the next round's work, one frame per
+  relation: for a head that embeds the deleted tuples, a semi-join of it on the embedded
+  columns; for a counted head, the trigger variants re-derive the lost derivations and
+  :meth:`SparkEngine._uncount` subtracts them (counts ∪ one ``-1`` per derivation, summed,
+  checkpointed) — the tuples reaching zero go; for an aggregate, the groups that lost inputs
+  and have none left (:meth:`SparkEngine._regroup`). One job per round (plus one that tests
+  whether a cascade has anything to delete at all) counts the deleted tuples (sizes,
+  ``RunStats.deleted``) and the next round's work, so a relation without work is not
+  touched and plans never nest from round to round. The result is the python engine's,
+  which deletes piece by piece: what a cascade deletes does not depend on the order (each
+  derivation loses its count once, when the first of its tuples goes; an aggregate group goes
+  once all its inputs have).
 
 Partitions. The relations are small (bounded by the plan space: hundreds to thousands of
 tuples per query), so Spark's fixed costs — a job, a stage, a task, a Python worker round
 trip — dominate, not data volume. Every relation is therefore kept in ONE partition
-(``coalesce(1)``): the merge aggregate then needs no exchange (a single partition already
-satisfies any clustering) and joins broadcast the relation side, so an iteration of a relation
-is one Spark job (its count) plus one small job per broadcast of a derived relation; no
-shuffle joins, whose exchanges would each add a stage.
+(``coalesce(1)``): aggregates, windows and joins then need no exchange (a single partition
+already satisfies any clustering), so a step is one Spark job of one stage.
+
+Planning. Frames are small but their plans are not (unions, windows, generators over a dozen
+columns); :mod:`reopt.spark` switches the optimizer's constraint propagation off, which on
+these plans grew exponentially (a minute to plan one checkpoint).
 
 Differences from the python engine: ``RunStats.produced`` is not filled (counting the
 candidate tuples with their duplicates would cost one more Spark job per relation and
-iteration); Spark's grouping compares doubles with NaN equal to NaN (Python sets do not),
-irrelevant for costs and cardinalities.
+iteration); ``RunStats.deleted`` is; the python engine's check that pruning never changes an
+aggregate group's value (it only removes groups) is not repeated; Spark's grouping compares
+doubles with NaN equal to NaN (Python sets do not), irrelevant for costs and cardinalities.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -95,7 +146,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     BOOLEAN,
     DELTA,
@@ -107,10 +159,12 @@ from reopt.evaluator.compiler import (
     CompiledProgram,
     Filter,
     Scan,
+    Stratum,
     Variant,
     _py_type,
 )
 from reopt.evaluator.driver import column_names
+from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 from reopt.evaluator.python_engine import RunStats
 
 SPARK_TYPES: dict[str, T.DataType] = {
@@ -189,14 +243,155 @@ _CTX: dict[str, Any] = {}
 """The query contexts a Python worker unpickled, by evaluation token (workers are reused)."""
 
 
-def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...],
-                 batches: Iterator[pd.DataFrame]):
+def _context(ctx_bc, token: str) -> Mapping[int, Any]:
     ctx = _CTX.get(token)
     if ctx is None:
         _CTX.clear()  # one evaluation at a time: drop the previous contexts
         ctx = _CTX[token] = cloudpickle.loads(ctx_bc.value)
+    return ctx
+
+
+def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...],
+                 batches: Iterator[pd.DataFrame]):
+    ctx = _context(ctx_bc, token)
     for batch in batches:
         yield _expand(ctx, steps, batch)
+
+
+Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None]
+"""One variant's Python tail in a fused run (see :meth:`SparkEngine.run_group`): the wide
+columns holding its variables, the variables, the compiled ops the python engine runs, the
+head terms, and the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)``)."""
+
+
+_COMPARE = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+}
+
+
+def _getter(t, schema: Mapping[str, int]):
+    """Read term ``t`` from a row of the variables in ``schema`` (as the python engine)."""
+    if isinstance(t, Const):
+        value = t.value
+        return lambda row: value
+    if isinstance(t, Arith):
+        left, right = _getter(t.left, schema), _getter(t.right, schema)
+        if t.op == "+":
+            return lambda row: left(row) + right(row)
+        return lambda row: left(row) - right(row)
+    return operator.itemgetter(schema[t.name])
+
+
+def _tail_step(op, schema: dict[str, int], ctx, builtins, local):
+    """One op of a tail over rows of Python values, with the python engine's semantics:
+    a scan of a local relation (facts, inputs), a built-in call, a comparison or
+    assignment. Binds new variables in ``schema``; returns rows → rows."""
+    if isinstance(op, Filter):
+        left_free = isinstance(op.left, Var) and op.left.name not in schema
+        right_free = isinstance(op.right, Var) and op.right.name not in schema
+        if op.op == "=" and (left_free or right_free):
+            free, src = (op.left, op.right) if left_free else (op.right, op.left)
+            get = _getter(src, schema)
+            schema[free.name] = len(schema)
+            return lambda rows: [r + (get(r),) for r in rows]
+        cmp = _COMPARE[op.op]
+        lhs, rhs = _getter(op.left, schema), _getter(op.right, schema)
+        return lambda rows: [r for r in rows if cmp(lhs(r), rhs(r))]
+    if isinstance(op, Call):
+        fn = builtins[op.name].fn
+        args = [_getter(t, schema) for t in op.inputs]
+        checks, binds = [], []
+        first: dict[str, int] = {}
+        for j, t in enumerate(op.outputs):
+            if isinstance(t, Wildcard):
+                continue
+            if isinstance(t, Const):
+                checks.append((j, "k", t.value))
+            elif t.name in schema:
+                checks.append((j, "c", schema[t.name]))
+            elif t.name in first:
+                checks.append((j, "o", first[t.name]))
+            else:
+                first[t.name] = j
+                binds.append(j)
+        for name in first:
+            schema[name] = len(schema)
+
+        def call(rows):
+            out = []
+            for r in rows:
+                for res in fn(ctx, *[a(r) for a in args]):
+                    if all(res[j] == (v if kind == "k" else r[v] if kind == "c" else res[v])
+                           for j, kind, v in checks):
+                        out.append(r + tuple(res[j] for j in binds))
+            return out
+
+        return call
+    # a scan of a local relation
+    keys, key_of, news, repeats = [], [], [], []
+    first = {}
+    for col, t in enumerate(op.args):
+        if isinstance(t, Wildcard):
+            continue
+        if isinstance(t, Const) or t.name in schema:
+            keys.append(col)
+            key_of.append(_getter(t, schema))
+        elif t.name in first:
+            repeats.append((first[t.name], col))
+        else:
+            first[t.name] = col
+            news.append(col)
+    index: dict[tuple, list[tuple]] = {}
+    for m in local[op.pred]:
+        if all(m[a] == m[b] for a, b in repeats):
+            index.setdefault(tuple(m[c] for c in keys), []).append(m)
+    if op.negated:
+        return lambda rows: [r for r in rows if tuple(g(r) for g in key_of) not in index]
+    for name in first:
+        schema[name] = len(schema)
+    return lambda rows: [r + tuple(m[c] for c in news) for r in rows
+                         for m in index.get(tuple(g(r) for g in key_of), ())]
+
+
+def _run_tails(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
+               local: Mapping[str, list[tuple]], tails: tuple[Tail, ...], tag: str,
+               names: tuple[str, ...], types: tuple[str, ...], batch: pd.DataFrame):
+    """Finish the variants of one batch of a fused run: each row belongs to the variant its
+    ``tag`` column names; returns the head tuples (and ranks) of all of them."""
+    where: dict[int, list[int]] = {}
+    for i, g in enumerate(batch[tag].tolist()):
+        where.setdefault(g, []).append(i)
+    out: list[list] = [[] for _ in names]
+    for g, pos in where.items():
+        slots, variables, ops, head, rank = tails[g]
+        data = [batch[c].tolist() for c in slots]
+        rows = [tuple(c[i] for c in data) for i in pos]
+        schema = {v: j for j, v in enumerate(variables)}
+        for op in ops:
+            rows = _tail_step(op, schema, ctx, builtins, local)(rows)
+        if not rows:
+            continue
+        gets = [_getter(t.var if isinstance(t, Aggregate) else t, schema) for t in head]
+        got = [tuple(g(r) for g in gets) for r in rows]
+        for j in range(len(gets)):
+            out[j].extend(r[j] for r in got)
+        if rank is not None:
+            if rank[0] == "k":
+                out[-1].extend([str(rank[1])] * len(got))
+            else:
+                fn, n = builtins[rank[1]].fn, rank[2]
+                out[-1].extend(str(fn(ctx, *r[:n])[0][0]) for r in got)
+    return pd.DataFrame({n: pd.Series(vals, dtype=PANDAS_DTYPES[t])
+                         for n, t, vals in zip(names, types, out, strict=True)})
+
+
+def _tail_batches(ctx_bc, token: str, builtins, local, tails: tuple[Tail, ...], tag: str,
+                  names: tuple[str, ...], types: tuple[str, ...],
+                  batches: Iterator[pd.DataFrame]):
+    ctx = _context(ctx_bc, token)
+    for batch in batches:
+        yield _run_tails(ctx, builtins, local, tails, tag, names, types, batch)
 
 
 # -- relations ---------------------------------------------------------------------------------
@@ -254,6 +449,17 @@ class _Bindings:
         return _py_type(t.value) if isinstance(t, Const) else self.types[t.name]
 
 
+@dataclass(frozen=True)
+class _Rank:
+    """The rank column a scheduled stratum's candidates carry: the built-in, the column, the
+    rank being released (None for the base variants) and the stratum's relations."""
+
+    fn: str
+    col: str
+    k: int | None
+    preds: tuple[str, ...]
+
+
 # -- the engine ---------------------------------------------------------------------------------
 class SparkEngine:
     name = "spark"
@@ -269,6 +475,13 @@ class SparkEngine:
         self.spark = spark
         self.columns = {p: _unique_names(column_names(compiled, p)) for p in compiled.schemas}
         self._tag = {p: _fresh("_new", cols) for p, cols in self.columns.items()}
+        self._cnt = {p: _fresh("_n", cols) for p, cols in self.columns.items()}
+        self._schema = {p: T.StructType([T.StructField(n, SPARK_TYPES[t]) for n, t in
+                                         zip(cols, compiled.schemas[p], strict=True)])
+                        for p, cols in self.columns.items()}
+        self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
+        self._order = [p for s in compiled.strata for p in s.preds]
+        """The order in which a round of a deletion cascade visits relations."""
         self._unit = spark.range(0, 1, 1, 1).selectExpr("0 AS _unit")
         self._ctx_bc = None
         self._token = ""
@@ -289,16 +502,81 @@ class SparkEngine:
         return self.spark.sql(f"SELECT {', '.join(cols)} FROM VALUES {values}"
                               + ("" if rows else " WHERE false"))
 
-    # -- one variant ---------------------------------------------------------------------------
+    # -- variants ----------------------------------------------------------------------------
+    def run_group(self, variants: list[Variant], full: Mapping[str, DataFrame],
+                  delta: Mapping[str, DataFrame | None], old: Mapping[str, DataFrame],
+                  rank: _Rank | None = None) -> DataFrame | None:
+        """The head tuples of ``variants`` (all of one relation; None when every one of them
+        reads a relation known to be empty), with a rank column when ``rank`` is given.
+
+        Each variant runs in Spark up to its *tail*, the ops after its last scan of a derived
+        relation (built-in calls, comparisons, scans of facts): all tails of the group run in
+        ONE ``mapInPandas`` over the union of the variants' bindings, with the python engine's
+        own code (:func:`_run_tails`), which also computes ranks. A variant whose tail calls
+        nothing and whose rank is known (or not needed) stays entirely in Spark."""
+        frames: list[DataFrame] = []
+        tails: list[tuple[_Bindings, tuple, tuple, tuple | None]] = []
+        for v in variants:
+            if self._skip(v):
+                continue
+            rk = self._rank_of(v, rank)
+            cut = self._tail_start(v)
+            python = rk is not None and rk[0] == "fn" or any(
+                isinstance(op, Call) for op in v.ops[cut:])
+            b = self._bindings(v, full, delta, old, cut if python else len(v.ops))
+            if python:
+                tails.append((b, v.ops[cut:], v.head, rk))
+                continue
+            df = self._project(b, v)
+            if rk is not None and rank is not None:
+                df = df.selectExpr("*", f"{_sql_lit(str(rk[1]))} AS {_ident(rank.col)}")
+            frames.append(df)
+        if tails:
+            frames.append(self._fused(variants[0].head_pred, tails, rank))
+        return _union(frames) if frames else None
+
     def run_variant(self, v: Variant, full: Mapping[str, DataFrame],
-                    delta: Mapping[str, DataFrame], old: Mapping[str, DataFrame]) -> DataFrame:
+                    delta: Mapping[str, DataFrame | None],
+                    old: Mapping[str, DataFrame]) -> DataFrame:
+        """The head tuples of one variant, entirely as Spark operators."""
+        return self._project(self._bindings(v, full, delta, old, len(v.ops)), v)
+
+    def _rank_of(self, v: Variant, rank: _Rank | None) -> tuple | None:
+        """How the rank of ``v``'s head tuples is known: ``("k", k)`` when the head starts with
+        the delta atom's leading variables and that atom reads tuples released at rank k (so
+        every head tuple has rank k), else ``("fn", built-in, inputs)``; None without rank."""
+        if rank is None:
+            return None
+        n = len(self.program.builtins[rank.fn].inputs)
+        if rank.k is not None and v.delta_atom is not None:
+            atom = v.rule.body[v.delta_atom]
+            lead = atom.args[:n]  # type: ignore[union-attr]
+            if atom.pred in rank.preds and all(isinstance(t, Var) for t in lead) \
+                    and tuple(v.head[:n]) == tuple(lead):  # type: ignore[union-attr]
+                return ("k", rank.k)
+        return ("fn", rank.fn, n)
+
+    def _tail_start(self, v: Variant) -> int:
+        """Where ``v``'s tail starts: after its last scan of a relation not known locally."""
+        i = len(v.ops)
+        while i > 0:
+            op = v.ops[i - 1]
+            if isinstance(op, Scan) and op.pred not in self._local:
+                break
+            i -= 1
+        return i
+
+    def _bindings(self, v: Variant, full: Mapping[str, DataFrame],
+                  delta: Mapping[str, DataFrame | None], old: Mapping[str, DataFrame],
+                  upto: int) -> _Bindings:
         b = _Bindings(self._unit)
-        ops = list(v.ops)
+        ops = list(v.ops[:upto])
         i = 0
         while i < len(ops):
             op = ops[i]
             if isinstance(op, Scan):
                 src = {DELTA: delta, OLD: old}.get(op.version, full)[op.pred]
+                assert src is not None
                 self._scan(b, op, src)
             elif isinstance(op, Call):
                 j = i
@@ -310,7 +588,55 @@ class SparkEngine:
             else:
                 self._filter(b, op)
             i += 1
-        return self._project(b, v)
+        return b
+
+    def _fused(self, pred: str, tails: list[tuple[_Bindings, tuple, tuple, tuple | None]],
+               rank: _Rank | None) -> DataFrame:
+        """One ``mapInPandas`` finishing every tail: the bindings of all the variants in one
+        frame, each variable in a *slot* (a column per type and position; unused slots hold a
+        typed zero, never NULL, so pandas keeps integer columns integral)."""
+        zero = {LONG: "0L", DOUBLE: "0.0D", STRING: "''", BOOLEAN: "false"}
+        width: dict[str, int] = {}
+        placed = []
+        for b, *_ in tails:
+            seen: dict[str, int] = {}
+            slots = {}
+            for var, col in b.cols.items():
+                ty = b.types[var]
+                slots[var] = (col, f"_{ty[0].upper()}{seen.get(ty, 0)}")
+                seen[ty] = seen.get(ty, 0) + 1
+                width[ty] = max(width.get(ty, 0), seen[ty])
+            placed.append(slots)
+        all_slots = [(f"_{ty[0].upper()}{j}", ty) for ty in sorted(width)
+                     for j in range(width[ty])]
+        tag = "_g"
+        parts, specs = [], []
+        builtins: dict[str, Any] = {}
+        local: dict[str, list[tuple]] = {}
+        for g, ((b, ops, head, rk), slots) in enumerate(zip(tails, placed, strict=True)):
+            by_slot = {slot: col for col, slot in slots.values()}
+            parts.append(b.df.selectExpr(f"{g} AS {tag}", *[
+                f"{_ident(by_slot[s])} AS {s}" if s in by_slot else f"{zero[ty]} AS {s}"
+                for s, ty in all_slots]))
+            specs.append((tuple(slots[v][1] for v in slots), tuple(slots), tuple(ops),
+                          tuple(head), rk))
+            for op in ops:
+                if isinstance(op, Call):
+                    builtins[op.name] = self.program.builtins[op.name]
+                elif isinstance(op, Scan):
+                    local[op.pred] = self._local[op.pred]
+            if rk is not None and rk[0] == "fn":
+                builtins[rk[1]] = self.program.builtins[rk[1]]
+        names = list(self.columns[pred])
+        types = list(self.program.schemas[pred])
+        fields = list(self._schema[pred].fields)
+        if rank is not None:
+            names.append(rank.col)
+            types.append(STRING)
+            fields.append(T.StructField(rank.col, SPARK_TYPES[STRING]))
+        fn = functools.partial(_tail_batches, self._ctx_bc, self._token, builtins, local,
+                               tuple(specs), tag, tuple(names), tuple(types))
+        return _union(parts).coalesce(1).mapInPandas(fn, T.StructType(fields))
 
     def _scan(self, b: _Bindings, op: Scan, rel: DataFrame) -> None:
         names = [_ident(n) for n in self.columns[op.pred]]
@@ -341,7 +667,7 @@ class SparkEngine:
         on = [b.cols[n] for n in keys] or None
         if op.negated:
             r = r.selectExpr(*sel) if sel else r.selectExpr()
-            b.df, b.unit = b.df.join(r.hint("broadcast"), on=on, how="left_anti"), False
+            b.df, b.unit = _join(b.df, r, on, "left_anti"), False
             return
         unit = b.unit
         sel += [f"{names[first[n]]} AS {_ident(b.bind(n, types[first[n]]))}"
@@ -350,9 +676,9 @@ class SparkEngine:
         if unit and sel:
             b.df = r.coalesce(1)  # one partition: see "Partitions" in the module docstring
         elif keys:
-            b.df = b.df.join(r.hint("broadcast"), on=on, how="inner")
+            b.df = _join(b.df, r, on, "inner")
         else:
-            b.df = b.df.crossJoin(r.hint("broadcast"))
+            b.df = _join(b.df, r, [], "inner")
 
     def _scan_local(self, b: _Bindings, op: Scan, rows: list[tuple], first: dict[str, int],
                     keys: list[str]) -> None:
@@ -428,26 +754,22 @@ class SparkEngine:
         b.df, b.unit = b.df.filter(cond), False
 
     def _project(self, b: _Bindings, v: Variant) -> DataFrame:
+        """The head tuples, cast to the relation's column types; an aggregate head gives its
+        inputs (the aggregated variable in place): they are aggregated when released, over
+        the union of all the relation's rules (:meth:`_release`)."""
         names = self.columns[v.head_pred]
         types = self.program.schemas[v.head_pred]
-        df = b.df.selectExpr(*[
+        return b.df.selectExpr(*[
             f"CAST({b.term(a.var if isinstance(a, Aggregate) else a)} AS {SQL_TYPES[ty]}) "
             f"AS {_ident(n)}"
             for a, n, ty in zip(v.head, names, types, strict=True)
         ])
-        agg = v.aggregate
-        if agg is None:
-            return df
-        pos, a = agg
-        keys = names[:pos] + names[pos + 1:]
-        x = _ident(names[pos])
-        return df.groupBy(*keys).agg(F.expr(f"{a.func}({x}) AS {x}")).select(*names)
 
     # -- fixpoint ------------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Any]) -> tuple[dict[str, SparkRelation], RunStats]:
         t0 = time.perf_counter()
         prog = self.program
-        stats = RunStats()
+        self.stats = stats = RunStats()
         # PlanSpaces hold mappingproxy objects, which plain pickle (what broadcast uses)
         # rejects; cloudpickle handles them, so the broadcast value is cloudpickled bytes.
         self._token = uuid.uuid4().hex
@@ -455,69 +777,489 @@ class SparkEngine:
         try:
             idb = {p for st in prog.strata for p in st.preds}
             self._local = {}
-            full: dict[str, DataFrame] = {}
-            size: dict[str, int] = {}
+            self.full = {}
+            self.size = {}
+            self.counts = {}
+            self._old = {}
+            self._unknown = set()
+            self._later = []
             for p in prog.schemas:
                 rows = list(prog.facts.get(p, ()))
                 if p in prog.inputs:
                     rows += list(inputs.get(p, ()))
                 rows = list(dict.fromkeys(rows))
-                full[p] = self._frame(p, rows)
-                size[p] = len(rows)
+                self.full[p] = self._frame(p, rows)
+                self.size[p] = len(rows)
                 if p not in idb and len(rows) <= LOCAL_MAX:
                     self._local[p] = rows
+                if p in prog.features.refcount:  # inputs count once, as in the python engine
+                    self.counts[p] = self._frame(p, rows if p in prog.inputs else []) \
+                        .selectExpr("*", f"1L AS {self._cnt[p]}")
             for stratum in prog.strata:
-                pending = {p: [self.run_variant(v, full, {}, {}) for v in stratum.base
-                               if v.head_pred == p] for p in stratum.preds}
-                delta, old, count = self._absorb(pending, full, size, stats)
-                stats.iterations += 1
-                while stratum.recursive and any(count.values()):
-                    pending = {p: [] for p in stratum.preds}
-                    for v in stratum.deltas:
-                        if count[v.rule.body[v.delta_atom].pred]:  # type: ignore[index]
-                            pending[v.head_pred].append(self.run_variant(v, full, delta, old))
-                    delta, old, count = self._absorb(pending, full, size, stats)
-                    stats.iterations += 1
+                if stratum.schedule is not None:
+                    self._run_scheduled(stratum)
+                else:
+                    self._run_seminaive(stratum)
         finally:
             self._ctx_bc.unpersist()
+        stats.held = dict(self.size)
         stats.seconds = time.perf_counter() - t0
-        return {p: SparkRelation(df, size[p]) for p, df in full.items()}, stats
+        return {p: SparkRelation(df, self.size[p]) for p, df in self.full.items()}, stats
 
-    def _absorb(self, pending: dict[str, list[DataFrame]], full: dict[str, DataFrame],
-                size: dict[str, int], stats: RunStats):
-        """New DELTA = distinct candidates not in FULL; OLD = FULL; FULL = FULL ∪ DELTA.
-        One checkpoint per relation holds FULL ∪ DELTA with a column telling which tuples are
-        new; DELTA and the next FULL are a filter and a projection of it. Counting the delta
-        (the one Spark action per relation) materializes it."""
-        delta, old, count = {}, {}, {}
-        for p, frames in pending.items():
-            old[p] = full[p]
-            n = 0
-            if frames:
-                merged = self._merge(p, frames, full[p]).localCheckpoint(eager=False)
-                tag = self._tag[p]
-                d = merged.filter(tag).drop(tag)
-                n = d.count()
-            if n:
-                delta[p] = d
-                full[p] = merged.drop(tag)
-            else:  # no delta variant reads it (they are skipped), but keep it a frame
-                if p not in self._empty:
-                    self._empty[p] = self._frame(p, [])
-                delta[p] = self._empty[p]
-            count[p] = n
-            size[p] += n
-            stats.derived[p] = stats.derived.get(p, 0) + n
-        return delta, old, count
+    def _derive(self, variants: list[Variant], full: Mapping[str, DataFrame],
+                delta: Mapping[str, DataFrame | None], old: Mapping[str, DataFrame],
+                rank: Mapping[str, _Rank] | None = None) -> dict[str, DataFrame]:
+        """Run ``variants`` (those whose delta relation has tuples), one fused group per head
+        relation; returns the candidates of every head that got any."""
+        groups: dict[str, list[Variant]] = {}
+        for v in variants:
+            if v.delta_atom is None or delta.get(v.rule.body[v.delta_atom].pred) is not None:
+                groups.setdefault(v.head_pred, []).append(v)
+        out = {}
+        for head, vs in groups.items():
+            df = self.run_group(vs, full, delta, old, rank[head] if rank else None)
+            if df is not None:
+                out[head] = df
+        return out
+
+    def _run_seminaive(self, stratum: Stratum) -> None:
+        used_twice = set(self.counts) | set(self.program.features.aggsel)
+        pending = self._derive(stratum.base, self.full, {}, {})
+        while True:
+            self._old = {}
+            delta: dict[str, DataFrame | None] = {}
+            for p in stratum.preds:
+                frame = pending.get(p)
+                if frame is not None and p in used_twice:  # read twice: compute it once
+                    frame = frame.localCheckpoint(eager=False)
+                delta[p] = self._release(p, frame)
+            count = self._settle(delta, {})
+            self.stats.iterations += 1
+            if not stratum.recursive or not any(count.values()):
+                return
+            live = {p: d if count.get(p) else None for p, d in delta.items()}
+            pending = self._derive(stratum.deltas, self.full, live, {**self.full, **self._old})
+
+    def _run_scheduled(self, stratum: Stratum) -> None:
+        """Release the stratum's tuples one rank at a time, exactly as
+        :meth:`PythonEngine._run_scheduled`: pending candidates are one checkpointed frame per
+        relation with a rank column; the driver knows only each relation's lowest pending
+        (signed) rank, computed in the one job per step that also counts the deltas."""
+        sched = stratum.schedule
+        assert sched is not None
+        prog = self.program
+        sign = 1 if sched.direction == ASCENDING else -1
+        aggs = [p for p in stratum.preds if p in prog.aggregates]
+        agg_inputs = {p: {lit.pred for v in stratum.base if v.head_pred == p
+                          for lit in v.rule.body
+                          if isinstance(lit, Atom) and lit.pred in stratum.preds}
+                      for p in aggs}
+        pending: dict[str, DataFrame | None] = {p: None for p in stratum.preds}
+        low: dict[str, int | None] = {p: None for p in stratum.preds}
+        """Relation → its lowest pending signed rank (None: nothing pending)."""
+        col = {p: _fresh("_rank", self.columns[p]) for p in stratum.preds}
+
+        def ranks(k: int | None) -> dict[str, _Rank]:
+            return {p: _Rank(sched.rank, col[p], k, stratum.preds) for p in stratum.preds}
+
+        def add(new: dict[str, DataFrame], changed: set[str]) -> dict[str, str]:
+            """New pending frames for the ``changed`` relations (``new`` candidates added);
+            returns the expression of each one's lowest signed rank, for :meth:`_settle`."""
+            out = {}
+            for p in changed:
+                parts = [f for f in (pending[p], new.get(p)) if f is not None]
+                if not parts:
+                    pending[p] = None
+                    continue
+                pending[p] = _union(parts).coalesce(1).localCheckpoint(eager=False)
+                out[p] = f"{sign} * CAST({_ident(col[p])} AS BIGINT)"
+            return out
+
+        new = self._derive(stratum.base, self.full, {}, {}, ranks(None))
+        exprs = add(new, set(new))
+        low.update(self._settle({}, {p: (pending[p], e) for p, e in exprs.items()}))
+        while any(x is not None for x in low.values()):
+            current = min(x for x in low.values() if x is not None)
+            k = sign * current
+            done: set[str] = set()
+            while True:
+                plain = [p for p in stratum.preds
+                         if p not in prog.aggregates and low[p] == current]
+                if not plain:
+                    ready = [p for p in aggs if low[p] == current and not any(
+                        low[i] == current for i in agg_inputs[p] if i != p)]
+                    if not ready:
+                        break
+                    plain = ready[:1]
+                    done.add(plain[0])
+                self._old = {}
+                delta: dict[str, DataFrame | None] = {}
+                for p in plain:
+                    frame = pending[p]
+                    assert frame is not None
+                    r = _ident(col[p])
+                    rows = frame.filter(f"{r} = '{k}'").drop(col[p])
+                    pending[p] = frame.filter(f"{r} != '{k}'")
+                    delta[p] = self._release(p, rows)
+                self.stats.iterations += 1
+                new = self._derive(stratum.deltas, self.full, delta,
+                                   {**self.full, **self._old}, ranks(k))
+                changed = set(plain) | set(new)
+                exprs = add(new, changed)
+                lows = self._settle(delta, {p: (pending[p], e) for p, e in exprs.items()})
+                for p in changed:
+                    low[p] = lows.get(p)
+                    if low[p] is None:
+                        pending[p] = None
+                for p in new:
+                    x = low[p]
+                    if x is not None and (x < current or (x == current and p in done)):
+                        raise ReoptError(
+                            f".schedule {sched.direction} {sched.rank}: {p} derived a tuple "
+                            f"of rank {sign * x} while rank {k} is being released")
+            left = [p for p in stratum.preds if low[p] == current]
+            if left:
+                raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
+                                 f"rank {k}; the rank must separate them")
+
+    def _skip(self, v: Variant) -> bool:
+        """Whether ``v`` reads (non-negated) a relation known to be empty: it derives nothing,
+        so it is not planned at all."""
+        for op in v.ops:
+            if isinstance(op, Scan) and not op.negated and op.version != DELTA:
+                if self.size[op.pred] == 0 and op.pred not in self._unknown:
+                    return True
+        return False
+
+    def _settle(self, delta: Mapping[str, DataFrame | None],
+                lows: Mapping[str, tuple[DataFrame | None, str]]) -> dict[str, int]:
+        """The one Spark job of a step: counts every delta (filling ``derived`` and the
+        sizes) and computes the lowest pending rank of every relation in ``lows``; it also
+        materializes the checkpoints made since the last job (:attr:`_later`). Returns the
+        counts and the ranks by relation (a rank is None when nothing is pending)."""
+        items: list[tuple[DataFrame, str | None]] = []
+        names: list[tuple[str, str]] = []
+        for p, d in delta.items():
+            if d is not None:
+                items.append((d, None))
+                names.append(("n", p))
+        for p, (df, expr) in lows.items():
+            if df is not None:
+                items.append((df, expr))
+                names.append(("low", p))
+        for df in self._later:
+            items.append((df, None))
+            names.append(("", ""))
+        self._later = []
+        got = dict(zip(names, self._measure(items), strict=True))
+        out: dict[str, int] = {}
+        for p in delta:
+            n = int(got.get(("n", p)) or 0)
+            self.size[p] += n
+            self.stats.derived[p] = self.stats.derived.get(p, 0) + n
+            self._unknown.discard(p)
+            out[p] = n
+        for p in lows:
+            out[p] = got.get(("low", p))  # type: ignore[assignment]
+        return out
+
+    def _measure(self, items: list[tuple[DataFrame, str | None]]) -> list[Any]:
+        """One Spark job: per item, its count (expression None) or the minimum of the
+        expression over its rows (None for no rows). Only these numbers reach the driver:
+        the result is one row of a global aggregate."""
+        if not items:
+            return []
+        parts = [df.selectExpr(f"'{i}' AS _i", f"CAST({e or 0} AS BIGINT) AS _x")
+                 for i, (df, e) in enumerate(items)]
+        aggs = [F.expr(f"count_if(_i = '{i}')" if e is None
+                       else f"min(CASE WHEN _i = '{i}' THEN _x END)")
+                for i, (_, e) in enumerate(items)]
+        row = _union(parts).coalesce(1).agg(*aggs).collect()[0]
+        return list(row)
+
+    # -- inserting: aggregates, selection, bounds, suppression ---------------------------------
+    def _release(self, pred: str, rows: DataFrame | None) -> DataFrame | None:
+        """Insert candidate tuples of ``pred`` as :meth:`PythonEngine._release` does; returns
+        the new tuples (a lazy frame, counted by the step's :meth:`_settle`), None when there
+        are no candidates."""
+        prog = self.program
+        if rows is None:
+            return None
+        if pred in self.counts:
+            self.counts[pred] = self._add_counts(pred, rows)
+            self._later.append(self.counts[pred])
+        agg = prog.aggregates.get(pred)
+        if agg is not None:
+            rows = self._aggregate(pred, rows, *agg)
+        source = prog.features.suppress.get(pred)
+        if source is not None:
+            rows = self._sourced(pred, source, rows)
+        sel = prog.features.aggsel.get(pred)
+        if sel is not None:
+            kept = self._select(sel, rows)
+            if source is not None:
+                self._suppress(pred, source, rows, kept)
+            rows = kept
+        self._old[pred] = self.full[pred]
+        merged = self._merge(pred, [rows], self.full[pred]).localCheckpoint(eager=False)
+        tag = self._tag[pred]
+        self.full[pred] = merged.drop(tag)
+        self._unknown.add(pred)
+        return merged.filter(tag).drop(tag)
+
+    def _add_counts(self, pred: str, rows: DataFrame) -> DataFrame:
+        """Reference counts plus one per produced tuple (duplicates included)."""
+        cols, n = self.columns[pred], self._cnt[pred]
+        ones = rows.selectExpr("*", f"1L AS {_ident(n)}")
+        return (self.counts[pred].union(ones).coalesce(1).groupBy(*cols)
+                .agg(F.expr(f"sum({_ident(n)}) AS {_ident(n)}"))
+                .localCheckpoint(eager=False))
+
+    def _aggregate(self, pred: str, rows: DataFrame, pos: int, func: str) -> DataFrame:
+        """Group by every column but ``pos`` and keep the min/max of ``pos``."""
+        names = self.columns[pred]
+        x = _ident(names[pos])
+        return (rows.coalesce(1).groupBy(*(names[:pos] + names[pos + 1:]))
+                .agg(F.expr(f"{func}({x}) AS {x}")).select(*names))
+
+    def _renamed(self, pred: str, names: list[str]) -> DataFrame:
+        """``pred``'s leading columns under ``names`` (the rest dropped)."""
+        return self.full[pred].selectExpr(*[f"{_ident(c)} AS {_ident(n)}" for c, n in
+                                            zip(self.columns[pred], names, strict=False)])
+
+    def _sourced(self, pred: str, source: str, rows: DataFrame) -> DataFrame:
+        """The candidates whose source tuple (their leading columns) still exists."""
+        lead = self.columns[pred][:len(self.program.schemas[source])]
+        src = self._renamed(source, lead)
+        return _join(rows, src, lead, "left_semi")
+
+    def _select(self, sel: AggSel, rows: DataFrame) -> DataFrame:
+        """Aggregate selection (:meth:`PythonEngine._select`): per group, the tuples with the
+        best value, if it beats the group's current aggregate and does not exceed its bound."""
+        names = self.columns[sel.target]
+        key = [names[c] for c in sel.key]
+        v = _ident(names[sel.value])
+        best, cur, bnd = (_fresh(n, names) for n in ("_best", "_cur", "_bound"))
+        over = ", ".join(_ident(c) for c in key)
+        lt = "<" if sel.func == "min" else ">"
+        df = (rows.coalesce(1)
+              .selectExpr("*", f"{sel.func}({v}) OVER (PARTITION BY {over}) AS {_ident(best)}")
+              .filter(f"{v} = {_ident(best)}").drop(best))
+        agg_names = self.columns[sel.agg]
+        if self.size[sel.agg] or sel.agg in self._unknown:
+            current = self.full[sel.agg].selectExpr(
+                *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(agg_names, key, strict=False)],
+                f"{_ident(agg_names[-1])} AS {_ident(cur)}")
+            df = (_lookup(df, current, key, cur)
+                  .filter(f"{_ident(cur)} IS NULL OR {v} {lt} {_ident(cur)}").drop(cur))
+        bound = self.program.features.bound.get(sel.target)
+        if bound is not None and (self.size[bound] or bound in self._unknown):
+            b_names = self.columns[bound]
+            limit = self.full[bound].selectExpr(
+                *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(b_names, key, strict=False)],
+                f"{_ident(b_names[-1])} AS {_ident(bnd)}")
+            df = (_lookup(df, limit, key, bnd)
+                  .filter(f"{_ident(bnd)} IS NULL OR NOT ({_ident(bnd)} {lt} {v})").drop(bnd))
+        return df
+
+    def _suppress(self, pred: str, source: str, rows: DataFrame, kept: DataFrame) -> None:
+        """Tuple source suppression (:meth:`PythonEngine._suppress`): delete the source of
+        every rejected tuple that has no other tuple in ``pred``."""
+        lead = self.columns[pred][:len(self.program.schemas[source])]
+        cols = [_ident(c) for c in lead]
+        dead = _join(_join(rows.selectExpr(*cols), kept.selectExpr(*cols), lead, "left_anti"),
+                     self.full[pred].selectExpr(*cols), lead, "left_anti")
+        dead = dead.selectExpr(*[f"{c} AS {_ident(n)}" for c, n in
+                                 zip(cols, self.columns[source], strict=True)])
+        self._delete(source, dead)
+
+    # -- deleting: cascades through the rules ----------------------------------------------------
+    def _delete(self, pred: str, rows: DataFrame) -> None:
+        """Delete tuples and what was derived from them, as :meth:`PythonEngine._delete`: a head
+        tuple that embeds a deleted tuple goes with it (a semi-join on the embedded columns), a
+        counted head loses one count per derivation (the trigger variants re-derive them), an
+        aggregate group goes when no inputs are left; other heads stay.
+
+        The cascade runs by *generation*, like semi-naive rounds: a round deletes, relation by
+        relation (in stratum order, each seeing the deletions before it), all the tuples the
+        last round asked to delete from it, as one frame; what those deletions cause is the
+        next round's work. One Spark job per round counts the tuples deleted (sizes,
+        ``deleted``) and the next round's work per relation (relations without any are not
+        touched). Every relation a round changes is ONE checkpoint (the relation with a
+        "deleted" tag, :meth:`_split`), so plans never nest across rounds. The final
+        relations are the python engine's: what a cascade deletes does not depend on the order
+        of its pieces (each derivation loses its count once, when its first tuple goes)."""
+        work: dict[str, list[DataFrame]] = {pred: [rows]}
+        n = self._measure([(rows, None)] + self._take_later())[0]
+        if not n:
+            return
+        while work:
+            gone: list[tuple[str, DataFrame]] = []
+            nxt: dict[str, list[DataFrame]] = {}
+            for p in self._order:
+                if p in work:
+                    rs = self._remove(p, _union(work[p]), nxt)
+                    gone.append((p, rs))
+            heads = list(nxt)
+            got = self._measure([(rs, None) for _, rs in gone]
+                                + [(_union(nxt[h]), None) for h in heads] + self._take_later())
+            for (p, _), n in zip(gone, got, strict=False):
+                self.size[p] -= int(n)
+                self.stats.deleted[p] = self.stats.deleted.get(p, 0) + int(n)
+            counted = got[len(gone):len(gone) + len(heads)]
+            work = {h: nxt[h] for h, n in zip(heads, counted, strict=True) if n}
+
+    def _take_later(self) -> list[tuple[DataFrame, None]]:
+        """The checkpoints made since the last job, as :meth:`_measure` items."""
+        later, self._later = self._later, []
+        return [(df, None) for df in later]
+
+    def _remove(self, p: str, cand: DataFrame, nxt: dict[str, list[DataFrame]]) -> DataFrame:
+        """Delete the tuples of ``cand`` that ``p`` holds; returns them, and adds to ``nxt`` what
+        their deletion asks to delete next."""
+        prog, cols = self.program, self.columns[p]
+        tagged = self._split(p, cand)
+        rs, rest = tagged.filter(self._tag[p]), tagged.filter(f"NOT {self._tag[p]}")
+        rs, rest = rs.drop(self._tag[p]), rest.drop(self._tag[p])
+        derived: dict[str, list[DataFrame]] = {}
+        run: dict[str, list[Variant]] = {}
+        for v in prog.triggers.get(p, ()):
+            h = v.head_pred
+            if self.size[h] == 0 and h not in self._unknown:
+                continue  # nothing to delete there
+            if v.embeds is not None and h not in self.counts and h not in prog.aggregates:
+                keys = [self.columns[h][i] for i in v.embeds]
+                hit = rs.selectExpr(*[f"{_ident(c)} AS {_ident(k)}"
+                                      for c, k in zip(cols, keys, strict=True)])
+                derived.setdefault(h, []).append(_join(self.full[h], hit, keys, "left_semi"))
+            elif h in self.counts or h in prog.aggregates:
+                run.setdefault(h, []).append(v)
+        for h, vs in run.items():  # trigger variants: OLD is the relation without the tuples
+            df = self.run_group(vs, self.full, {p: rs}, {**self.full, p: rest})
+            if df is not None:
+                derived.setdefault(h, []).append(df)
+        self.full[p] = rest
+        if p in self._old:  # released earlier in this step: OLD loses the tuples too
+            self._old[p] = _join(self._old[p], rs, cols, "left_anti") \
+                .localCheckpoint(eager=False)
+            self._later.append(self._old[p])
+        for head, frames in derived.items():
+            hs = _union(frames)
+            if head in self.counts:
+                hs = self._uncount(head, hs)
+            elif head in prog.aggregates:
+                hs = self._regroup(head, hs)
+            nxt.setdefault(head, []).append(hs)
+        return rs
+
+    def _split(self, p: str, cand: DataFrame) -> DataFrame:
+        """``p`` with its tag column true for the tuples in ``cand``, checkpointed: FULL tagged
+        0 ∪ the candidates tagged 1, grouped on all columns in one partition; a group is a
+        tuple of ``p`` when its lowest tag is 0 and is deleted when its highest is 1."""
+        cols, tag = self.columns[p], self._tag[p]
+        lo, hi = _fresh("_lo", cols), _fresh("_hi", cols)
+        u = self.full[p].selectExpr("*", f"0 AS {tag}").union(
+            cand.selectExpr(*[_ident(c) for c in cols], f"1 AS {tag}"))
+        return (u.coalesce(1).groupBy(*cols)
+                .agg(F.expr(f"min({tag}) AS {lo}"), F.expr(f"max({tag}) AS {hi}"))
+                .filter(f"{lo} = 0").selectExpr(*[_ident(c) for c in cols], f"{hi} = 1 AS {tag}")
+                .localCheckpoint(eager=False))
+
+    def _uncount(self, pred: str, hs: DataFrame) -> DataFrame:
+        """Take one count per derivation in ``hs``; returns the tuples whose count reached 0
+        (their counts are dropped, as the python engine does). The counts tagged 0 ∪ one
+        ``-1`` per derivation tagged 1, summed per tuple in one partition, checkpointed."""
+        cols, n = self.columns[pred], self._cnt[pred]
+        hit = _fresh("_hit", [*cols, n])
+        c = (self.counts[pred].selectExpr("*", f"0 AS {hit}")
+             .union(hs.selectExpr(*[_ident(x) for x in cols], f"-1L AS {_ident(n)}",
+                                  f"1 AS {hit}"))
+             .coalesce(1).groupBy(*cols)
+             .agg(F.expr(f"sum({_ident(n)}) AS {_ident(n)}"), F.expr(f"max({hit}) AS {hit}"))
+             .localCheckpoint(eager=False))
+        self.counts[pred] = c.filter(f"{_ident(n)} > 0").drop(hit)
+        return c.filter(f"{hit} = 1 AND {_ident(n)} <= 0").select(*cols)
+
+    def _regroup(self, pred: str, hs: DataFrame) -> DataFrame:
+        """The tuples of aggregate groups that lost inputs and have none left (see
+        :meth:`PythonEngine._regroup`; the python engine also checks that no group's value
+        changed, which pruning never does)."""
+        pos, _ = self.program.aggregates[pred]
+        names = self.columns[pred]
+        key = names[:pos] + names[pos + 1:]
+        groups = hs.selectExpr(*[_ident(c) for c in key])
+        out = _join(self.full[pred], groups, key, "left_semi")
+        for inp in self._agg_inputs[pred]:
+            t = self.columns[inp.target]
+            have = self.full[inp.target].selectExpr(
+                *[f"{_ident(t[c])} AS {_ident(n)}" for c, n in zip(inp.key, key, strict=True)])
+            out = _join(out, have, key, "left_anti")
+        return out
 
     def _merge(self, pred: str, frames: list[DataFrame], full: DataFrame) -> DataFrame:
         """FULL ∪ the distinct candidates of ``frames``, with a boolean column that is true for
         the candidates not in FULL: candidates tagged true, FULL tagged false, grouped on all
         columns in ONE partition (no exchange), the tag being the group's ``min``."""
         cols, tag = self.columns[pred], self._tag[pred]
-        cand = functools.reduce(DataFrame.union, frames).selectExpr("*", f"true AS {tag}")
+        cand = _union(frames).selectExpr("*", f"true AS {tag}")
         tagged = cand.union(full.selectExpr("*", f"false AS {tag}")).coalesce(1)
         return tagged.groupBy(*cols).agg(F.expr(f"min({tag}) AS {tag}"))
+
+
+def _join(left: DataFrame, right: DataFrame, on: list[str] | None, how: str) -> DataFrame:
+    """``left`` joined with ``right`` on the columns ``on`` (both have them), ``how`` one of
+    ``inner``, ``left_semi``, ``left_anti`` (see :func:`_window_join`)."""
+    return _window_join(left, right, on or [], how)
+
+
+def _lookup(left: DataFrame, right: DataFrame, on: list[str], value: str) -> DataFrame:
+    """``left`` with the column ``value`` of ``right`` for the same ``on`` columns (NULL when
+    ``right`` has none; ``right`` has at most one value per key), as a window like
+    :func:`_window_join`."""
+    lf = {f.name: f.dataType.simpleString() for f in left.schema.fields}
+    vt = next(f.dataType.simpleString() for f in right.schema.fields if f.name == value)
+    side = _fresh("_side", [*lf, value])
+    u = left.selectExpr(*[_ident(c) for c in lf], f"CAST(NULL AS {vt}) AS {_ident(value)}",
+                        f"false AS {side}").union(right.selectExpr(
+                            *[_ident(c) if c in on else f"CAST(NULL AS {t}) AS {_ident(c)}"
+                              for c, t in lf.items()], _ident(value), f"true AS {side}"))
+    over = f"OVER (PARTITION BY {', '.join(_ident(c) for c in on)})"
+    return (u.coalesce(1).filter(f"NOT {side} OR {_ident(value)} IS NOT NULL")
+            .selectExpr(*[_ident(c) for c in lf], side,
+                        f"max({_ident(value)}) {over} AS {_ident(value)}")
+            .filter(f"NOT {side}").drop(side))
+
+
+def _window_join(left: DataFrame, right: DataFrame, on: list[str], how: str) -> DataFrame:
+    """A join written with single-input operators only: both sides in one ``union``, one
+    window per key (partition), then the left rows with what their partition holds of the
+    right side (for ``inner``, the list of right payloads, expanded with ``inline``)."""
+    lf = {f.name: f.dataType.simpleString() for f in left.schema.fields}
+    rf = {f.name: f.dataType.simpleString() for f in right.schema.fields}
+    lcols = list(lf)
+    payload = [c for c in rf if c not in on] if how == "inner" else []
+    taken = [*lcols, *rf]
+    side, hit, pay = (_fresh(n, taken) for n in ("_side", "_hit", "_pay"))
+    null = "CAST(NULL AS {})".format
+    lsel = [_ident(c) for c in lcols] + [f"{null(rf[c])} AS {_ident(c)}" for c in payload]
+    rsel = [_ident(c) if c in on else f"{null(t)} AS {_ident(c)}" for c, t in lf.items()]
+    rsel += [_ident(c) for c in payload]
+    u = left.selectExpr(*lsel, f"false AS {side}").union(
+        right.selectExpr(*rsel, f"true AS {side}")).coalesce(1)
+    over = f"OVER (PARTITION BY {', '.join(_ident(c) for c in on)})" if on else "OVER ()"
+    if how != "inner":
+        w = u.selectExpr("*", f"max({side}) {over} AS {hit}")
+        cond = hit if how == "left_semi" else f"NOT {hit}"
+        return w.filter(f"NOT {side} AND {cond}").select(*lcols)
+    fields = ", ".join(_ident(c) for c in payload) if payload else f"1 AS {pay}"
+    w = u.selectExpr(*[_ident(c) for c in lcols], side,
+                     f"collect_list(CASE WHEN {side} THEN struct({fields}) END) {over} AS {pay}")
+    out = w.filter(f"NOT {side}").selectExpr(*[_ident(c) for c in lcols], f"inline({pay})")
+    return out if payload else out.drop(pay)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    return functools.reduce(DataFrame.union, frames)
 
 
 def _ident(name: str) -> str:

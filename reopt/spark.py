@@ -231,6 +231,11 @@ def get_spark(
       the disk.
     * ``spark.sql.session.timeZone=UTC``: dates/timestamps in statistics and results do not
       depend on the machine's time zone.
+    * ``spark.sql.constraintPropagation.enabled=false``: the optimizer otherwise infers the
+      constraints (predicates, aliases) of every operator to prune filters; on the ``spark``
+      engine's plans (unions, windows and ``inline`` generators over many columns) that
+      inference grows exponentially and planning one small frame took up to a minute.  The
+      engine filters exactly what it needs; nothing is lost.
     * For ``local`` masters, ``spark.driver.host``/``bindAddress=127.0.0.1``: avoids
       hostname-resolution warnings and firewall prompts; nothing outside this machine talks
       to a local driver.
@@ -270,6 +275,7 @@ def get_spark(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.cleaner.referenceTracking.cleanCheckpoints", "true")
     )
     if not _user_configured("spark.driver.defaultJavaOptions"):
