@@ -171,9 +171,11 @@ def test_expand_checks_and_binds():
     assert list(empty.columns) == ["_v0", "_v1", "_v2"] and len(empty) == 0
 
 
-@pytest.mark.parametrize("query, mode", [("tpch:q5", "all"), ("tpch:q10", "aggsel+refcount"),
-                                         ("tpch:q8join", "all"), ("tpch:q3", "evita"),
-                                         ("tpch:q10", "aggsel+bound")])
+# Few and meaningful (the suite's time): `all` switches every feature on (suppression cascades
+# and reference counts included) on a 4-relation query; evita and aggsel+bound on smaller ones.
+# Q5 and Q8Join under `all` on Spark are measured by `make bench` (BENCHMARKS.md).
+@pytest.mark.parametrize("query, mode", [("tpch:q10", "all"), ("tpch:q3", "evita"),
+                                         ("tpch:q3", "aggsel+bound")])
 def test_pruning_same_as_python(spark, query, mode):
     """Every pruning feature on the Spark engine: the same relations (held state, Bound),
     iterations and derived counts as the python engine, and the reference optimum (io)."""
