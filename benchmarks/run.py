@@ -354,7 +354,7 @@ def fig5(cfg: Config) -> Section:
                              "same cost"], full_rows, details=True))
 
     plt = _plt()
-    fig = plt.figure(figsize=(14, 9))
+    fig = plt.figure(figsize=(15, 9))
     fig.suptitle("Figures 5 / 11: initial optimization under io (normalized to topdown)")
     ax = fig.add_subplot(2, 1, 1)
     series = {k: [ratio(q, k) for q in FIG5_QUERIES]
@@ -363,7 +363,7 @@ def fig5(cfg: Config) -> Section:
     _bars(ax, FIG5_QUERIES, series, log=True, ylabel="time / topdown (log)")
     ax.axhspan(*PAPER["overhead"], color="green", alpha=0.12,
                label="paper: declarative 1.1–1.5×")
-    ax.legend(fontsize=7, ncol=4)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     ax.set_title("(a) optimization time")
     for i, kind in enumerate(("or", "and")):
         ax = fig.add_subplot(2, 2, 3 + i)
@@ -414,9 +414,10 @@ def fig5(cfg: Config) -> Section:
         f"`topdown` (median {ev_med:.1f}×) vs {all_med:.1f}× for `all`: "
         + ("`evita` is faster, as in the paper (less pruning work). "
            if ev_med < all_med * 0.95 else
-           "`all` is as fast or faster, where the paper found Evita marginally faster: in "
-           "reopt the tuples pruning removes are tuples the later strata (BestPlan, LocalCost, "
-           "Bound) no longer process. ")
+           ("`all` is faster" if all_med < ev_med * 0.95 else "about the same")
+           + ", where the paper found Evita marginally faster: in reopt the tuples pruning "
+           "removes are tuples the later strata (BestPlan, LocalCost, Bound) no longer "
+           "process, which pays for the pruning work. ")
         + "reopt's Evita is a weaker baseline than the paper's: it keeps every plan "
         "alternative (AND ratio 0), while the paper's pruned alternatives against equivalent "
         "plans and trailed full pruning by only 4–8% of AND nodes.",
@@ -462,7 +463,8 @@ def fig5(cfg: Config) -> Section:
                           for q, k in ran) else
                    "some runs returned a cost other than topdown's (\"NO\" in the folded "
                    "table).")
-                + (" Modes " + ", ".join(f"`{m}`" for m in timed_out) + " did not finish within "
+                + ((" Modes " if len(timed_out) > 1 else " Mode ")
+                   + ", ".join(f"`{m}`" for m in timed_out) + " did not finish within "
                    f"{cfg.spark_timeout:.0f} s on the smallest query: pruning with "
                    + ("them" if len(timed_out) > 1 else "it")
                    + " on the Spark engine is not in working order yet."
@@ -680,7 +682,8 @@ def _per_relation(cfg: Config, fig: str, query: str, tables: Sequence[str]) -> S
         f"declarative the update is {min(full):.1f}–{max(full):.1f}× faster.",
         "**Update ratios** (median share of AND nodes touched, by relation): "
         + ", ".join(f"{t} {v:.1%}" for t, v in by_rel.items())
-        + f". Most: {max(by_rel, key=by_rel.get)}, least: {min(by_rel, key=by_rel.get)} — "
+        + f". Most: {', '.join(t for t, v in by_rel.items() if v == max(by_rel.values()))}"
+        f"; least: {', '.join(t for t, v in by_rel.items() if v == min(by_rel.values()))} — "
         "a relation's rows enter every subexpression containing it, so the share follows "
         "how many OR nodes contain it and how far the change moves their best plans.",
     ]
@@ -753,7 +756,8 @@ def fig8(cfg: Config) -> list[Section]:
             "**Time per mode** (median over the factors of update time / `topdown`, "
             "min–max): " + ", ".join(f"`{m}` {v:.2f} ({spread[m][0]:.2f}–{spread[m][1]:.2f})"
                                      for m, v in t.items())
-            + f". Fastest: `{best}`; `all` takes {t['all'] / t[best]:.2f}× the fastest. "
+            + f". Fastest: `{best}`"
+            + (". " if best == "all" else f"; `all` takes {t['all'] / t[best]:.2f}× its time. ")
             + ("As in the paper the combination is (about) the fastest. "
                if t["all"] <= t[best] * 1.15 else
                "The paper found the combination fastest; reopt does not reproduce that. ")
@@ -863,8 +867,11 @@ def fig9(cfg: Config) -> Section:
         f"high ones (D, E) {high['td']:.0%} / {high['bu']:.0%}"
         + (": the larger the changed subexpression, the less to re-cost, as in the paper."
            if high["td"] <= low["td"] and high["bu"] <= low["bu"] else ".")
-        + f" `topdown-inc` touches a median {td_down:.0%} when the estimate falls and "
-        f"{td_up:.0%} when it rises (paper: less on a decrease, more on an increase"
+        + (f" `topdown-inc` touches a median {td_down:.0%} when the estimate falls and "
+           f"{td_up:.0%} when it rises" if abs(td_down - td_up) > 0.005 else
+           f" `topdown-inc` touches the same median share ({td_down:.0%}) whether the "
+           "estimate falls or rises")
+        + " (paper: less on a decrease, more on an increase"
         + (" — matches)." if td_down < td_up else
            " — not reproduced: here a selectivity change moves rows, not a join's cost).")
         ,
