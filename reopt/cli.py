@@ -168,13 +168,15 @@ def optimize_main(args: argparse.Namespace) -> int:
             f"({init.metrics['seconds'] * 1000:.1f} ms)"
         )
         m = init.metrics
-        kept = m.get("held") or m.get("explored")
-        if kept:
+        kept = m.get("held") or m.get("explored") or {}
+        if "or_nodes" in kept and "and_nodes" in kept:
             full = m["search_space"]
             print(f"   {'held' if 'held' in m else 'explored'} {kept['or_nodes']}/"
                   f"{full['or_nodes']} OR nodes, {kept['and_nodes']}/{full['and_nodes']} "
                   f"AND nodes (pruned {m['pruning_ratio']['or']:.0%}, "
                   f"{m['pruning_ratio']['and']:.0%})")
+        elif "trees" in kept:  # exhaustive: every plan tree
+            print(f"   costed {kept['trees']:,} plan trees")
         print(init.plan.explain())
         for step in e["steps"]:
             m = step.metrics

@@ -159,3 +159,19 @@ def test_rejected_delta_leaves_the_optimizer_unchanged():
 def test_exhaustive_refuses_large_spaces():
     with pytest.raises(OptimizerError, match="more than"):
         Optimizer("tpch:q8join", optimizer="exhaustive").optimize()
+
+
+def test_text_output_of_every_optimizer(capsys):
+    """The demo's commands (text, not JSON): every optimizer prints its cost, its held or
+    explored state and the plan; a delta step prints its cost and what it updated."""
+    assert main(["optimize", "tpch:q5", "--cost-model", "cout", "--engine", "python",
+                 "--optimizer", "declarative,topdown,bottomup,exhaustive,topdown-inc",
+                 "--delta", "card orders *2"]) == 0
+    out = capsys.readouterr().out
+    for name in ("declarative (python, pruning all)", "topdown", "bottomup", "exhaustive",
+                 "topdown-inc"):
+        assert f"== tpch:q5 · cout · {name}: cost=1.52392e+06" in out, name
+    trees = Optimizer("tpch:q5", cost_model="cout", optimizer="topdown").space().count_trees()
+    assert f"costed {int(trees):,} plan trees" in out
+    assert out.count("-- after card orders *2: cost=") == 5
+    assert "incremental: updated" in out
