@@ -165,7 +165,7 @@ from reopt.evaluator.compiler import (
 )
 from reopt.evaluator.driver import column_names
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
-from reopt.evaluator.python_engine import RunStats
+from reopt.evaluator.python_engine import RunStats, _getter
 
 SPARK_TYPES: dict[str, T.DataType] = {
     LONG: T.LongType(), DOUBLE: T.DoubleType(), STRING: T.StringType(), BOOLEAN: T.BooleanType(),
@@ -270,17 +270,6 @@ _COMPARE = {
 }
 
 
-def _getter(t, schema: Mapping[str, int]):
-    """Read term ``t`` from a row of the variables in ``schema`` (as the python engine)."""
-    if isinstance(t, Const):
-        value = t.value
-        return lambda row: value
-    if isinstance(t, Arith):
-        left, right = _getter(t.left, schema), _getter(t.right, schema)
-        if t.op == "+":
-            return lambda row: left(row) + right(row)
-        return lambda row: left(row) - right(row)
-    return operator.itemgetter(schema[t.name])
 
 
 def _tail_step(op, schema: dict[str, int], ctx, builtins, local):
