@@ -90,14 +90,6 @@ class Evaluation:
             return sorted(tuple(r) for r in rel.df.where(F.col(rel.df.columns[0]) == q).collect())
         return sorted(r for r in rel.rows if r[0] == q)
 
-    def query_id(self, query: Any) -> int:
-        """The id ``q`` this evaluation gave ``query`` (the same
-        :class:`~reopt.costmodel.query.Query` object)."""
-        for q, s in self.spaces.items():
-            if s.query is query:
-                return q
-        raise ReoptError(f"query {query.name} is not part of this evaluation")
-
     def best_cost(self, q: int) -> float:
         root = self.spaces[q].root
         costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]

@@ -76,8 +76,9 @@ class MaintenancePlan:
     """The relation re-derived per group (the aggregate-selected one)."""
     key: int
     """Its group key: the leading ``key`` columns (the schedule's rank inputs)."""
-    aggregates: tuple[tuple[str, int, str], ...]
-    """Aggregates over ``target``: (relation, value column of ``target``, min|max)."""
+    aggregates: dict[str, int]
+    """Aggregates over ``target`` → the column of ``target`` they aggregate (their position
+    and min|max are :attr:`CompiledProgram.aggregates`')."""
     sources: tuple[tuple[str, tuple[int, ...], Variant], ...]
     """Per rule of ``target``: (source relation, its columns holding the group key, the
     variant reading one group's source tuples)."""
@@ -106,7 +107,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                          "hold one relation and aggregates over it")
     target = plain[0]
     key = len(program.builtins[sched.rank].inputs)
-    aggs = []
+    aggs: dict[str, int] = {}
     for rule in program.rules:
         if rule.head.pred in st.preds and rule.head.pred != target:
             sel = aggregate_input(rule)
@@ -114,7 +115,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                 raise ReoptError(f"{rule.pos}: incremental maintenance: an aggregate of the "
                                  f"maintained stratum must aggregate {target} by its first "
                                  f"{key} columns")
-            aggs.append((rule.head.pred, sel.value, sel.func))
+            aggs[rule.head.pred] = sel.value
     for s in strata[:idx]:
         for v in (*s.base, *s.deltas):
             for op in v.ops:
@@ -140,7 +141,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                          f"relation of an earlier stratum holding the whole group key")
     parents = tuple(_key_variant(v, key) for v in program.triggers.get(target, ())
                     if v.head_pred == target)
-    return MaintenancePlan(idx, target, key, tuple(aggs), tuple(sources), parents)
+    return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents)
 
 
 def _key_variant(v: Variant, key: int) -> Variant:
@@ -176,8 +177,10 @@ class MaintainedEngine(PythonEngine):
         st = compiled.strata[self.plan.stratum]
         self._sel = f.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
-        self._layer = [p for s in compiled.strata[:self.plan.stratum + 1] for p in s.preds]
+        self._layer = {p for s in compiled.strata[:self.plan.stratum + 1] for p in s.preds}
         self._post = {p for s in compiled.strata[self.plan.stratum + 1:] for p in s.preds}
+        self._suppressing = {s: r for r, s in compiled.features.suppress.items()}
+        """Source relation → the relation whose selected tuples keep its tuples live."""
         # per relation of the layer, per rule: the (source relation, columns) its tuples embed
         by_rule: dict[int, tuple[str, list[tuple[str, tuple[int, ...]]]]] = {}
         for src, variants in compiled.triggers.items():
@@ -227,13 +230,11 @@ class MaintainedEngine(PythonEngine):
         (for ``all``, the optimal plan trees) instead of copying the complete layer and
         deleting the rest; without it, suppression deletes from a copy."""
         prog = self.program = self.live_program
-        layer = set(self._layer)
         counted = bool(prog.features.refcount) and bool(prog.features.suppress)
-        self.full = {p: ((Relation() if counted else r.copy()) if p in layer else r)
+        self.full = {p: ((Relation() if counted else r.copy()) if p in self._layer else r)
                      for p, r in self.complete.items()}
-        for p in prog.strata[self.plan.stratum + 1:]:
-            for pred in p.preds:
-                self.full[pred] = Relation()
+        for pred in self._post:
+            self.full[pred] = Relation()
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
             work: deque[tuple[str, Iterable[tuple]]] = deque()
@@ -327,7 +328,7 @@ class MaintainedEngine(PythonEngine):
         removed, added = old - new, new - old
         rel.remove(list(removed))
         rel.add(added)
-        for agg, _, _ in plan.aggregates:
+        for agg in plan.aggregates:
             self._set_group(complete, agg, g)
         return removed, added
 
@@ -336,7 +337,7 @@ class MaintainedEngine(PythonEngine):
         plan = self.plan
         pos, func = self.program.aggregates[agg]
         keys = tuple(i for i in range(plan.key + 1) if i != pos)
-        value = next(v for a, v, _ in plan.aggregates if a == agg)
+        value = plan.aggregates[agg]
         rel = rels[agg]
         rel.remove(list(rel.index(keys).get(g, ())))
         inputs = rels[plan.target].index(tuple(range(plan.key))).get(g)
@@ -381,9 +382,8 @@ class MaintainedEngine(PythonEngine):
         counts fall), a newly selected plan has its source revived from the complete layer
         (reference counts rise, subplans come back). Then the later strata are re-derived."""
         prog, plan = self.program, self.plan
-        for stratum in prog.strata[plan.stratum + 1:]:
-            for pred in stratum.preds:
-                self.full[pred] = Relation()
+        for pred in self._post:
+            self.full[pred] = Relation()
         target = plan.target
         source = prog.features.suppress.get(target)
         width = len(prog.schemas[source]) if source else 0
@@ -404,7 +404,7 @@ class MaintainedEngine(PythonEngine):
                     self._revive(source, back)
                 added = {a for a in added if a[:width] in live[source].rows}
             live[target].add(added)
-            for agg, _, _ in plan.aggregates:
+            for agg in plan.aggregates:
                 self._set_group(live, agg, g)
         for stratum in prog.strata[plan.stratum + 1:]:
             self.run_stratum(stratum)
@@ -440,22 +440,19 @@ class MaintainedEngine(PythonEngine):
                         up.append(t)
                 work.append((h, up))
             elif h in prog.aggregates:
-                for t in rs:
-                    self._set_group(self.full, h, t[:self.plan.key])
+                for g in {t[:self.plan.key] for t in rs}:
+                    self._set_group(self.full, h, g)
             elif v.embeds is not None:
                 idx = self.complete[h].index(v.embeds)
                 work.append((h, [t for r in rs for t in idx.get(r, ())]))
 
     def _supported(self, pred: str, row: tuple) -> bool:
         """Whether a complete-layer tuple belongs in the live layer given what is live now."""
-        prog = self.program
         if pred in self.counts:
             return self.counts[pred].get(row, 0) > 0
-        for pruned, source in prog.features.suppress.items():
-            if source == pred:
-                width = len(row)
-                if row not in self.complete[pruned].index(tuple(range(width))):
-                    return False
+        pruned = self._suppressing.get(pred)
+        if pruned is not None and row not in self.complete[pruned].index(tuple(range(len(row)))):
+            return False
         rules = self._embedded.get(pred)
         if not rules:
             return True

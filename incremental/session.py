@@ -96,10 +96,3 @@ class Session:
         self.evaluation = Evaluation(self.program, self.ctx, rels, self.engine.stats,
                                      self.evaluation.input_sizes)
         return UpdateResult(self.evaluation, up, updated, time.perf_counter() - t0)
-
-    def space(self, q: int) -> PlanSpace:
-        return self.ctx[q]
-
-    def query_id(self, query: Any) -> int:
-        assert self.evaluation is not None
-        return self.evaluation.query_id(query)

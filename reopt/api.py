@@ -209,7 +209,7 @@ class Optimizer:
         q = self._qid
         res = session.update({q: adjustments})
         ev = self._evaluation = res.evaluation
-        for o in getattr(session, "members", ()):
+        for o in session.members:
             o._evaluation = ev
         up = res.stats
         derived = up.derived if up is not None else ev.stats.derived

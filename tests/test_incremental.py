@@ -192,6 +192,6 @@ def test_maintenance_plan_rejects_programs_it_cannot_maintain(tmp_path):
 def test_maintenance_plan_reads_the_program():
     plan = maintenance_plan(PROGRAMS["all"])
     assert plan.target == "PlanCost" and plan.key == 3
-    assert [a for a, _, _ in plan.aggregates] == ["BestCost"]
+    assert plan.aggregates == {"BestCost": 11}  # PlanCost(q, …, md, cost): cost is column 11
     assert {s for s, _, _ in plan.sources} == {"SearchSpace"}
     assert len(plan.sources) == 3 and len(plan.parents) == 3  # R6-R8; R7 + R8 twice
