@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -130,6 +131,35 @@ class CompiledProgram:
         for s in self.strata:
             yield from s.base
             yield from s.deltas
+
+
+CONST, BOUND, SAME = "k", "c", "o"
+"""Kinds of check in :func:`match_terms` (short: the Spark engine ships them to executors)."""
+
+
+def match_terms(terms, bound) -> tuple[list[tuple[int, str, Any]], list[tuple[int, str]]]:
+    """How an engine matches a tuple against terms (an atom's arguments or a built-in's
+    outputs) given the variables already ``bound``: per position either a check —
+    ``(j, CONST, value)``, ``(j, BOUND, name)`` for a variable bound before, ``(j, SAME, i)``
+    for a variable repeated at an earlier position ``i`` of the same tuple — or a binding
+    ``(j, name)`` of a new variable, in order; wildcards are neither. Both engines build their
+    scans and calls from this, so they read the terms alike."""
+    checks: list[tuple[int, str, Any]] = []
+    binds: list[tuple[int, str]] = []
+    first: dict[str, int] = {}
+    for j, t in enumerate(terms):
+        if isinstance(t, Wildcard):
+            continue
+        if isinstance(t, Const):
+            checks.append((j, CONST, t.value))
+        elif t.name in bound:
+            checks.append((j, BOUND, t.name))
+        elif t.name in first:
+            checks.append((j, SAME, first[t.name]))
+        else:
+            first[t.name] = j
+            binds.append((j, t.name))
+    return checks, binds
 
 
 def _err(pos: Pos, msg: str) -> RuleError:

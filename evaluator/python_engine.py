@@ -16,16 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
+from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var
 from reopt.evaluator.compiler import (
+    BOUND,
+    CONST,
     DELTA,
     OLD,
+    SAME,
     Call,
     CompiledProgram,
     Filter,
     Scan,
     Stratum,
     Variant,
+    match_terms,
 )
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 
@@ -174,30 +178,19 @@ class PythonEngine:
 
     @staticmethod
     def _scan(op: Scan, schema: dict[str, int]) -> Step:
-        key_cols, key_src, new_cols, checks = [], [], [], []
-        first: dict[str, int] = {}
-        for col, t in enumerate(op.args):
-            if isinstance(t, Wildcard):
-                continue
-            if isinstance(t, Const):
-                key_cols.append(col)
-                key_src.append(_getter(t, schema))
-            elif t.name in schema:
-                key_cols.append(col)
-                key_src.append(_getter(t, schema))
-            elif t.name in first:
-                checks.append((first[t.name], col))
-            else:
-                first[t.name] = col
-                new_cols.append(col)
-        if not op.negated:
-            for name in first:  # same order as new_cols
-                schema[name] = len(schema)
-        cols = tuple(key_cols)
-        if all(isinstance(op.args[c], Var) for c in key_cols):
-            key = _tuple_getter([schema[op.args[c].name] for c in key_cols])  # type: ignore
+        matched, binds = match_terms(op.args, schema)
+        keyed = [(j, kind, v) for j, kind, v in matched if kind != SAME]
+        checks = [(v, j) for j, kind, v in matched if kind == SAME]
+        new_cols = [j for j, _ in binds]
+        cols = tuple(j for j, _, _ in keyed)
+        if all(kind == BOUND for _, kind, _ in keyed):
+            key = _tuple_getter([schema[v] for _, _, v in keyed])
         else:
-            key = lambda row: tuple(g(row) for g in key_src)  # noqa: E731
+            srcs = [(kind == CONST, v if kind == CONST else schema[v]) for _, kind, v in keyed]
+            key = lambda row: tuple([v if c else row[v] for c, v in srcs])  # noqa: E731
+        if not op.negated:
+            for _, name in binds:  # same order as new_cols
+                schema[name] = len(schema)
         ext = _tuple_getter(new_cols)
         pred, negated = op.pred, op.negated
         is_delta, is_old = op.version == DELTA, op.version == OLD
@@ -229,21 +222,8 @@ class PythonEngine:
         fn = self.program.builtins[op.name].fn
         ctx = self.ctx
         args = [_getter(t, schema) for t in op.inputs]
-        binds: list[tuple[int, str]] = []
-        checks: list[tuple[int, Any, Any]] = []
-        first: dict[str, int] = {}
-        for j, t in enumerate(op.outputs):
-            if isinstance(t, Wildcard):
-                continue
-            if isinstance(t, Const):
-                checks.append((j, True, t.value))
-            elif t.name in schema:
-                checks.append((j, False, schema[t.name]))
-            elif t.name in first:
-                checks.append((j, None, first[t.name]))
-            else:
-                first[t.name] = j
-                binds.append((j, t.name))
+        matched, binds = match_terms(op.outputs, schema)
+        checks = [(j, kind, schema[v] if kind == BOUND else v) for j, kind, v in matched]
         for _, name in binds:
             schema[name] = len(schema)
         keep = [j for j, _ in binds]
@@ -252,7 +232,7 @@ class PythonEngine:
 
         def ok(row, res) -> bool:
             for j, kind, v in checks:
-                other = v if kind is True else row[v] if kind is False else res[v]
+                other = v if kind == CONST else row[v] if kind == BOUND else res[v]
                 if res[j] != other:
                     return False
             return True

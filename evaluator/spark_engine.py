@@ -150,10 +150,13 @@ from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     BOOLEAN,
+    BOUND,
+    CONST,
     DELTA,
     DOUBLE,
     LONG,
     OLD,
+    SAME,
     STRING,
     Call,
     CompiledProgram,
@@ -162,6 +165,7 @@ from reopt.evaluator.compiler import (
     Stratum,
     Variant,
     _py_type,
+    match_terms,
 )
 from reopt.evaluator.driver import column_names
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
@@ -290,21 +294,10 @@ def _tail_step(op, schema: dict[str, int], ctx, builtins, local):
     if isinstance(op, Call):
         fn = builtins[op.name].fn
         args = [_getter(t, schema) for t in op.inputs]
-        checks, binds = [], []
-        first: dict[str, int] = {}
-        for j, t in enumerate(op.outputs):
-            if isinstance(t, Wildcard):
-                continue
-            if isinstance(t, Const):
-                checks.append((j, "k", t.value))
-            elif t.name in schema:
-                checks.append((j, "c", schema[t.name]))
-            elif t.name in first:
-                checks.append((j, "o", first[t.name]))
-            else:
-                first[t.name] = j
-                binds.append(j)
-        for name in first:
+        matched, named = match_terms(op.outputs, schema)
+        checks = [(j, kind, schema[v] if kind == BOUND else v) for j, kind, v in matched]
+        binds = [j for j, _ in named]
+        for _, name in named:
             schema[name] = len(schema)
 
         def call(rows):
@@ -318,29 +311,23 @@ def _tail_step(op, schema: dict[str, int], ctx, builtins, local):
 
         return call
     # a scan of a local relation
-    keys, key_of, news, repeats = [], [], [], []
-    first = {}
-    for col, t in enumerate(op.args):
-        if isinstance(t, Wildcard):
-            continue
-        if isinstance(t, Const) or t.name in schema:
-            keys.append(col)
-            key_of.append(_getter(t, schema))
-        elif t.name in first:
-            repeats.append((first[t.name], col))
-        else:
-            first[t.name] = col
-            news.append(col)
+    matched, named = match_terms(op.args, schema)
+    keyed = [(j, kind, v) for j, kind, v in matched if kind != SAME]
+    keys = [j for j, _, _ in keyed]
+    srcs = [(kind == CONST, v if kind == CONST else schema[v]) for _, kind, v in keyed]
+    repeats = [(v, j) for j, kind, v in matched if kind == SAME]
+    news = [j for j, _ in named]
     index: dict[tuple, list[tuple]] = {}
     for m in local[op.pred]:
         if all(m[a] == m[b] for a, b in repeats):
             index.setdefault(tuple(m[c] for c in keys), []).append(m)
     if op.negated:
-        return lambda rows: [r for r in rows if tuple(g(r) for g in key_of) not in index]
-    for name in first:
+        return lambda rows: [r for r in rows
+                             if tuple([v if c else r[v] for c, v in srcs]) not in index]
+    for _, name in named:
         schema[name] = len(schema)
     return lambda rows: [r + tuple(m[c] for c in news) for r in rows
-                         for m in index.get(tuple(g(r) for g in key_of), ())]
+                         for m in index.get(tuple([v if c else r[v] for c, v in srcs]), ())]
 
 
 def _run_tails(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
@@ -709,23 +696,14 @@ class SparkEngine:
             builtin = self.program.builtins[op.name]
             inputs = tuple((True, b.cols[t.name]) if isinstance(t, Var) else (False, t.value)
                            for t in op.inputs)
-            binds, checks = [], []
-            first: dict[str, int] = {}
-            for j, t in enumerate(op.outputs):
-                if isinstance(t, Wildcard):
-                    continue
-                if isinstance(t, Const):
-                    checks.append((j, "k", t.value))
-                elif t.name in first:  # bound by this very call: compare within the result
-                    checks.append((j, "o", first[t.name]))
-                elif t.name in b.cols:
-                    checks.append((j, "c", b.cols[t.name]))
-                else:
-                    first[t.name] = j
-                    ty = builtin.outputs[j]
-                    col = b.bind(t.name, ty)
-                    binds.append((j, col, ty))
-                    fields.append(T.StructField(col, SPARK_TYPES[ty]))
+            matched, named = match_terms(op.outputs, b.cols)
+            checks = [(j, kind, b.cols[v] if kind == BOUND else v) for j, kind, v in matched]
+            binds = []
+            for j, name in named:
+                ty = builtin.outputs[j]
+                col = b.bind(name, ty)
+                binds.append((j, col, ty))
+                fields.append(T.StructField(col, SPARK_TYPES[ty]))
             steps.append((builtin.fn, inputs, tuple(binds), tuple(checks)))
         fn = functools.partial(_map_batches, self._ctx_bc, self._token, tuple(steps))
         b.df, b.unit = b.df.mapInPandas(fn, T.StructType(fields)), False
