@@ -15,6 +15,7 @@ import os
 import platform
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from reopt.api import Optimizer
@@ -42,6 +43,13 @@ MODES = ("evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
 
 
 # -- formatting -----------------------------------------------------------------------------
+
+def emit(text: str, out: str | None) -> None:
+    """A per-topic script's report: to standard output, and to ``out`` when given."""
+    print(text)
+    if out:
+        Path(out).write_text(text)
+
 
 def machine() -> str:
     """One line naming the machine: architecture, cores, OS, Python."""

@@ -28,9 +28,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-from harness import FACTORS, FIG6_SETS, MODES, QUICK_FACTORS, machine, measure, today
+from harness import (
+    FACTORS,
+    FIG6_SETS,
+    MODES,
+    QUICK_FACTORS,
+    emit,
+    machine,
+    measure,
+    today,
+)
 
 
 def row(label: str, r: dict) -> str:
@@ -107,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", summary(rs_all), ""]
 
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(text, args.out)
     return 0
 
 

@@ -17,9 +17,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from harness import machine, ms, plan_trees, timed, today
+from harness import emit, machine, ms, plan_trees, timed, today
 
 from reopt.api import Optimizer
 
@@ -88,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if setup is not None:
         meta.append(f"Spark session start-up (one-time, excluded): {setup:.1f} s.")
     text = "\n".join(meta) + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(skipped) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    emit(text, args.out)
     return 0
 
 

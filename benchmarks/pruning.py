@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-from harness import MODES, machine, ms, timed, today
+from harness import MODES, emit, machine, ms, timed, today
 
 from reopt.api import Optimizer
 
@@ -71,9 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(lines[-1], file=sys.stderr)
     plot.append("```")
     text = "\n".join(lines + plot) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(text, args.out)
     return 0
 
 
