@@ -1,8 +1,9 @@
 """The ``python`` engine: compiled delta plans over in-memory relations with hash indexes.
 
 The fast path for single queries and for tests; it must give exactly the relations the
-``spark`` engine gives, because both interpret the same :mod:`reopt.evaluator.compiler` ops.
-Intermediate results are lists of tuples whose columns are the variables bound so far.
+``spark`` engine gives, because both run the same :mod:`reopt.evaluator.compiler` ops. Each
+rule variant runs as Python generated from its ops once (:func:`_source`): nested loops that
+bind the rule's variables to locals and build only the head tuples.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import heapq
 import operator
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +27,6 @@ from reopt.evaluator.compiler import (
     SAME,
     Call,
     CompiledProgram,
-    Filter,
     Scan,
     Stratum,
     Variant,
@@ -120,16 +121,151 @@ def _getter(t, schema: Mapping[str, int]) -> Callable[[tuple], Any]:
     return operator.itemgetter(schema[t.name])
 
 
-def _tuple_getter(cols: list[int]) -> Callable[[tuple], tuple]:
-    if not cols:
-        return lambda row: ()
-    if len(cols) == 1:
-        c = cols[0]
-        return lambda row: (row[c],)
-    return operator.itemgetter(*cols)
+# -- per-variant code ---------------------------------------------------------------------------
+_OPS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
-Step = Callable[[list, Mapping[str, "Relation"], Mapping[str, "Relation"]], list]
+def _source(v: Variant) -> tuple[str, list]:
+    """Python source of ``v``'s delta plan as nested loops over its ops, and its constants.
+
+    The loops visit the bindings in the order an op-at-a-time pipeline would (each op's
+    matches of each earlier binding, in turn) without building a tuple per op and binding. A
+    scan reads the full relation, or the delta, or (``OLD``) the full relation without the
+    delta's tuples; it looks its relation (and index) up the first time a binding reaches it,
+    so an index is built only for a scan that runs. A negated scan keeps the binding when no
+    tuple matches (``for … else``)."""
+    consts: list = []
+    local: dict[str, str] = {}
+
+    def const(x: Any) -> str:
+        consts.append(x)
+        return f"k{len(consts) - 1}"
+
+    def term(t: Any) -> str:
+        if isinstance(t, Const):
+            return const(t.value)
+        if isinstance(t, Arith):
+            return f"({term(t.left)} {'+' if t.op == '+' else '-'} {term(t.right)})"
+        return local[t.name]
+
+    def bind(name: str) -> str:
+        local[name] = f"x{len(local)}"
+        return local[name]
+
+    pre: list[str] = []
+    body: list[str] = []
+    depth, looping = 1, False
+
+    def emit(line: str) -> None:
+        body.append("    " * depth + line)
+
+    def skip_unless(conds: list[str]) -> None:
+        nonlocal depth
+        if not conds:
+            return
+        if looping:
+            emit(f"if not ({' and '.join(conds)}): continue")
+        else:
+            emit(f"if {' and '.join(conds)}:")
+            depth += 1
+
+    for i, op in enumerate(v.ops):
+        if isinstance(op, Scan):
+            matched, binds = match_terms(op.args, local)
+            keyed = [(kind, x) for _, kind, x in matched if kind != SAME]
+            cols = tuple(j for j, kind, _ in matched if kind != SAME)
+            same = [f"m{i}[{a}] == m{i}[{j}]" for j, kind, a in matched if kind == SAME]
+            src = f"{'delta' if op.version == DELTA else 'full'}[{op.pred!r}]"
+            conds = []
+            if op.version == OLD:  # the relation without the delta's tuples
+                pre.append(f"ex{i} = delta[{op.pred!r}].rows if {op.pred!r} in delta else None")
+                pre.append(f"ex{i} = ex{i} or None")
+                conds.append(f"(ex{i} is None or m{i} not in ex{i})")
+            conds += same
+            pre.append(f"s{i} = None")
+            emit(f"if s{i} is None:")
+            if not cols and not same and not op.negated:
+                # no key: a cross product with the whole relation, no index needed
+                fetch = f"{src}.rows"
+                if op.version == OLD:
+                    fetch = f"{src}.rows if ex{i} is None else {src}.index(()).get((), ())"
+                emit(f"    s{i} = {fetch}")
+                emit(f"for m{i} in s{i}:")
+            else:
+                key = "".join(f"{const(x) if kind == CONST else local[x]}, " for kind, x in keyed)
+                emit(f"    s{i} = {src}.index({cols!r}).get")
+                emit(f"for m{i} in s{i}(({key}), ()):")
+            depth += 1
+            if op.negated:
+                if conds:
+                    emit(f"if {' and '.join(conds)}: break")
+                else:
+                    emit("break")
+                depth -= 1
+                emit("else:")
+                depth += 1
+                continue
+            looping = True
+            skip_unless(conds)
+            for j, name in binds:
+                emit(f"{bind(name)} = m{i}[{j}]")
+        elif isinstance(op, Call):
+            args = "".join(f", {term(t)}" for t in op.inputs)
+            matched, binds = match_terms(op.outputs, local)
+            pre.append(f"f{i} = fns[{op.name!r}]")
+            emit(f"for r{i} in f{i}(ctx{args}):")
+            depth += 1
+            looping = True
+            bad = []
+            for j, kind, x in matched:
+                against = const(x) if kind == CONST else local[x] if kind == BOUND else f"r{i}[{x}]"
+                bad.append(f"r{i}[{j}] != {against}")
+            if bad:
+                emit(f"if {' or '.join(bad)}: continue")
+            for j, name in binds:
+                emit(f"{bind(name)} = r{i}[{j}]")
+        else:
+            left_free = isinstance(op.left, Var) and op.left.name not in local
+            right_free = isinstance(op.right, Var) and op.right.name not in local
+            if op.op == "=" and (left_free or right_free):
+                free, other = (op.left, op.right) if left_free else (op.right, op.left)
+                value = term(other)
+                emit(f"{bind(free.name)} = {value}")  # type: ignore[union-attr]
+            else:
+                skip_unless([f"{term(op.left)} {_OPS[op.op]} {term(op.right)}"])
+    head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
+    emit(f"append(({''.join(f'{term(t)}, ' for t in head)}))")
+    lines = ["def make(consts):",
+             *(f"    k{n} = consts[{n}]" for n in range(len(consts))),
+             "    def run(full, delta, ctx, fns):",
+             "        out = []",
+             "        append = out.append",
+             *("        " + p for p in pre),
+             *("    " * 1 + b for b in body),
+             "        return out",
+             "    return run"]
+    return "\n".join(lines), consts
+
+
+_CODE: dict[int, tuple[weakref.ref, Callable]] = {}
+"""id of a variant → (a weak reference to it, its generated function): variants live as long
+as their compiled program, engines come and go (one per evaluation)."""
+
+
+def _generate(v: Variant) -> Callable:
+    """The function running ``v`` (see :func:`_source`), generated once per variant."""
+    src, consts = _source(v)
+    namespace: dict[str, Any] = {}
+    exec(compile(src, f"<rule variant of {v.head_pred}>", "exec"), namespace)
+    fn = namespace["make"](consts)
+    key = id(v)
+
+    def forget(ref: weakref.ref) -> None:
+        if _CODE.get(key, (None,))[0] is ref:
+            del _CODE[key]
+
+    _CODE[key] = (weakref.ref(v, forget), fn)
+    return fn
 
 
 class PythonEngine:
@@ -139,127 +275,15 @@ class PythonEngine:
         self.program = compiled
         self.ctx = ctx
         self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
-        self._plans: dict[int, tuple[list[Step], Callable[[tuple], tuple]]] = {}
+        self._fns = {name: b.fn for name, b in compiled.builtins.items()}
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
         self, v: Variant, full: Mapping[str, Relation], delta: Mapping[str, Relation]
     ) -> list[tuple]:
-        plan = self._plans.get(id(v))
-        if plan is None:
-            plan = self._plans[id(v)] = self._compile(v)
-        steps, project = plan
-        rows: list[tuple] = [()]
-        for step in steps:
-            rows = step(rows, full, delta)
-            if not rows:
-                return []
-        return [project(r) for r in rows]
-
-    def _compile(self, v: Variant) -> tuple[list[Step], Callable[[tuple], tuple]]:
-        """The variant's ops as closures over fixed column positions (the variables bound
-        after each op are known before any tuple flows)."""
-        schema: dict[str, int] = {}
-        steps: list[Step] = []
-        for op in v.ops:
-            if isinstance(op, Scan):
-                steps.append(self._scan(op, schema))
-            elif isinstance(op, Call):
-                steps.append(self._call(op, schema))
-            else:
-                steps.append(self._filter(op, schema))
-        # an aggregate head gives its inputs (the aggregated value in place), aggregated when
-        # released, over the union of the relation's rules
-        head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
-        if all(isinstance(t, Var) for t in head):
-            return steps, _tuple_getter([schema[t.name] for t in head])  # type: ignore[union-attr]
-        gets = [_getter(t, schema) for t in head]
-        return steps, lambda row: tuple(g(row) for g in gets)
-
-    @staticmethod
-    def _scan(op: Scan, schema: dict[str, int]) -> Step:
-        matched, binds = match_terms(op.args, schema)
-        keyed = [(j, kind, v) for j, kind, v in matched if kind != SAME]
-        checks = [(v, j) for j, kind, v in matched if kind == SAME]
-        new_cols = [j for j, _ in binds]
-        cols = tuple(j for j, _, _ in keyed)
-        if all(kind == BOUND for _, kind, _ in keyed):
-            key = _tuple_getter([schema[v] for _, _, v in keyed])
-        else:
-            srcs = [(kind == CONST, v if kind == CONST else schema[v]) for _, kind, v in keyed]
-            key = lambda row: tuple([v if c else row[v] for c, v in srcs])  # noqa: E731
-        if not op.negated:
-            for _, name in binds:  # same order as new_cols
-                schema[name] = len(schema)
-        ext = _tuple_getter(new_cols)
-        pred, negated = op.pred, op.negated
-        is_delta, is_old = op.version == DELTA, op.version == OLD
-
-        def scan(rows, full, delta):
-            rel = delta[pred] if is_delta else full[pred]
-            exclude = delta[pred].rows if is_old and pred in delta else None
-            if not cols and not exclude and not checks and not negated:
-                # no key: a cross product with the whole relation, no index needed
-                return [row + ext(m) for row in rows for m in rel.rows]
-            get = rel.index(cols).get
-            out = []
-            for row in rows:
-                matches = get(key(row), ())
-                if exclude:
-                    matches = [m for m in matches if m not in exclude]
-                if checks:
-                    matches = [m for m in matches if all(m[a] == m[b] for a, b in checks)]
-                if negated:
-                    if not matches:
-                        out.append(row)
-                else:
-                    out.extend([row + ext(m) for m in matches])
-            return out
-
-        return scan
-
-    def _call(self, op: Call, schema: dict[str, int]) -> Step:
-        fn = self.program.builtins[op.name].fn
-        ctx = self.ctx
-        args = [_getter(t, schema) for t in op.inputs]
-        matched, binds = match_terms(op.outputs, schema)
-        checks = [(j, kind, schema[v] if kind == BOUND else v) for j, kind, v in matched]
-        for _, name in binds:
-            schema[name] = len(schema)
-        keep = [j for j, _ in binds]
-        whole = keep == list(range(len(op.outputs)))
-        pick = _tuple_getter(keep)
-
-        def ok(row, res) -> bool:
-            for j, kind, v in checks:
-                other = v if kind == CONST else row[v] if kind == BOUND else res[v]
-                if res[j] != other:
-                    return False
-            return True
-
-        def call(rows, full, delta):
-            out = []
-            for row in rows:
-                for res in fn(ctx, *[a(row) for a in args]):
-                    if checks and not ok(row, res):
-                        continue
-                    out.append(row + (tuple(res) if whole else pick(res)))
-            return out
-
-        return call
-
-    @staticmethod
-    def _filter(op: Filter, schema: dict[str, int]) -> Step:
-        left_free = isinstance(op.left, Var) and op.left.name not in schema
-        right_free = isinstance(op.right, Var) and op.right.name not in schema
-        if op.op == "=" and (left_free or right_free):
-            free, src = (op.left, op.right) if left_free else (op.right, op.left)
-            get = _getter(src, schema)
-            schema[free.name] = len(schema)  # type: ignore[union-attr]
-            return lambda rows, full, delta: [row + (get(row),) for row in rows]
-        cmp = COMPARE[op.op]
-        left, right = _getter(op.left, schema), _getter(op.right, schema)
-        return lambda rows, full, delta: [r for r in rows if cmp(left(r), right(r))]
+        hit = _CODE.get(id(v))
+        fn = hit[1] if hit is not None and hit[0]() is v else _generate(v)
+        return fn(full, delta, self.ctx, self._fns)
 
     # -- fixpoint -----------------------------------------------------------------------------
     def evaluate(
