@@ -40,40 +40,64 @@ COMPARE = {
 }
 
 
+def key_of(cols: tuple[int, ...]) -> Callable[[tuple], tuple]:
+    """A function reading the key ``cols`` of a tuple (as a tuple, also for one column)."""
+    get = _KEYS.get(cols)
+    if get is None:
+        if not cols:
+            get = _no_key
+        elif len(cols) == 1:
+            get = _one_key(cols[0])
+        else:
+            get = operator.itemgetter(*cols)
+        _KEYS[cols] = get
+    return get
+
+
+_KEYS: dict[tuple[int, ...], Callable[[tuple], tuple]] = {}
+
+
+def _no_key(row: tuple) -> tuple:
+    return ()
+
+
+def _one_key(c: int) -> Callable[[tuple], tuple]:
+    return lambda row: (row[c],)
+
+
 class Relation:
     """A set of tuples with hash indexes on demand, kept up to date as tuples are added."""
 
     def __init__(self, rows: Iterable[tuple] = ()):
-        self.rows: set[tuple] = set()
+        self.rows: set[tuple] = set(rows)
         self._indexes: dict[tuple[int, ...], dict[tuple, dict[tuple, None]]] = {}
         """Key columns → key → the tuples with that key (a dict as an ordered set, so tuples
         are removed in constant time)."""
-        self.add(rows)
+        self._keyed: list[tuple[Callable[[tuple], tuple], dict[tuple, dict[tuple, None]]]] = []
+        """The indexes with the function reading their key."""
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def copy(self) -> Relation:
         """The same tuples; indexes are rebuilt on demand."""
-        out = Relation()
-        out.rows = set(self.rows)
-        return out
+        return Relation(self.rows)
 
     def index(self, cols: tuple[int, ...]) -> dict[tuple, dict[tuple, None]]:
         idx = self._indexes.get(cols)
         if idx is None:
-            idx = {}
-            for r in self.rows:
-                idx.setdefault(tuple(r[c] for c in cols), {})[r] = None
-            self._indexes[cols] = idx
+            idx = self._indexes[cols] = {}
+            key = key_of(cols)
+            self._keyed.append((key, idx))
+            _insert(key, idx, self.rows)
         return idx
 
     def remove(self, rows: list[tuple]) -> None:
         for r in rows:
             self.rows.discard(r)
-        for cols, idx in self._indexes.items():
+        for get, idx in self._keyed:
             for r in rows:
-                key = tuple(r[c] for c in cols)
+                key = get(r)
                 bucket = idx.get(key)
                 if bucket is not None and r in bucket:
                     del bucket[r]
@@ -82,16 +106,27 @@ class Relation:
 
     def add(self, rows: Iterable[tuple]) -> list[tuple]:
         """Insert; returns the tuples that were new."""
-        new = []
+        new: list[tuple] = []
+        have, put, keep = self.rows, self.rows.add, new.append
         for r in rows:
-            if r not in self.rows:
-                self.rows.add(r)
-                new.append(r)
+            if r not in have:
+                put(r)
+                keep(r)
         if new:
-            for cols, idx in self._indexes.items():
-                for r in new:
-                    idx.setdefault(tuple(r[c] for c in cols), {})[r] = None
+            for get, idx in self._keyed:
+                _insert(get, idx, new)
         return new
+
+
+def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, dict[tuple, None]],
+            rows: Iterable[tuple]) -> None:
+    for r in rows:
+        key = get(r)
+        bucket = idx.get(key)
+        if bucket is None:
+            idx[key] = {r: None}
+        else:
+            bucket[r] = None
 
 
 @dataclass
@@ -357,9 +392,14 @@ class PythonEngine:
         done: set[str] = set()
         current: int | None = None
 
+        rank_of: dict[tuple, int] = {}  # the rank of each group met (the built-in is pure)
+
         def add(pred: str, rows: list[tuple]) -> None:
             for r in rows:
-                k = rank_fn.fn(self.ctx, *r[:n_in])[0][0]
+                g = r[:n_in]
+                k = rank_of.get(g)
+                if k is None:
+                    k = rank_of[g] = rank_fn.fn(self.ctx, *g)[0][0]
                 if current is not None and (sign * k < sign * current or
                                             (k == current and pred in done)):
                     raise ReoptError(
@@ -431,17 +471,18 @@ class PythonEngine:
         the group's current aggregate and (with ``.bound``) does not exceed its bound."""
         better = operator.lt if sel.func == "min" else operator.gt
         best: dict[tuple, Any] = {}
-        key, val = sel.key, sel.value
-        for r in rows:
-            g = tuple(r[c] for c in key)
-            if g not in best or better(r[val], best[g]):
+        val = sel.value
+        groups = list(map(key_of(sel.key), rows))
+        for g, r in zip(groups, rows, strict=True):
+            x = best.get(g, best)  # the dict itself: no value yet
+            if x is best or better(r[val], x):
                 best[g] = r[val]
-        current = self.full[sel.agg].index(tuple(range(len(key))))
+        cols = tuple(range(len(sel.key)))
+        current = self.full[sel.agg].index(cols)
         bound_pred = self.program.features.bound.get(sel.target)
-        bounds = self.full[bound_pred].index(tuple(range(len(key)))) if bound_pred else {}
+        bounds = self.full[bound_pred].index(cols) if bound_pred else {}
         kept = []
-        for r in rows:
-            g = tuple(r[c] for c in key)
+        for g, r in zip(groups, rows, strict=True):
             v = r[val]
             if v != best[g]:
                 continue
