@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,7 +48,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Var
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
-from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats
+from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
 
 @dataclass
@@ -188,9 +188,12 @@ class MaintainedEngine(PythonEngine):
                 if v.embeds is not None and v.head_pred in self._layer:
                     cols = tuple(v.embeds)
                     by_rule.setdefault(id(v.rule), (v.head_pred, []))[1].append((src, cols))
-        self._embedded: dict[str, list[list[tuple[str, tuple[int, ...]]]]] = {}
+        self._embedded: dict[str, list[list[tuple[str, Callable[[tuple], tuple]]]]] = {}
         for head, atoms in by_rule.values():
-            self._embedded.setdefault(head, []).append(atoms)
+            self._embedded.setdefault(head, []).append([(s, key_of(c)) for s, c in atoms])
+        self._suppressed_key = {s: tuple(range(len(compiled.schemas[s])))
+                                for s in self._suppressing}
+        """Source relation → its columns (the leading columns of the relation keeping it)."""
         # relations whose tuples name an AND node in front: the source relation and those
         # embedding it (or one of them) in their leading columns
         source = self.plan.sources[0][0]
@@ -428,9 +431,10 @@ class MaintainedEngine(PythonEngine):
         """Queue what the newly live tuples ``rs`` of ``p`` support."""
         prog = self.program
         new = {p: Relation(rs)}
+        queued = set()  # rules of one relation embedding p alike queue the same candidates
         for v in prog.triggers.get(p, ()):
             h = v.head_pred
-            if h in self._post:
+            if h in self._post or (h, v.embeds) in queued:
                 continue
             if h in self.counts:
                 counts, up = self.counts[h], []
@@ -443,6 +447,9 @@ class MaintainedEngine(PythonEngine):
                 for g in {t[:self.plan.key] for t in rs}:
                     self._set_group(self.full, h, g)
             elif v.embeds is not None:
+                # once: a candidate not supported yet is queued again by the embedded source
+                # that makes it supported, when that source's tuple becomes live
+                queued.add((h, v.embeds))
                 idx = self.complete[h].index(v.embeds)
                 work.append((h, [t for r in rs for t in idx.get(r, ())]))
 
@@ -451,10 +458,11 @@ class MaintainedEngine(PythonEngine):
         if pred in self.counts:
             return self.counts[pred].get(row, 0) > 0
         pruned = self._suppressing.get(pred)
-        if pruned is not None and row not in self.complete[pruned].index(tuple(range(len(row)))):
+        if pruned is not None and row not in self.complete[pruned].index(
+                self._suppressed_key[pred]):
             return False
         rules = self._embedded.get(pred)
         if not rules:
             return True
-        return any(all(tuple(row[i] for i in cols) in self.full[src].rows
-                       for src, cols in atoms) for atoms in rules)
+        full = self.full
+        return any(all(key(row) in full[src].rows for src, key in atoms) for atoms in rules)

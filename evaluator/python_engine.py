@@ -395,6 +395,7 @@ class PythonEngine:
         rank_of: dict[tuple, int] = {}  # the rank of each group met (the built-in is pure)
 
         def add(pred: str, rows: list[tuple]) -> None:
+            buckets = pending[pred]
             for r in rows:
                 g = r[:n_in]
                 k = rank_of.get(g)
@@ -405,9 +406,9 @@ class PythonEngine:
                     raise ReoptError(
                         f".schedule {sched.direction} {sched.rank}: {pred}{r} has rank {k} "
                         f"but rank {current} is being released")
-                bucket = pending[pred].get(k)
+                bucket = buckets.get(k)
                 if bucket is None:
-                    pending[pred][k] = bucket = []
+                    buckets[k] = bucket = []
                     heapq.heappush(ranks, sign * k)
                 bucket.append(r)
 
