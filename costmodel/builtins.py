@@ -10,6 +10,7 @@ and ``cout`` models plug in without touching the rules.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -40,9 +41,12 @@ def _isleaf(ctx: Context, q: int, e: int):
     return [(ctx[q].is_leaf(e),)]
 
 
+_SPLIT = operator.itemgetter(2, 5, 6, 7, 8)
+"""An :class:`Alt`'s index, left, left_prop, right, right_prop (what ``Fn_split`` answers)."""
+
+
 def _split(ctx: Context, q: int, e: int, p: str, m: str):
-    return [(a.index, a.left, a.left_prop, a.right, a.right_prop)
-            for a in ctx[q].join_alternatives(e, p, m)]
+    return list(map(_SPLIT, ctx[q].join_alternatives(e, p, m)))
 
 
 def _phyop(ctx: Context, q: int, e: int, p: str, m: str):
@@ -74,7 +78,8 @@ def _scancost(ctx: Context, q: int, e: int, p: str, i: int, m: str, md: float):
 
 def _nonscancost(ctx: Context, q: int, e: int, p: str, i: int, lo: str, m: str,
                  l: int, lp: str, r: int, rp: str, md: float):  # noqa: E741
-    return [(ctx[q].local_cost(Alt(e, p, i, lo, m, l, lp, r, rp)),)]
+    # tuple.__new__: the Alt Alt(...) builds, without the Python-level __new__ of a NamedTuple
+    return [(ctx[q].local_cost(tuple.__new__(Alt, (e, p, i, lo, m, l, lp, r, rp))),)]
 
 
 def _rank(ctx: Context, q: int, e: int, p: str):

@@ -147,6 +147,7 @@ class PlanSpace:
         # structure (statistics-independent): shared by with_adjustments()
         self._splits: dict[int, list[tuple[int, int]]] = {}
         self._alts: dict[tuple[int, str], list[Alt]] = {}
+        self._scans: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
         self._inputs: dict[tuple[int, str], tuple[frozenset[int], frozenset[str]]] = {}
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
@@ -292,7 +293,13 @@ class PlanSpace:
         return (self.top if self.model.has_final(self) else self.all, ANY)
 
     def scan_alternatives(self, expr: int, prop: str) -> list[Alt]:
-        return self.model.scan_alternatives(self, expr, prop) if self.is_leaf(expr) else []
+        """The scans of an OR node (memoized: ``Fn_phyop`` asks once per access method)."""
+        key = (expr, prop)
+        hit = self._scans.get(key)
+        if hit is None:
+            hit = self.model.scan_alternatives(self, expr, prop) if self.is_leaf(expr) else []
+            self._scans[key] = hit
+        return hit
 
     def join_alternatives(self, expr: int, prop: str, method: str) -> list[Alt]:
         """The joins of ``method`` for an OR node (memoized with :meth:`alternatives`)."""
