@@ -287,11 +287,18 @@ _CODE: dict[int, tuple[weakref.ref, Callable]] = {}
 as their compiled program, engines come and go (one per evaluation)."""
 
 
+_COMPILED: dict[str, Any] = {}
+"""Generated source → its code object (the constants are not in the source)."""
+
+
 def _generate(v: Variant) -> Callable:
     """The function running ``v`` (see :func:`_source`), generated once per variant."""
     src, consts = _source(v)
+    code = _COMPILED.get(src)
+    if code is None:  # every program loaded from the same rules has the same variants
+        code = _COMPILED[src] = compile(src, f"<rule variant of {v.head_pred}>", "exec")
     namespace: dict[str, Any] = {}
-    exec(compile(src, f"<rule variant of {v.head_pred}>", "exec"), namespace)
+    exec(code, namespace)
     fn = namespace["make"](consts)
     key = id(v)
 
