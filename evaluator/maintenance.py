@@ -163,6 +163,56 @@ def _key_variant(v: Variant, key: int) -> Variant:
     return replace(v, ops=tuple(ops), head=head, embeds=None)
 
 
+@dataclass(frozen=True)
+class Layers:
+    """The two layers of a maintained evaluation, read off a compiled program (both engines'
+    maintenance use it)."""
+
+    complete_program: CompiledProgram
+    """The program with aggregate selection only: what the complete layer evaluates."""
+    layer: frozenset[str]
+    """Relations of the strata up to the maintained one (held in both layers)."""
+    post: frozenset[str]
+    """Relations of the later strata (derived from the live layer)."""
+    suppressing: dict[str, str]
+    """Source relation → the relation whose selected tuples keep its tuples live."""
+    embedded: dict[str, list[list[tuple[str, tuple[int, ...]]]]]
+    """Relation of the layer → per rule, the (source relation, columns) its tuples embed."""
+    alternatives: frozenset[str]
+    """Relations whose tuples name an AND node in front: the source relation and those
+    embedding it (or one of them) in their leading columns."""
+
+
+def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
+    f = compiled.features
+    complete = replace(compiled, features=Features(schedules=f.schedules, aggsel=dict(f.aggsel)))
+    layer = frozenset(p for s in compiled.strata[:plan.stratum + 1] for p in s.preds)
+    post = frozenset(p for s in compiled.strata[plan.stratum + 1:] for p in s.preds)
+    by_rule: dict[int, tuple[str, list[tuple[str, tuple[int, ...]]]]] = {}
+    for src, variants in compiled.triggers.items():
+        for v in variants:
+            if v.embeds is not None and v.head_pred in layer:
+                by_rule.setdefault(id(v.rule), (v.head_pred, []))[1].append(
+                    (src, tuple(v.embeds)))
+    embedded: dict[str, list[list[tuple[str, tuple[int, ...]]]]] = {}
+    for head, atoms in by_rule.values():
+        embedded.setdefault(head, []).append(atoms)
+    source = plan.sources[0][0]
+    width = len(compiled.schemas[source])
+    alternatives = {source}
+    grew = True
+    while grew:
+        grew = False
+        for src in list(alternatives):
+            for v in compiled.triggers.get(src, ()):
+                if (v.embeds is not None and v.head_pred not in alternatives
+                        and tuple(v.embeds[:width]) == tuple(range(width))):
+                    alternatives.add(v.head_pred)
+                    grew = True
+    return Layers(complete, layer, post, {s: r for r, s in f.suppress.items()}, embedded,
+                  frozenset(alternatives))
+
+
 class MaintainedEngine(PythonEngine):
     """The ``python`` engine, keeping its complete layer between evaluations so that
     :meth:`update` can follow a change of statistics incrementally."""
@@ -171,43 +221,20 @@ class MaintainedEngine(PythonEngine):
         super().__init__(compiled, ctx)
         self.plan = maintenance_plan(compiled)
         self.live_program = compiled
-        f = compiled.features
-        self.complete_program = replace(
-            compiled, features=Features(schedules=f.schedules, aggsel=dict(f.aggsel)))
+        shape = layers(compiled, self.plan)
+        self.complete_program = shape.complete_program
         st = compiled.strata[self.plan.stratum]
-        self._sel = f.aggsel.get(self.plan.target)
+        self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
-        self._layer = {p for s in compiled.strata[:self.plan.stratum + 1] for p in s.preds}
-        self._post = {p for s in compiled.strata[self.plan.stratum + 1:] for p in s.preds}
-        self._suppressing = {s: r for r, s in compiled.features.suppress.items()}
-        """Source relation → the relation whose selected tuples keep its tuples live."""
-        # per relation of the layer, per rule: the (source relation, columns) its tuples embed
-        by_rule: dict[int, tuple[str, list[tuple[str, tuple[int, ...]]]]] = {}
-        for src, variants in compiled.triggers.items():
-            for v in variants:
-                if v.embeds is not None and v.head_pred in self._layer:
-                    cols = tuple(v.embeds)
-                    by_rule.setdefault(id(v.rule), (v.head_pred, []))[1].append((src, cols))
-        self._embedded: dict[str, list[list[tuple[str, Callable[[tuple], tuple]]]]] = {}
-        for head, atoms in by_rule.values():
-            self._embedded.setdefault(head, []).append([(s, key_of(c)) for s, c in atoms])
+        self._layer, self._post = shape.layer, shape.post
+        self._suppressing = shape.suppressing
+        self._embedded: dict[str, list[list[tuple[str, Callable[[tuple], tuple]]]]] = {
+            head: [[(s, key_of(c)) for s, c in atoms] for atoms in rules]
+            for head, rules in shape.embedded.items()}
         self._suppressed_key = {s: tuple(range(len(compiled.schemas[s])))
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
-        # relations whose tuples name an AND node in front: the source relation and those
-        # embedding it (or one of them) in their leading columns
-        source = self.plan.sources[0][0]
-        width = len(compiled.schemas[source])
-        self._alternatives = {source}
-        grew = True
-        while grew:
-            grew = False
-            for src in list(self._alternatives):
-                for v in compiled.triggers.get(src, ()):
-                    if (v.embeds is not None and v.head_pred not in self._alternatives
-                            and tuple(v.embeds[:width]) == tuple(range(width))):
-                        self._alternatives.add(v.head_pred)
-                        grew = True
+        self._alternatives = shape.alternatives
 
     # -- from scratch ---------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Iterable[tuple]]

@@ -250,7 +250,8 @@ _CTX: dict[str, Any] = {}
 def _context(ctx_bc, token: str) -> Mapping[int, Any]:
     ctx = _CTX.get(token)
     if ctx is None:
-        _CTX.clear()  # one evaluation at a time: drop the previous contexts
+        while len(_CTX) > 1:  # the current contexts and the previous ones (an update
+            _CTX.pop(next(iter(_CTX)))  # compares them), never more
         ctx = _CTX[token] = cloudpickle.loads(ctx_bc.value)
     return ctx
 
@@ -735,43 +736,62 @@ class SparkEngine:
     # -- fixpoint ------------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Any]) -> tuple[dict[str, SparkRelation], RunStats]:
         t0 = time.perf_counter()
-        prog = self.program
-        self.stats = stats = RunStats()
-        # PlanSpaces hold mappingproxy objects, which plain pickle (what broadcast uses)
-        # rejects; cloudpickle handles them, so the broadcast value is cloudpickled bytes.
+        self.start(inputs)
+        try:
+            for stratum in self.program.strata:
+                self.run_stratum(stratum)
+        finally:
+            self.unbroadcast()
+        self.stats.held = dict(self.size)
+        self.stats.seconds = time.perf_counter() - t0
+        return self.relations(), self.stats
+
+    def relations(self) -> dict[str, SparkRelation]:
+        return {p: SparkRelation(df, self.size[p]) for p, df in self.full.items()}
+
+    def broadcast(self) -> None:
+        """Send the query contexts to the executors (once per evaluation or update).
+        PlanSpaces hold mappingproxy objects, which plain pickle (what broadcast uses)
+        rejects; cloudpickle handles them, so the broadcast value is cloudpickled bytes."""
         self._token = uuid.uuid4().hex
         self._ctx_bc = self.spark.sparkContext.broadcast(cloudpickle.dumps(dict(self.ctx)))
-        try:
-            idb = {p for st in prog.strata for p in st.preds}
-            self._local = {}
-            self.full = {}
-            self.size = {}
-            self.counts = {}
-            self._old = {}
-            self._unknown = set()
-            self._later = []
-            for p in prog.schemas:
-                rows = list(prog.facts.get(p, ()))
-                if p in prog.inputs:
-                    rows += list(inputs.get(p, ()))
-                rows = list(dict.fromkeys(rows))
-                self.full[p] = self._frame(p, rows)
-                self.size[p] = len(rows)
-                if p not in idb and len(rows) <= LOCAL_MAX:
-                    self._local[p] = rows
-                if p in prog.features.refcount:  # inputs count once, as in the python engine
-                    self.counts[p] = self._frame(p, rows if p in prog.inputs else []) \
-                        .selectExpr("*", f"1L AS {self._cnt[p]}")
-            for stratum in prog.strata:
-                if stratum.schedule is not None:
-                    self._run_scheduled(stratum)
-                else:
-                    self._run_seminaive(stratum)
-        finally:
+
+    def unbroadcast(self) -> None:
+        if self._ctx_bc is not None:
             self._ctx_bc.unpersist()
-        stats.held = dict(self.size)
-        stats.seconds = time.perf_counter() - t0
-        return {p: SparkRelation(df, self.size[p]) for p, df in self.full.items()}, stats
+
+    def start(self, inputs: Mapping[str, Any]) -> None:
+        """Fresh relations holding the facts and the inputs, fresh statistics, the contexts
+        broadcast (:meth:`unbroadcast` when done)."""
+        prog = self.program
+        self.stats = RunStats()
+        self.broadcast()
+        idb = {p for st in prog.strata for p in st.preds}
+        self._local = {}
+        self.full = {}
+        self.size = {}
+        self.counts = {}
+        self._old = {}
+        self._unknown = set()
+        self._later = []
+        for p in prog.schemas:
+            rows = list(prog.facts.get(p, ()))
+            if p in prog.inputs:
+                rows += list(inputs.get(p, ()))
+            rows = list(dict.fromkeys(rows))
+            self.full[p] = self._frame(p, rows)
+            self.size[p] = len(rows)
+            if p not in idb and len(rows) <= LOCAL_MAX:
+                self._local[p] = rows
+            if p in prog.features.refcount:  # inputs count once, as in the python engine
+                self.counts[p] = self._frame(p, rows if p in prog.inputs else []) \
+                    .selectExpr("*", f"1L AS {self._cnt[p]}")
+
+    def run_stratum(self, stratum: Stratum) -> None:
+        if stratum.schedule is not None:
+            self._run_scheduled(stratum)
+        else:
+            self._run_seminaive(stratum)
 
     def _derive(self, variants: list[Variant], full: Mapping[str, DataFrame],
                 delta: Mapping[str, DataFrame | None], old: Mapping[str, DataFrame],

@@ -6,10 +6,11 @@ reference counts and the complete layer of :mod:`reopt.evaluator.maintenance` â€
 a new evaluation. The answer is always the relations a from-scratch evaluation would give
 (tested against one after every step).
 
-On the ``python`` engine the maintenance is incremental. The ``spark`` engine re-evaluates
-from scratch on update (its incremental twin is not built yet); so does a rule program whose
-shape :func:`~reopt.evaluator.maintenance.maintenance_plan` rejects, and the session says so
-in :attr:`Session.incremental`.
+Both engines maintain incrementally: the ``python`` engine with
+:class:`~reopt.evaluator.maintenance.MaintainedEngine`, the ``spark`` engine with its twin
+:class:`~reopt.evaluator.spark_maintenance.SparkMaintainedEngine`. A rule program whose shape
+:func:`~reopt.evaluator.maintenance.maintenance_plan` rejects is re-evaluated from scratch on
+update, and the session says so in :attr:`Session.incremental` (and why in ``reason``).
 """
 
 from __future__ import annotations
@@ -46,15 +47,17 @@ class Session:
         self.program = program
         self.engine_name = engine
         self.ctx: dict[int, PlanSpace] = dict(enumerate(spaces))
-        self.engine: MaintainedEngine | None = None
+        self.engine: Any = None
         self.reason = ""
-        if engine == "python":
-            try:
+        try:
+            if engine == "python":
                 self.engine = MaintainedEngine(program, self.ctx)
-            except ReoptError as e:
-                self.reason = str(e)
-        else:
-            self.reason = f"the {engine} engine re-evaluates from scratch"
+            else:
+                from reopt.evaluator.spark_maintenance import SparkMaintainedEngine
+
+                self.engine = SparkMaintainedEngine(program, self.ctx)
+        except ReoptError as e:
+            self.reason = str(e)
         self.evaluation: Evaluation | None = None
         self.members: list[Any] = []
         """The API's optimizers sharing this session (one per query of the batch)."""

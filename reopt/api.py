@@ -131,7 +131,9 @@ class Optimizer:
     ``rules`` — evaluated by ``engine``: ``spark`` or ``python``) or a procedural reference
     optimizer (``topdown``, ``bottomup``, ``exhaustive``; ``topdown-inc`` and ``bottomup-inc``
     keep their memo between optimize()/update() calls, see :func:`_incremental`).
-    For now the others apply a delta by re-optimizing from scratch with the new statistics.
+    The declarative optimizer maintains its state incrementally on update() (both engines);
+    ``topdown``, ``bottomup`` and ``exhaustive`` re-optimize from scratch with the new
+    statistics.
     """
 
     def __init__(
@@ -197,7 +199,7 @@ class Optimizer:
         """Apply a batch of deltas (all or nothing) and return the new best plan.
 
         The declarative optimizer keeps its state since the last optimize() and maintains it
-        incrementally (``python`` engine; README, "Incremental re-optimization"); the result
+        incrementally (either engine; README, "Incremental re-optimization"); the result
         is the plan a from-scratch optimization would return. A delta that fails validation
         raises before anything changes."""
         items = _listify(deltas)
