@@ -54,8 +54,14 @@ def worker() -> int:
             for _ in range(t["repeat"]):
                 step = opt.optimize()
                 times.append(step.metrics["seconds"])
+            updates = []
+            for d in t.get("deltas", ()):  # pushed one after the other to the same session
+                up = opt.update([d])
+                updates.append({"delta": d, "seconds": up.metrics["seconds"], "cost": up.cost,
+                                "update_ratio": up.metrics.get("update_ratio"),
+                                "incremental": up.metrics.get("incremental")})
             say({"id": t["id"], "times": times, "cost": step.cost,
-                 "pruning_ratio": step.metrics["pruning_ratio"]})
+                 "pruning_ratio": step.metrics["pruning_ratio"], "updates": updates})
         except Exception as e:
             say({"id": t["id"], "error": _first_line(e)})
     return 0
@@ -69,12 +75,13 @@ def _reader(stream, q: queue.Queue) -> None:
 
 def run_spark(tasks: list[dict], task_timeout: float, budget: float,
               log=lambda msg: None) -> tuple[dict[str, dict], float | None]:
-    """Run ``tasks`` (dicts with ``id``, ``query``, ``model``, ``mode``, ``repeat``) in
-    worker processes. Returns ``{id: result}`` — ``times``/``cost``/``pruning_ratio`` or
-    ``error`` — and the Spark session start-up seconds of the first worker (``None`` if
-    Spark never started). A task over ``task_timeout`` seconds is killed and its mode is
-    skipped on the remaining queries (a mode too slow on one query is so on the larger
-    ones); once ``budget`` seconds are spent the remaining tasks are not run."""
+    """Run ``tasks`` (dicts with ``id``, ``query``, ``model``, ``mode``, ``repeat``, and
+    optionally ``deltas`` to push one by one with update() after the optimizations) in
+    worker processes. Returns ``{id: result}`` — ``times``/``cost``/``pruning_ratio``/
+    ``updates`` or ``error`` — and the Spark session start-up seconds of the first worker
+    (``None`` if Spark never started). A task over ``task_timeout`` seconds is killed and
+    its mode is skipped on the remaining queries (a mode too slow on one query is so on the
+    larger ones); once ``budget`` seconds are spent the remaining tasks are not run."""
     results: dict[str, dict] = {}
     setup: float | None = None
     pending = list(tasks)
