@@ -628,10 +628,10 @@ def _spark_updates(cfg: Config, sec: Section) -> None:
     sec.reading.append(
         f"**Spark.** The Spark engine's update() maintains the same two layers "
         f"(`evaluator/spark_maintenance.py`): {min(speed):.1f}–{max(speed):.1f}× faster than "
-        f"its initial optimization of Q5 ({full:.0f} s). The gain is small because a Spark "
-        "update is made of Spark jobs (one per rank re-derived, one per plan-tree level when "
-        "the live layer is derived again, the later strata), each costing about a second on "
-        "this 2-core machine whatever the size of the change; "
+        f"its initial optimization of Q5 ({full:.0f} s). The gain is bounded because a Spark "
+        "update is made of Spark jobs (one per rank re-derived, one per round of the deletion "
+        "cascade and per plan-tree level revived in the live layer, the later strata), each "
+        "costing about a second on this 2-core machine whatever the size of the change; "
         + ("every update returned the exact optimum." if all(row[-1] == "yes" for row in rows)
            else "some updates did NOT return the exact optimum (\"NO\" in the table)."))
     sec.data["spark"] = r

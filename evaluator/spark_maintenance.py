@@ -16,12 +16,12 @@ then the later strata). The algorithm is the python engine's, set at a time:
   selected tuples changed reach their parents (the compiled parent variants, cut after the
   group key is bound) — lazy propagation. One Spark job per rank counts the changes and
   finds the next rank;
-* the live layer is then derived again from the complete layer (:meth:`_live`): with
-  reference counting, top-down by revival from the queries' roots, one round per generation
-  (for ``all`` it touches only the optimal plan trees); without it, by deleting the
-  unselected sources with the engine's deletion cascade. Unlike the python engine, which
-  patches the live layer group by group, this step is not incremental: it costs a few Spark
-  jobs per level of the and-or graph whatever the delta.
+* the live layer follows the changed groups, all at once (:meth:`_live_update`): tuples no
+  longer selected leave and their sources are deleted with the engine's deletion cascade
+  (reference counts fall, subplans go); the sources of newly selected tuples are revived from
+  the complete layer one plan-tree level per job (counts rise, subplans come back); the later
+  strata are derived again. The initial live layer is built the same way, by revival from
+  the queries' roots (for ``all`` it touches only the optimal plan trees).
 
 Only counts and minimum ranks reach the driver, as in a from-scratch evaluation; the relations
 are those of a from-scratch evaluation (tests compare them with the python engine's after
@@ -73,6 +73,11 @@ def _keyed_batches(new_bc, new_token: str, old_bc, old_token: str | None, rank_f
             out[n] = out[n].astype(batch[n].dtype) if len(keys) else batch[n].iloc[:0]
         out["_rank"] = pd.Series(ranks, dtype="int64")
         yield out
+
+
+_UNKNOWN = 1 << 50
+"""The size of a relation changed without counting (counted at the end of the step): never
+0, so no variant reading it is skipped as empty, whatever a cascade subtracts."""
 
 
 class SparkMaintainedEngine(SparkEngine):
@@ -132,9 +137,62 @@ class SparkMaintainedEngine(SparkEngine):
             self._revive_all(work)
         else:
             self._count_and_suppress()
-        for stratum in prog.strata[self.plan.stratum + 1:]:
+        self._post_strata()
+
+    def _post_strata(self) -> None:
+        """The strata after the maintained one, from the live layer; then the layer is kept
+        (relations, sizes, reference counts) for the next update."""
+        for stratum in self.program.strata[self.plan.stratum + 1:]:
             self.run_stratum(stratum)
-        self._recount(self.full, self.size)
+        self._recount(self.full, self.size, *self._layer)
+        self.live, self.live_size, self.live_counts = self.full, self.size, self.counts
+
+    def _live_update(self, removed: list[DataFrame], added: list[DataFrame]) -> None:
+        """Apply the complete layer's changes to the live layer (see
+        :meth:`MaintainedEngine._live_update`), all changed groups at once: tuples no longer
+        selected leave; their sources, unless still selected, are deleted with the deletion
+        cascade (reference counts fall, subplans go); the sources of newly selected tuples
+        are revived from the complete layer (counts rise, subplans come back); newly
+        selected tuples whose source is live join. Then the later strata, from scratch."""
+        prog = self.program = self.live_program
+        self.full, self.size, self.counts = dict(self.live), dict(self.live_size), \
+            dict(self.live_counts)
+        self._old, self._unknown = {}, set()
+        for p in self._post:
+            self.full[p], self.size[p] = self._frame(p, []), 0
+        if not removed:  # nothing was stale
+            self._post_strata()
+            return
+        target = self.plan.target
+        names = self.columns[target]
+        gone, came = _union(removed), _union(added)
+        live = self.full
+        live[target] = _join(live[target], gone, names, "left_anti")
+        self.size[target] = _UNKNOWN
+        source = prog.features.suppress.get(target)
+        if source is not None:
+            cols = self.columns[source]
+            lead = names[:len(cols)]
+
+            def src(df: DataFrame) -> DataFrame:
+                return df.selectExpr(*[f"{_ident(c)} AS {_ident(n)}"
+                                       for c, n in zip(lead, cols, strict=True)])
+
+            dead = _join(src(gone).distinct(), src(came), cols, "left_anti")
+            dead = _join(_join(dead, src(self.complete[target]), cols, "left_anti"),
+                         live[source], cols, "left_semi")
+            self._delete(source, dead)
+            self._revive_all({source: [_join(src(came).distinct(), live[source], cols,
+                                             "left_anti")]})
+            have = live[source].selectExpr(*[f"{_ident(c)} AS {_ident(n)}"
+                                             for c, n in zip(cols, lead, strict=True)])
+            came = _join(came, have, lead, "left_semi")
+        live[target] = _union([live[target], _join(came, live[target], names, "left_anti")]) \
+            .coalesce(1).localCheckpoint(eager=False)
+        self._later.append(live[target])
+        for agg in self.plan.aggregates:
+            self._set_aggregate(live, self.size, agg)
+        self._post_strata()
 
     def _count_and_suppress(self) -> None:
         prog = self.program
@@ -300,11 +358,13 @@ class SparkMaintainedEngine(SparkEngine):
         queued = queue
         n_stale, low = self._measure([(queue, None), (queue, "_rank")])
         up.stale = int(n_stale)
-        changes: list[DataFrame] = []
+        removed: list[DataFrame] = []
+        added: list[DataFrame] = []
         while low is not None:
             level = queue.filter(f"_rank = {int(low)}").drop("_rank")
             queue = queue.filter(f"_rank != {int(low)}")
-            changed, n_derived = self._rederive(level)
+            gone, came, n_derived = self._rederive(level)
+            changed = _union([gone, came])
             parents = [self._parent_keys(v, changed) for v in plan.parents]
             fresh = _join(_union(parents).distinct(), queued.drop("_rank"), keys, "left_anti") \
                 if parents else None
@@ -320,9 +380,10 @@ class SparkMaintainedEngine(SparkEngine):
             up.rederived += int(n_level)
             up.changed += int(n_changed)
             up.derived[plan.target] = up.derived.get(plan.target, 0) + int(n_cands)
-            changes.append(changed)
+            removed.append(gone)
+            added.append(came)
         self._recount(self.complete, self.complete_size, plan.target)
-        self._live()
+        self._live_update(removed, added)
         old_bc.unpersist()
         self.stats.held = dict(self.size)
         up.seconds = time.perf_counter() - t0
@@ -334,10 +395,10 @@ class SparkMaintainedEngine(SparkEngine):
                                self._rank_fn, tuple(self._key_cols))
         return keys.coalesce(1).mapInPandas(fn, self._key_schema)
 
-    def _rederive(self, level: DataFrame) -> tuple[DataFrame, DataFrame]:
+    def _rederive(self, level: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
         """Re-derive the groups of ``level`` (key columns) in the complete layer from their
-        source tuples; returns the selected tuples that went or came (checkpointed) and the
-        candidates derived (to count)."""
+        source tuples; returns the selected tuples that went, those that came (both
+        checkpointed) and the candidates derived (to count)."""
         plan, full = self.plan, self.complete
         target, keys = plan.target, self._key_cols
         names = self.columns[target]
@@ -365,15 +426,15 @@ class SparkMaintainedEngine(SparkEngine):
         new = new.localCheckpoint(eager=False)
         self._later.append(new)
         old = _join(full[target], level, keys, "left_semi")
-        changed = _union([_join(old, new, names, "left_anti"),
-                          _join(new, old, names, "left_anti")]).localCheckpoint(eager=False)
-        self._later.append(changed)
+        gone = _join(old, new, names, "left_anti").localCheckpoint(eager=False)
+        came = _join(new, old, names, "left_anti").localCheckpoint(eager=False)
+        self._later += [gone, came]
         full[target] = _union([_join(full[target], level, keys, "left_anti"), new]) \
             .coalesce(1).localCheckpoint(eager=False)
         self._later.append(full[target])
         for agg in plan.aggregates:
             self._set_aggregate(full, self.complete_size, agg, level)
-        return changed, derived
+        return gone, came, derived
 
     def _parent_keys(self, v: Variant, changed: DataFrame) -> DataFrame:
         """The group keys of the parents reading the ``changed`` tuples (a parent variant,
