@@ -1154,18 +1154,27 @@ class SparkEngine:
 
     def _uncount(self, pred: str, hs: DataFrame) -> DataFrame:
         """Take one count per derivation in ``hs``; returns the tuples whose count reached 0
-        (their counts are dropped, as the python engine does). The counts tagged 0 ∪ one
-        ``-1`` per derivation tagged 1, summed per tuple in one partition, checkpointed."""
-        cols, n = self.columns[pred], self._cnt[pred]
-        hit = _fresh("_hit", [*cols, n])
-        c = (self.counts[pred].selectExpr("*", f"0 AS {hit}")
-             .union(hs.selectExpr(*[_ident(x) for x in cols], f"-1L AS {_ident(n)}",
-                                  f"1 AS {hit}"))
-             .coalesce(1).groupBy(*cols)
-             .agg(F.expr(f"sum({_ident(n)}) AS {_ident(n)}"), F.expr(f"max({hit}) AS {hit}"))
+        (their counts are dropped, as the python engine does)."""
+        c, lo, hi = self._bump(pred, hs, -1)
+        n = _ident(self._cnt[pred])
+        self.counts[pred] = c.filter(f"{n} > 0").drop(lo, hi)
+        return c.filter(f"{hi} = 1 AND {n} <= 0").select(*self.columns[pred])
+
+    def _bump(self, pred: str, rows: DataFrame, step: int) -> tuple[DataFrame, str, str]:
+        """The reference counts of ``pred`` plus ``step`` per derivation in ``rows``: the
+        counts tagged 0 ∪ one ``step`` per derivation tagged 1, summed per tuple in one
+        partition, checkpointed; with the lowest and highest tag of each tuple (the names
+        returned: lowest 1 means no count before, highest 1 a derivation in ``rows``)."""
+        cols, n = self.columns[pred], _ident(self._cnt[pred])
+        tag, lo, hi = (_fresh(x, [*cols, self._cnt[pred]]) for x in ("_tag", "_lo", "_hi"))
+        tagged = (self.counts[pred].selectExpr("*", f"0 AS {tag}")
+                  .union(rows.selectExpr(*[_ident(x) for x in cols], f"{step}L AS {n}",
+                                         f"1 AS {tag}")))
+        c = (tagged.coalesce(1).groupBy(*cols)
+             .agg(F.expr(f"sum({n}) AS {n}"), F.expr(f"min({tag}) AS {lo}"),
+                  F.expr(f"max({tag}) AS {hi}"))
              .localCheckpoint(eager=False))
-        self.counts[pred] = c.filter(f"{_ident(n)} > 0").drop(hit)
-        return c.filter(f"{hit} = 1 AND {_ident(n)} <= 0").select(*cols)
+        return c, lo, hi
 
     def _regroup(self, pred: str, hs: DataFrame) -> DataFrame:
         """The tuples of aggregate groups that lost inputs and have none left (see

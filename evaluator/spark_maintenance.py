@@ -184,9 +184,7 @@ class SparkMaintainedEngine(SparkEngine):
             self._delete(source, dead)
             self._revive_all({source: [_join(src(came).distinct(), live[source], cols,
                                              "left_anti")]})
-            have = live[source].selectExpr(*[f"{_ident(c)} AS {_ident(n)}"
-                                             for c, n in zip(cols, lead, strict=True)])
-            came = _join(came, have, lead, "left_semi")
+            came = self._sourced(target, source, came)
         live[target] = _union([live[target], _join(came, live[target], names, "left_anti")]) \
             .coalesce(1).localCheckpoint(eager=False)
         self._later.append(live[target])
@@ -209,9 +207,8 @@ class SparkMaintainedEngine(SparkEngine):
             self._later.append(self.counts[g])
         for pruned, source in prog.features.suppress.items():
             lead = self.columns[source]
-            kept = self.full[pruned].selectExpr(*[f"{_ident(c)} AS {_ident(n)}" for c, n in
-                                                  zip(self.columns[pruned], lead, strict=False)])
-            self._delete(source, _join(self.full[source], kept, lead, "left_anti"))
+            self._delete(source, _join(self.full[source], self._renamed(pruned, lead), lead,
+                                       "left_anti"))
 
     # -- revival, one generation at a time ------------------------------------------------
     def _revive_all(self, work: dict[str, list[DataFrame]]) -> None:
@@ -272,18 +269,10 @@ class SparkMaintainedEngine(SparkEngine):
 
     def _count_up(self, pred: str, derived: DataFrame) -> DataFrame:
         """Add one count per derivation; returns the tuples whose count rose from zero."""
-        cols, n = self.columns[pred], self._cnt[pred]
-        was = _fresh("_was", [*cols, n])
-        c = (self.counts[pred].selectExpr("*", f"1 AS {was}")
-             .union(derived.selectExpr(*[_ident(x) for x in cols], f"1L AS {_ident(n)}",
-                                       f"0 AS {was}"))
-             .coalesce(1).groupBy(*cols)
-             .agg(F.expr(f"sum({_ident(n)}) AS {_ident(n)}"),
-                  F.expr(f"max({_ident(was)}) AS {_ident(was)}"))
-             .localCheckpoint(eager=False))
+        c, lo, hi = self._bump(pred, derived, 1)
         self._later.append(c)
-        self.counts[pred] = c.drop(was)
-        return c.filter(f"{_ident(was)} = 0").select(*cols)
+        self.counts[pred] = c.drop(lo, hi)
+        return c.filter(f"{lo} = 1").select(*self.columns[pred])
 
     def _supported(self, p: str, cand: DataFrame) -> DataFrame:
         """The candidates that belong in the live layer given what is live now (see
