@@ -238,6 +238,21 @@ class Estimator:
             self._card[mask] = c
         return c
 
+    def moved_masks(self, old: Estimator) -> list[int]:
+        """What differs from ``old`` (the same query under earlier adjustments), as relation
+        sets: the estimate of an expression may differ only if it contains one of them — a
+        relation whose rows changed, both sides of a join whose selectivity changed, a set
+        whose correction changed. Compares the adjusted inputs, not estimates (a delta that
+        leaves every value as it was moves nothing)."""
+        q = self.query
+        out = [1 << i for i, r in enumerate(q.relations)
+               if old.base_rows(r.alias) != self.base_rows(r.alias)]
+        out += [q.bit(p.left.alias) | q.bit(p.right.alias) for p in q.joins
+                if old.join_selectivity(p) != self.join_selectivity(p)]
+        a, b = old.adj.corrections, self.adj.corrections
+        out += [t for t in {*a, *b} if a.get(t, 1.0) != b.get(t, 1.0)]
+        return out
+
     def groups(self) -> float:
         """Rows out of the final group-by: ``min(card, Π distinct(group columns))``."""
         rows = self.card(self.query.all_mask)

@@ -150,6 +150,8 @@ class PlanSpace:
         self._scans: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
         self._inputs: dict[tuple[int, str], tuple[frozenset[int], frozenset[str]]] = {}
+        """OR node → the expressions its summary and local costs read (its own, its
+        alternatives' children) and its alternatives' operators (:meth:`stale_nodes`)."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
@@ -362,22 +364,19 @@ class PlanSpace:
 
         A local cost depends only on the estimated rows of the alternative's expression and
         children, the base rows of a scanned relation and the operator's cost factor (README,
-        "Cost models"); comparing those costs one estimate per expression, not one cost per
-        alternative. ``moved`` is memoized."""
+        "Cost models"). ``moved`` is read off the adjustments
+        (:meth:`~reopt.costmodel.cardinality.Estimator.moved_masks`), without estimating: an
+        expression moves when it contains a changed relation set — a superset of the
+        expressions whose estimate differs, and no estimate is computed before it is needed."""
         ops = set(old.adjustments.op_factors) | set(self.adjustments.op_factors)
         ops = {m for m in ops if old.adjustments.op_factors.get(m, 1.0)
                != self.adjustments.op_factors.get(m, 1.0)}
-        changed: dict[int, bool] = {}
+        masks = self.estimator.moved_masks(old.estimator)
+        within = self.all  # the final operator's pseudo-expression: the whole query's rows
 
         def moved(expr: int) -> bool:
-            hit = changed.get(expr)
-            if hit is None:
-                hit = old.summary(expr) != self.summary(expr)
-                if not hit and self.is_leaf(expr):
-                    alias = self.relations(expr)[0]
-                    hit = old.estimator.base_rows(alias) != self.estimator.base_rows(alias)
-                changed[expr] = hit
-            return hit
+            e = expr & within
+            return any(m & e == m for m in masks)
 
         return moved, ops
 
@@ -389,18 +388,18 @@ class PlanSpace:
         A node is stale when its expression, a child's expression or one of its alternatives'
         operators is among :meth:`changed_inputs`."""
         moved, ops = self.changed_inputs(old)
-        out = []
+        nodes = list(nodes)
+        exprs_of = self._inputs
         for node in nodes:
-            inputs = self._inputs.get(node)
-            if inputs is None:
+            if node not in exprs_of:
                 alts = self.alternatives(*node)
-                inputs = self._inputs[node] = (
-                    frozenset(c for a in alts for c, _ in a.children),
+                exprs_of[node] = (
+                    frozenset({node[0], *(c for a in alts for c, _ in a.children)}),
                     frozenset(a.phy_op for a in alts))
-            exprs, methods = inputs
-            if moved(node[0]) or not ops.isdisjoint(methods) or any(moved(e) for e in exprs):
-                out.append(node)
-        return out
+        # each expression once (a node's inputs overlap its neighbours'), then set operations
+        changed = {e for e in {e for n in nodes for e in exprs_of[n][0]} if moved(e)}
+        return [n for n in nodes
+                if not changed.isdisjoint(exprs_of[n][0]) or not ops.isdisjoint(exprs_of[n][1])]
 
     def relations(self, expr: int) -> tuple[str, ...]:
         return self.query.aliases_of(expr & self.all)
