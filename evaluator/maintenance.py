@@ -45,10 +45,10 @@ from typing import Any
 
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator.ast import Atom, Var
+from reopt.evaluator.ast import Var
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
-from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, _aggregate, key_of
+from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
 
 @dataclass
@@ -63,9 +63,6 @@ class UpdateStats:
     """Groups whose selected tuples changed."""
     derived: dict[str, int] = field(default_factory=dict)
     """Candidate tuples produced per relation while re-deriving."""
-    post_rederived: int = 0
-    """Groups of the later strata's relations re-derived (``python`` engine; -1: the later
-    strata were derived again from the whole live layer)."""
     seconds: float = 0.0
 
 
@@ -216,133 +213,9 @@ def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
                   frozenset(alternatives))
 
 
-@dataclass(frozen=True)
-class PostRelation:
-    """How one relation of a later stratum is re-derived one group at a time."""
-
-    sources: tuple[tuple[str, tuple[int, ...], Variant], ...]
-    """Per rule: a body relation holding the whole group key, its columns holding it, and the
-    variant reading that relation's tuples of one group."""
-    aggregate: tuple[int, str] | None
-    """(position, min|max) when the relation is an aggregate."""
-
-
-@dataclass(frozen=True)
-class PostStratum:
-    preds: tuple[str, ...]
-    """Its relations, in the order one group's are re-derived (a relation after those of the
-    same group it reads)."""
-    rank: str | None
-    """The schedule's rank built-in (``None``: not scheduled)."""
-    descending: bool
-
-
-@dataclass(frozen=True)
-class PostPlan:
-    """How the strata after the maintained one follow an update group by group (the group:
-    the leading :attr:`MaintenancePlan.key` columns, an OR node), instead of being derived
-    again from the whole live layer: only groups whose inputs changed are re-derived, and a
-    group whose tuples did not change stops the propagation (for the optimizer: BestPlan and
-    LocalCost of the changed OR nodes, Bound down from them only as far as it changes)."""
-
-    strata: tuple[PostStratum, ...]
-    relations: dict[str, PostRelation]
-    readers: dict[str, tuple[Variant, ...]]
-    """Relation → variants giving the group keys of later-strata tuples that read changed
-    tuples of it (cut after the key is bound)."""
-    reads: frozenset[str]
-    """Relations of the maintained layer the later strata read."""
-    stale_reads: frozenset[str]
-    """Relations whose tuples of a stale group feed a built-in marked ``statistics`` (they
-    count as changed: the built-in may answer differently)."""
-
-
-def post_plan(program: CompiledProgram, plan: MaintenancePlan) -> PostPlan | None:
-    """Read a :class:`PostPlan` off ``program``; ``None`` when the later strata are not in the
-    shape it needs (every head keyed by the group key, no pruning feature or negation in them,
-    a stratum reading its own relations only under a schedule, statistics built-ins called on
-    a body tuple's group) — those programs derive the later strata again after every update."""
-    k = plan.key
-    f = program.features
-    strata = program.strata[plan.stratum + 1:]
-    preds = {p for s in strata for p in s.preds}
-    featured = {*f.aggsel, *f.suppress, *f.suppress.values(), *f.refcount, *f.bound}
-    if preds & featured:
-        return None
-    layer = {p for s in program.strata[:plan.stratum + 1] for p in s.preds}
-    trig = {(id(v.rule), v.delta_atom): v for vs in program.triggers.values() for v in vs}
-    relations: dict[str, PostRelation] = {}
-    readers: dict[str, list[Variant]] = {}
-    reads: set[str] = set()
-    stale_reads: set[str] = set()
-    out = []
-    for s in strata:
-        if s.recursive and s.schedule is None:
-            return None
-        before: dict[str, set[str]] = {p: set() for p in s.preds}
-        sources: dict[str, list[tuple[str, tuple[int, ...], Variant]]] = {}
-        for rule in (r for r in program.rules if r.head.pred in s.preds):
-            names = [t.name for t in rule.head.args[:k] if isinstance(t, Var)]
-            agg = program.aggregates.get(rule.head.pred)
-            if len(set(names)) != k or (agg is not None and agg[0] < k):
-                return None
-            source = None
-            atoms: dict[str, list[str | None]] = {}
-            for i, lit in enumerate(rule.body):
-                if not isinstance(lit, Atom) or lit.is_builtin:
-                    continue
-                v = trig.get((id(rule), i))
-                if lit.negated or v is None:
-                    return None
-                args = [a.name if isinstance(a, Var) else None for a in lit.args]
-                atoms.setdefault(lit.pred, args)
-                readers.setdefault(lit.pred, []).append(_key_variant(v, k))
-                if lit.pred in layer:
-                    reads.add(lit.pred)
-                if lit.pred in s.preds and s.schedule is None:
-                    return None  # group keys reached within the stratum: only under a schedule
-                if lit.pred in s.preds and args[:k] == names:
-                    before[rule.head.pred].add(lit.pred)
-                if source is None and set(names) <= set(args):
-                    source = (lit.pred, tuple(args.index(n) for n in names), v)
-            if source is None:
-                return None
-            sources.setdefault(rule.head.pred, []).append(source)
-            for lit in rule.body:
-                if isinstance(lit, Atom) and lit.is_builtin and program.builtins[
-                        lit.pred].statistics:
-                    lead = [a.name if isinstance(a, Var) else None for a in lit.args[:k]]
-                    hit = next((p for p, a in atoms.items() if a[:k] == lead), None)
-                    if hit is None or None in lead:
-                        return None
-                    stale_reads.add(hit)
-        order: list[str] = []
-        while len(order) < len(s.preds):
-            ready = [p for p in s.preds if p not in order and before[p] - {p} <= set(order)]
-            if not ready:
-                return None
-            order += ready
-        for p in s.preds:
-            relations[p] = PostRelation(tuple(sources.get(p, ())), program.aggregates.get(p))
-        sched = s.schedule
-        out.append(PostStratum(tuple(order), sched.rank if sched else None,
-                               bool(sched and sched.direction != ASCENDING)))
-    return PostPlan(tuple(out), relations, {p: tuple(v) for p, v in readers.items()},
-                    frozenset(reads), frozenset(stale_reads))
-
-
 class MaintainedEngine(PythonEngine):
     """The ``python`` engine, keeping its complete layer between evaluations so that
     :meth:`update` can follow a change of statistics incrementally."""
-
-    post_by_group = False
-    """Whether an update brings the later strata to the new live layer group by group
-    (:class:`PostPlan`, what the ``spark`` engine does: it pays per Spark job, and a change
-    reaches few ranks) instead of deriving them again in one pass. Here it pays per tuple,
-    and re-deriving a group costs about what deriving it in a full pass does (measured on
-    Q5's Figure 6 deltas: 0.94–1.03× under ``all``, 0.72–1.03× under ``aggsel``), so the
-    full pass is the default; the tests switch this on to check the :class:`PostPlan` on
-    hundreds of random updates."""
 
     def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any]):
         super().__init__(compiled, ctx)
@@ -362,7 +235,6 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
-        self._post_plan = post_plan(compiled, self.plan)
 
     # -- from scratch ---------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
@@ -459,7 +331,7 @@ class MaintainedEngine(PythonEngine):
         up.changed = len(changes)
         self.full = self.live
         self.program = self.live_program
-        self._live_update(changes, stale, up)
+        self._live_update(changes)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
         return self.full, up
@@ -534,18 +406,14 @@ class MaintainedEngine(PythonEngine):
                 for q in self.ctx}
 
     # -- the live layer, incrementally --------------------------------------------------------
-    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]],
-                     stale: set[tuple], up: UpdateStats) -> None:
+    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference
         counts fall), a newly selected plan has its source revived from the complete layer
-        (reference counts rise, subplans come back). Then the later strata follow
-        (:meth:`_post_update`)."""
-        prog, plan, pp = self.program, self.plan, self._post_plan
-        before = {p: set(self.full[p].rows) for p in pp.reads} if pp else {}
-        # the later strata follow below: deletions and revivals stop at the layer
-        later = {p: self.full[p] for p in self._post}
-        self.full.update({p: Relation() for p in self._post})
+        (reference counts rise, subplans come back). Then the later strata are re-derived."""
+        prog, plan = self.program, self.plan
+        for pred in self._post:
+            self.full[pred] = Relation()
         target = plan.target
         source = prog.features.suppress.get(target)
         width = len(prog.schemas[source]) if source else 0
@@ -568,92 +436,8 @@ class MaintainedEngine(PythonEngine):
             live[target].add(added)
             for agg in plan.aggregates:
                 self._set_group(live, agg, g)
-        if pp is not None and self.post_by_group:
-            live.update(later)
-            self._post_update(pp, before, stale, up)
-            return
-        up.post_rederived = -1
         for stratum in prog.strata[plan.stratum + 1:]:
             self.run_stratum(stratum)
-
-    def _post_update(self, pp: PostPlan, before: dict[str, set[tuple]], stale: set[tuple],
-                     up: UpdateStats) -> None:
-        """Bring the later strata to the new live layer group by group (:class:`PostPlan`).
-
-        A group is re-derived when a tuple it reads changed (``before`` → now, in the layer;
-        or re-derived in an earlier group), or when a built-in marked ``statistics`` it calls
-        may answer differently (``stale``). The groups a changed tuple reaches are found by
-        running the readers' key variants over the union of the old and the new tuples, so a
-        derivation that went is found as surely as one that came. Scheduled strata re-derive
-        their groups in rank order, as their evaluation releases them."""
-        full, cols = self.full, tuple(range(self.plan.key))
-        union = dict(full)  # old ∪ new of every relation, for the key variants
-        todo: dict[str, set[tuple]] = {p: set() for p in pp.relations}
-
-        def reached(pred: str, rows: Iterable[tuple]) -> None:
-            delta = {pred: Relation(rows)}
-            for v in pp.readers.get(pred, ()):
-                todo[v.head_pred].update(self.run_variant(v, union, delta))
-
-        for p, old in before.items():
-            now = full[p].rows
-            if old != now:
-                union[p] = Relation(old | now)
-                reached(p, old ^ now)
-        for p in pp.stale_reads:
-            idx = full[p].index(cols)
-            reached(p, [r for g in stale for r in idx.get(g, ())])
-        for st in pp.strata:
-            if st.rank is None:
-                for p in st.preds:
-                    for g in todo[p]:
-                        self._post_group(pp, p, g, union, reached, up)
-                    todo[p].clear()
-                continue
-            rank = self.program.builtins[st.rank].fn
-            sign = -1 if st.descending else 1
-            queued = {g for p in st.preds for g in todo[p]}
-            heap = [(sign * rank(self.ctx, *g)[0][0], g) for g in queued]
-            heapq.heapify(heap)
-            while heap:
-                at, g = heapq.heappop(heap)
-                queued.discard(g)
-                for p in st.preds:
-                    if g in todo[p]:
-                        todo[p].discard(g)
-                        self._post_group(pp, p, g, union, reached, up)
-                for g2 in {x for p in st.preds for x in todo[p]} - queued:
-                    r2 = sign * rank(self.ctx, *g2)[0][0]
-                    if r2 < at:
-                        raise ReoptError(f".schedule {st.rank}: group {g2} reached from {g} "
-                                         "is released before it")
-                    queued.add(g2)
-                    heapq.heappush(heap, (r2, g2))
-
-    def _post_group(self, pp: PostPlan, pred: str, g: tuple, union: dict[str, Relation],
-                    reached: Callable[[str, Iterable[tuple]], None], up: UpdateStats) -> None:
-        """Re-derive group ``g`` of ``pred`` (a later stratum's relation) from the live layer
-        and pass on the tuples that went and came."""
-        full, spec = self.full, pp.relations[pred]
-        up.post_rederived += 1
-        cands: list[tuple] = []
-        for src, cols, v in spec.sources:
-            rows = full[src].index(cols).get(g)
-            if rows:
-                cands.extend(self.run_variant(v, full, {src: Relation(rows)}))
-        if spec.aggregate is not None:
-            cands = _aggregate(cands, *spec.aggregate)
-        rel = full[pred]
-        old = set(rel.index(tuple(range(self.plan.key))).get(g, ()))
-        new = set(cands)
-        if new == old:
-            return
-        if union[pred] is rel:
-            union[pred] = Relation(rel.rows)
-        rel.remove(list(old - new))
-        union[pred].add(new - old)
-        rel.add(new - old)
-        reached(pred, old ^ new)
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live

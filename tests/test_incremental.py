@@ -23,7 +23,7 @@ from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.driver import PRUNING_MODES, load_program
-from reopt.evaluator.maintenance import MaintainedEngine, maintenance_plan, post_plan
+from reopt.evaluator.maintenance import maintenance_plan
 from reopt.evaluator.python_engine import PythonEngine
 from reopt.incremental.session import Session
 from reopt.optimizers.bottomup import bottomup
@@ -85,47 +85,6 @@ def test_random_delta_sequences(mode, model, shape, n, seed, k, batch):
     deltas = random_deltas(q, rng, k, cost_model(model).operators)
     steps = [deltas[i:i + batch] for i in range(0, len(deltas), batch)]
     run_sequence(mode, q, cat, model, steps)
-
-
-@pytest.fixture
-def by_group(monkeypatch):
-    """The later strata followed group by group (the ``spark`` engine's way) on python."""
-    monkeypatch.setattr(MaintainedEngine, "post_by_group", True)
-
-
-@pytest.mark.parametrize("mode", ["all", "aggsel", "evita", "aggsel+bound"])
-@settings(max_examples=30, deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # the fixture is constant
-@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 5), seed=st.integers(0, 2**31),
-       k=st.integers(1, 20), batch=st.integers(1, 3))
-def test_later_strata_group_by_group(by_group, mode, shape, n, seed, k, batch):
-    """:class:`PostPlan`: BestPlan, LocalCost and the Bound recursion re-derived only for the
-    groups a change reaches give every relation a from-scratch evaluation gives."""
-    assert post_plan(PROGRAMS[mode], maintenance_plan(PROGRAMS[mode])) is not None
-    q, cat = make_query(shape, n, seed)
-    model = "io" if seed % 2 else "cout"
-    deltas = random_deltas(q, random.Random(seed), k, cost_model(model).operators)
-    run_sequence(mode, q, cat, model, [deltas[i:i + batch] for i in range(0, len(deltas), batch)])
-
-
-def test_later_strata_group_by_group_touch_what_changes(by_group):
-    """Q5 under ``all``: a correction on the whole join (E) changes the best costs of the
-    join and the final operator only, so fewer later-strata groups are re-derived than the
-    live layer holds; a delta no plan reads re-derives none."""
-    opt = Optimizer("tpch:q5", cost_model="io", engine="python", pruning="all")
-    m = cost_model("io")
-    session = Session(PROGRAMS["all"], [PlanSpace(opt.query, opt.catalog, m)], "python")
-    session.optimize()
-    live = session.engine.live
-    held = sum(len({r[:3] for r in live[p].rows}) for p in session.engine._post)
-
-    def update(text: str):
-        adj = apply_deltas(parse_deltas(text), opt.query, opt.catalog,
-                           session.ctx[0].adjustments, m.operators)
-        return session.update({0: adj}).stats.post_rederived
-
-    assert 0 < update("card {supplier,lineitem,orders,customer,nation,region} *8") < held
-    assert update("cost topsort *2") == 0
 
 
 @settings(max_examples=25, deadline=None)
