@@ -196,6 +196,13 @@ def _ensure_checkpoint_dir(spark: SparkSession) -> None:
 
 
 # -- sessions -----------------------------------------------------------------------------------
+SMALL_PLAN_SETTINGS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+"""Spark SQL settings for many small plans (see :func:`get_spark`), unless the user set them."""
+
+
 def get_spark(
     master: str | None = None,
     app_name: str = "reopt",
@@ -236,6 +243,12 @@ def get_spark(
       engine's plans (unions, windows and ``inline`` generators over many columns) that
       inference grows exponentially and planning one small frame took up to a minute.  The
       engine filters exactly what it needs; nothing is lost.
+    * ``spark.sql.codegen.wholeStage=false`` and ``spark.sql.adaptive.enabled=false`` (unless
+      configured): the engines run thousands of Spark plans over relations of thousands of
+      tuples, so compiling each plan to Java (whole-stage code generation) and re-planning at
+      every stage boundary (adaptive execution) cost more than they save. Measured on TPC-H
+      Q5 with pruning ``all``, one process per setting: initial optimization 91 s → 66 s,
+      an incremental update 23 s → 17 s. With large relations, set them back.
     * For ``local`` masters, ``spark.driver.host``/``bindAddress=127.0.0.1``: avoids
       hostname-resolution warnings and firewall prompts; nothing outside this machine talks
       to a local driver.
@@ -300,6 +313,9 @@ def get_spark(
     sc.setLogLevel("ERROR")
     if shuffle_partitions is None and not sc.getConf().contains("spark.sql.shuffle.partitions"):
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 2 * sc.defaultParallelism)))
+    for key, value in SMALL_PLAN_SETTINGS.items():
+        if not sc.getConf().contains(key):
+            spark.conf.set(key, value)
     _ensure_checkpoint_dir(spark)
     return spark
 

@@ -307,5 +307,7 @@ def test_get_spark_settings(spark):
     assert conf.get("spark.sql.session.timeZone") == "UTC"
     assert conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert conf.get("spark.sql.shuffle.partitions") == "4"  # 2 x local[2]
+    assert conf.get("spark.sql.codegen.wholeStage") == "false"
+    assert conf.get("spark.sql.adaptive.enabled") == "false"
     assert spark.sparkContext.getCheckpointDir() is not None
     assert spark.sparkContext.master == "local[2]"
