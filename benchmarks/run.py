@@ -566,7 +566,7 @@ INC_HEADER = ["incremental ms", "from-scratch declarative ms", "topdown ms",
               "update ratio OR", "update ratio AND", "same cost"]
 SPARK_NOTE = ("Declarative optimizer on the `python` engine, pruning `all`. The `spark` "
               "engine's incremental update (seconds per update on this machine) is measured "
-              "on a few Q5 deltas under Figure 6.")
+              "on Q5's Figure 6 deltas (each set ×8 and back) under Figure 6.")
 
 
 def _incremental_plot(cfg: Config, name: str, title: str, factors: Sequence[float],
