@@ -247,8 +247,8 @@ class Estimator:
         q = self.query
         out = [1 << i for i, r in enumerate(q.relations)
                if old.base_rows(r.alias) != self.base_rows(r.alias)]
-        out += [q.bit(p.left.alias) | q.bit(p.right.alias) for p in q.joins
-                if old.join_selectivity(p) != self.join_selectivity(p)]
+        out += [both for (both, sel), (_, was) in zip(self._preds, old._preds, strict=True)
+                if sel != was]
         a, b = old.adj.corrections, self.adj.corrections
         out += [t for t in {*a, *b} if a.get(t, 1.0) != b.get(t, 1.0)]
         return out
