@@ -599,12 +599,13 @@ scaled by 8, then back by 1/8 (so every ×8 starts from the base statistics)."""
 
 
 def _spark_updates(cfg: Config, sec: Section) -> None:
-    """The Spark engine's incremental update() on a few Figure 6 deltas, against the same
-    session's initial optimization and the exact cost under the accumulated deltas."""
+    """The Spark engine's incremental update() on the Figure 6 deltas of :data:`SPARK_DELTAS`,
+    against the same session's initial optimization and the exact cost under the accumulated
+    deltas."""
     deltas = [f"card {{{FIG6_SETS[s]}}} *{f}" for s, f in SPARK_DELTAS]
     task = {"id": "fig6", "query": "tpch:q5", "model": MODEL, "mode": "all", "repeat": 1,
             "deltas": deltas}
-    limit = cfg.spark_timeout + 1200
+    limit = cfg.spark_timeout + 1200  # one session: the initial optimization and ten updates
     out, _ = run_spark([task], limit, limit, cfg.log)
     r = out.get("fig6", {"error": "no result"})
     if not available(r):
@@ -995,7 +996,7 @@ def render(cfg: Config, secs: list[Section], seconds: float) -> str:
            "`io`, TPC-H SF1 statistics. Each figure is normalized against a baseline measured "
            "in the same run; times are medians with min–max.",
            "" if "spark" not in cfg.engines else
-           f"\nThe Spark engine (Figure 5, and a few incremental updates under Figure 6) "
+           f"\nThe Spark engine (Figure 5, and incremental updates under Figure 6) "
            f"takes seconds to minutes per optimization, so it gets {cfg.spark_repeat} round(s) per "
            f"query × mode, each run limited to {cfg.spark_timeout:.0f} s and all Spark runs "
            f"to {cfg.spark_budget:.0f} s (`--spark-repeat`, `--spark-timeout`, "
