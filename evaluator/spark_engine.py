@@ -973,8 +973,7 @@ class SparkEngine:
         if rows is None:
             return None
         if pred in self.counts:
-            self.counts[pred] = self._add_counts(pred, rows)
-            self._later.append(self.counts[pred])
+            self._count_up(pred, rows)
         agg = prog.aggregates.get(pred)
         if agg is not None:
             rows = self._aggregate(pred, rows, *agg)
@@ -994,13 +993,13 @@ class SparkEngine:
         self._unknown.add(pred)
         return merged.filter(tag).drop(tag)
 
-    def _add_counts(self, pred: str, rows: DataFrame) -> DataFrame:
-        """Reference counts plus one per produced tuple (duplicates included)."""
-        cols, n = self.columns[pred], self._cnt[pred]
-        ones = rows.selectExpr("*", f"1L AS {_ident(n)}")
-        return (self.counts[pred].union(ones).coalesce(1).groupBy(*cols)
-                .agg(F.expr(f"sum({_ident(n)}) AS {_ident(n)}"))
-                .localCheckpoint(eager=False))
+    def _count_up(self, pred: str, rows: DataFrame) -> DataFrame:
+        """Add one count per derivation in ``rows`` (duplicates included); returns the tuples
+        whose count rose from zero (a lazy frame)."""
+        c, lo, hi = self._bump(pred, rows, 1)
+        self._later.append(c)
+        self.counts[pred] = c.drop(lo, hi)
+        return c.filter(f"{lo} = 1").select(*self.columns[pred])
 
     def _aggregate(self, pred: str, rows: DataFrame, pos: int, func: str) -> DataFrame:
         """Group by every column but ``pos`` and keep the min/max of ``pos``."""

@@ -267,13 +267,6 @@ class SparkMaintainedEngine(SparkEngine):
                                         zip(self.columns[p], keys, strict=True)])
                 work.setdefault(h, []).append(_join(self.complete[h], hit, keys, "left_semi"))
 
-    def _count_up(self, pred: str, derived: DataFrame) -> DataFrame:
-        """Add one count per derivation; returns the tuples whose count rose from zero."""
-        c, lo, hi = self._bump(pred, derived, 1)
-        self._later.append(c)
-        self.counts[pred] = c.drop(lo, hi)
-        return c.filter(f"{lo} = 1").select(*self.columns[pred])
-
     def _supported(self, p: str, cand: DataFrame) -> DataFrame:
         """The candidates that belong in the live layer given what is live now (see
         :meth:`MaintainedEngine._supported`)."""
