@@ -95,9 +95,9 @@ def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
     ``statistics`` may answer differently under ``new`` than under ``old`` (a query's
     :class:`PlanSpace` replaced after a delta). Incremental maintenance re-derives exactly
     these; everything else is reused."""
-    by_query: dict[int, list[tuple[int, str]]] = {}
+    by_query: dict[int, set[tuple[int, str]]] = {}
     for k in keys:
-        by_query.setdefault(k[0], []).append((k[1], k[2]))
+        by_query.setdefault(k[0], set()).add(k[1:])
     out: set[tuple] = set()
     for q, nodes in by_query.items():
         if old[q] is new[q]:

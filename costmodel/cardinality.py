@@ -101,7 +101,11 @@ def _clamp01(s: float) -> float:
 class Estimator:
     """Cardinalities of relation sets of one query under given statistics (memoized)."""
 
-    def __init__(self, query: Query, catalog: Catalog, adjustments: Adjustments | None = None):
+    def __init__(self, query: Query, catalog: Catalog, adjustments: Adjustments | None = None,
+                 previous: Estimator | None = None):
+        """``previous``: the same query's estimator under earlier adjustments; estimates it
+        has computed are reused for the relation sets no change reaches (:meth:`moved_masks`),
+        so re-optimization after a delta recomputes only what the delta can move."""
         self.query = query
         self.catalog = catalog
         self.adj = adjustments or Adjustments()
@@ -112,6 +116,13 @@ class Estimator:
             (query.bit(p.left.alias) | query.bit(p.right.alias), self.join_selectivity(p))
             for p in query.joins
         ]
+        self._earlier: dict[int, float] = {}
+        """``previous``'s estimates (the same value here unless a moved set is in the mask:
+        the same factors multiplied in the same order — corrections keep their insertion
+        order, and deltas only add them)."""
+        self._moved: list[int] = []
+        if previous is not None and previous.query is query and previous.catalog is catalog:
+            self._earlier, self._moved = previous._card, self.moved_masks(previous)
 
     # -- base relations ----------------------------------------------------------------------
     def column(self, ref: ColumnRef) -> ColumnStats:
@@ -221,6 +232,14 @@ class Estimator:
             hit = self._card.get(mask)
             if hit is not None:
                 return hit
+            hit = self._earlier.get(mask)
+            if hit is not None:
+                for m in self._moved:
+                    if m & mask == m:
+                        break
+                else:
+                    self._card[mask] = hit
+                    return hit
         c = 1.0
         i, m = 0, mask
         while m:
@@ -244,12 +263,16 @@ class Estimator:
         relation whose rows changed, both sides of a join whose selectivity changed, a set
         whose correction changed. Compares the adjusted inputs, not estimates (a delta that
         leaves every value as it was moves nothing)."""
-        q = self.query
-        out = [1 << i for i, r in enumerate(q.relations)
-               if old.base_rows(r.alias) != self.base_rows(r.alias)]
-        out += [both for (both, sel), (_, was) in zip(self._preds, old._preds, strict=True)
-                if sel != was]
-        a, b = old.adj.corrections, self.adj.corrections
+        q, adj, was = self.query, self.adj, old.adj
+        out = []
+        # Adjustments.replace keeps the mappings a delta did not touch: skip those
+        if adj.table_rows is not was.table_rows or adj.alias_factors is not was.alias_factors:
+            out += [1 << i for i, r in enumerate(q.relations)
+                    if old.base_rows(r.alias) != self.base_rows(r.alias)]
+        if out or adj.selectivities is not was.selectivities:
+            out += [both for (both, sel), (_, before) in zip(self._preds, old._preds, strict=True)
+                    if sel != before]
+        a, b = was.corrections, adj.corrections
         out += [t for t in {*a, *b} if a.get(t, 1.0) != b.get(t, 1.0)]
         return out
 

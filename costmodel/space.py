@@ -149,12 +149,18 @@ class PlanSpace:
         self._alts: dict[tuple[int, str], list[Alt]] = {}
         self._scans: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
-        self._inputs: dict[tuple[int, str], tuple[frozenset[int], frozenset[str]]] = {}
-        """OR node → the expressions its summary and local costs read (its own, its
-        alternatives' children) and its alternatives' operators (:meth:`stale_nodes`)."""
+        self._readers: dict[int | str, set[tuple[int, str]]] = {}
+        """What local costs read → the OR nodes reading it (:meth:`stale_nodes`): an
+        expression → the nodes whose summary or alternatives' local costs read its estimate
+        (its own node, its parents); an operator → the nodes with an alternative using it."""
+        self._indexed: set[tuple[int, str]] = set()
+        """OR nodes entered in ``_readers``."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
+        self._earlier: tuple[dict[Alt, float], Callable[[int], bool], set[str]] | None = None
+        """The local costs of the space :meth:`with_adjustments` derived this one from, with
+        what moved since (:meth:`_carried`)."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -163,8 +169,12 @@ class PlanSpace:
         delta needs, without re-enumerating the space."""
         out = copy.copy(self)  # shares the structure: join graph, classes, memoized alternatives
         out.adjustments = adjustments
-        out.estimator = Estimator(self.query, self.catalog, adjustments)
+        out.estimator = Estimator(self.query, self.catalog, adjustments, previous=self.estimator)
         out._local = {}
+        # local costs this space computed stay valid where nothing they read moved (the
+        # reasoning of stale_nodes); only the dict is kept, not this space (no chain of spaces)
+        moved, ops = out.changed_inputs(self)
+        out._earlier = (self._local, moved, ops)
         return out
 
     # -- join graph --------------------------------------------------------------------------
@@ -350,10 +360,26 @@ class PlanSpace:
     def local_cost(self, alt: Alt) -> float:
         hit = self._local.get(alt)
         if hit is None:
-            hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
-                alt.phy_op, 1.0
-            )
+            hit = self._carried(alt)
+            if hit is None:
+                hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
+                    alt.phy_op, 1.0
+                )
             self._local[alt] = hit
+        return hit
+
+    def _carried(self, alt: Alt) -> float | None:
+        """``alt``'s local cost from the space this one was derived from, if nothing it reads
+        moved: its expression's and children's estimates (a scan's: its relation's rows) and
+        its operator's factor (README, "Cost models"). A child's expression is a subset of
+        the alternative's (the final operator's: of the whole query, what ``moved`` tests for
+        its pseudo-expression), so a moved child means a moved expression."""
+        if self._earlier is None:
+            return None
+        earlier, moved, ops = self._earlier
+        hit = earlier.get(alt)
+        if hit is None or alt.phy_op in ops or moved(alt.expr):
+            return None
         return hit
 
     def changed_inputs(self, old: PlanSpace) -> tuple[Callable[[int], bool], set[str]]:
@@ -376,30 +402,36 @@ class PlanSpace:
 
         def moved(expr: int) -> bool:
             e = expr & within
-            return any(m & e == m for m in masks)
+            for m in masks:  # a loop, not any(): called per expression on every update
+                if m & e == m:
+                    return True
+            return False
 
         return moved, ops
 
     def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
-                    ) -> list[tuple[int, str]]:
+                    ) -> set[tuple[int, str]]:
         """The OR nodes among ``nodes`` whose summary or some alternative's local cost may
         differ between ``old`` (the same query under earlier statistics) and this space.
 
         A node is stale when its expression, a child's expression or one of its alternatives'
         operators is among :meth:`changed_inputs`."""
         moved, ops = self.changed_inputs(old)
-        nodes = list(nodes)
-        exprs_of = self._inputs
-        for node in nodes:
-            if node not in exprs_of:
-                alts = self.alternatives(*node)
-                exprs_of[node] = (
-                    frozenset({node[0], *(c for a in alts for c, _ in a.children)}),
-                    frozenset(a.phy_op for a in alts))
-        # each expression once (a node's inputs overlap its neighbours'), then set operations
-        changed = {e for e in {e for n in nodes for e in exprs_of[n][0]} if moved(e)}
-        return [n for n in nodes
-                if not changed.isdisjoint(exprs_of[n][0]) or not ops.isdisjoint(exprs_of[n][1])]
+        nodes = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
+        readers, indexed = self._readers, self._indexed
+        for node in nodes - indexed:
+            indexed.add(node)
+            alts = self.alternatives(*node)
+            for x in {node[0], *(c for a in alts for c, _ in a.children),
+                      *(a.phy_op for a in alts)}:
+                readers.setdefault(x, set()).add(node)
+        # each expression and operator once (a node's inputs overlap its neighbours'), then
+        # the nodes reading the ones that moved
+        reached: set[tuple[int, str]] = set()
+        for x, by in readers.items():
+            if x in ops if isinstance(x, str) else moved(x):
+                reached |= by
+        return reached & nodes
 
     def relations(self, expr: int) -> tuple[str, ...]:
         return self.query.aliases_of(expr & self.all)

@@ -98,6 +98,40 @@ def test_without_pruning(shape, n, seed, k):
     run_sequence("none", q, cat, "cout", [[d] for d in deltas])
 
 
+@pytest.mark.parametrize("model", ["io", "cout"])
+@settings(max_examples=25, deadline=None)
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 5), seed=st.integers(0, 2**31),
+       k=st.integers(1, 10))
+def test_derived_spaces_estimate_as_fresh_ones(model, shape, n, seed, k):
+    """A space derived from the previous one by with_adjustments (what an update does)
+    reuses the estimates and local costs no delta moved; every summary and local cost equals,
+    to the bit, a space built from scratch under the same statistics, after each delta — and
+    a derived space does not keep its predecessors alive."""
+    import gc
+    import weakref
+
+    q, cat = make_query(shape, n, seed)
+    m = cost_model(model)
+    space = PlanSpace(q, cat, m)
+    nodes = list(space.or_nodes())
+    for node in nodes:  # fill the caches a derived space reuses
+        space.summary(node[0])
+        for a in space.alternatives(*node):
+            space.local_cost(a)
+    adj = space.adjustments
+    for d in random_deltas(q, random.Random(seed), k, m.operators):
+        adj = apply_deltas(parse_deltas(d), q, cat, adj, m.operators)
+        before = weakref.ref(space)
+        space = space.with_adjustments(adj)
+        fresh = PlanSpace(q, cat, m, adj)
+        for node in nodes:
+            assert space.summary(node[0]) == fresh.summary(node[0]), (d, node)
+            for a in space.alternatives(*node):
+                assert space.local_cost(a) == fresh.local_cost(a), (d, a)
+        gc.collect()
+        assert before() is None
+
+
 FIGURE6 = [f"card {{{s}}} *{f}" for s in (
     "nation,region", "customer,nation,region", "orders,customer,nation,region",
     "lineitem,orders,customer,nation,region",
