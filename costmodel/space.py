@@ -158,23 +158,19 @@ class PlanSpace:
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
-        self._earlier: tuple[dict[Alt, float], Callable[[int], bool], set[str]] | None = None
-        """The local costs of the space :meth:`with_adjustments` derived this one from, with
-        what moved since (:meth:`_carried`)."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
         statistics, so the new space shares this one's memoized structure (splits,
         alternatives) and recomputes only estimates and costs — what re-optimization after a
-        delta needs, without re-enumerating the space."""
+        delta needs, without re-enumerating the space. Estimates the delta cannot move are
+        carried over; local costs are not (an update re-costs only the alternatives of stale
+        OR nodes, and nearly all of those moved: looking each up would cost more than it
+        saves)."""
         out = copy.copy(self)  # shares the structure: join graph, classes, memoized alternatives
         out.adjustments = adjustments
         out.estimator = Estimator(self.query, self.catalog, adjustments, previous=self.estimator)
         out._local = {}
-        # local costs this space computed stay valid where nothing they read moved (the
-        # reasoning of stale_nodes); only the dict is kept, not this space (no chain of spaces)
-        moved, ops = out.changed_inputs(self)
-        out._earlier = (self._local, moved, ops)
         return out
 
     # -- join graph --------------------------------------------------------------------------
@@ -360,26 +356,10 @@ class PlanSpace:
     def local_cost(self, alt: Alt) -> float:
         hit = self._local.get(alt)
         if hit is None:
-            hit = self._carried(alt)
-            if hit is None:
-                hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
-                    alt.phy_op, 1.0
-                )
+            hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
+                alt.phy_op, 1.0
+            )
             self._local[alt] = hit
-        return hit
-
-    def _carried(self, alt: Alt) -> float | None:
-        """``alt``'s local cost from the space this one was derived from, if nothing it reads
-        moved: its expression's and children's estimates (a scan's: its relation's rows) and
-        its operator's factor (README, "Cost models"). A child's expression is a subset of
-        the alternative's (the final operator's: of the whole query, what ``moved`` tests for
-        its pseudo-expression), so a moved child means a moved expression."""
-        if self._earlier is None:
-            return None
-        earlier, moved, ops = self._earlier
-        hit = earlier.get(alt)
-        if hit is None or alt.phy_op in ops or moved(alt.expr):
-            return None
         return hit
 
     def changed_inputs(self, old: PlanSpace) -> tuple[Callable[[int], bool], set[str]]:

@@ -17,7 +17,7 @@ both interpret exactly these ops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,8 @@ class Variant:
     """When the head repeats every column of the delta atom: the head position of each of the
     atom's columns. Each head tuple this variant derives then contains the delta tuple it came
     from, so deleting that tuple deletes exactly the head tuples that contain it."""
+    delta_pred: str | None = None
+    """The relation of the delta atom (None for the base variant)."""
 
     @property
     def aggregate(self) -> tuple[int, Aggregate] | None:
@@ -93,6 +95,29 @@ class Variant:
             if isinstance(a, Aggregate):
                 return i, a
         return None
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """The steps that release one rank of a scheduled stratum, in order (both engines): all
+    plain relations with tuples pending at the rank together; when none has any, one
+    aggregate whose inputs in the stratum have nothing pending at the rank — its groups are
+    then complete (README, "Scheduling and pruning")."""
+
+    plain: tuple[str, ...]
+    aggregates: tuple[tuple[str, tuple[str, ...]], ...]
+    """Aggregate → its input relations in the stratum (other than itself)."""
+
+    def next(self, pending: Callable[[str], bool]) -> tuple[list[str], bool]:
+        """The relations to release next, given which have tuples pending at the rank, and
+        whether that is an aggregate (done for the rank); ``[]`` when the rank is done."""
+        plain = [p for p in self.plain if pending(p)]
+        if plain:
+            return plain, False
+        for p, inputs in self.aggregates:
+            if pending(p) and not any(pending(i) for i in inputs):
+                return [p], True
+        return [], False
 
 
 @dataclass
@@ -103,6 +128,8 @@ class Stratum:
     deltas: list[Variant] = field(default_factory=list)
     schedule: Schedule | None = None
     """Set when the stratum's relations are released rank by rank (``.schedule``)."""
+    steps: RankSteps | None = None
+    """With ``schedule``: the order of the steps within a rank."""
 
 
 @dataclass
@@ -417,8 +444,19 @@ class _Compiler:
                 stratum.base.append(self.variant(rule, None, set(preds)))
                 for i in rec:
                     stratum.deltas.append(self.variant(rule, i, set(preds)))
+            if schedule is not None:
+                stratum.steps = self.rank_steps(stratum)
             out.append(stratum)
         return out
+
+    def rank_steps(self, stratum: Stratum) -> RankSteps:
+        aggs = {p for p, (shape, _) in self.agg_shape.items() if shape is not None}
+        inputs = {p: sorted({lit.pred for v in stratum.base if v.head_pred == p
+                             for lit in v.rule.body
+                             if isinstance(lit, Atom) and lit.pred in stratum.preds} - {p})
+                  for p in stratum.preds if p in aggs}
+        return RankSteps(tuple(p for p in stratum.preds if p not in aggs),
+                         tuple((p, tuple(i)) for p, i in inputs.items()))
 
     def triggers(self) -> dict[str, list[Variant]]:
         out: dict[str, list[Variant]] = {}
@@ -453,7 +491,9 @@ class _Compiler:
             where = {a.name: i for i, a in enumerate(rule.head.args) if isinstance(a, Var)}
             if len(names) == len(args) == len(set(names)) and set(names) <= set(where):
                 embeds = tuple(where[n] for n in names)
-        return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args, embeds)
+        delta_pred = rule.body[delta].pred if delta is not None else None  # type: ignore[union-attr]
+        return Variant(rule, delta, tuple(ops), rule.head.pred, rule.head.args, embeds,
+                       delta_pred)
 
 
 def _bind_head_arithmetic(rule: Rule) -> Rule:
@@ -506,6 +546,6 @@ def compile_program(
 
 
 __all__ = [
-    "FULL", "DELTA", "OLD", "Scan", "Call", "Filter", "Op", "Variant", "Stratum",
+    "FULL", "DELTA", "OLD", "Scan", "Call", "Filter", "Op", "Variant", "Stratum", "RankSteps",
     "CompiledProgram", "RuleError", "compile_program", "LONG", "DOUBLE", "STRING", "BOOLEAN",
 ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var
+from reopt.evaluator.ast import Aggregate, Arith, Const, Var
 from reopt.evaluator.compiler import (
     BOUND,
     CONST,
@@ -157,6 +157,8 @@ def _getter(t, schema: Mapping[str, int]) -> Callable[[tuple], Any]:
 
 
 # -- per-variant code ---------------------------------------------------------------------------
+_UNPACK_FROM = 2
+"""A scan binding more columns than this unpacks its tuple in one statement."""
 _OPS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -242,8 +244,15 @@ def _source(v: Variant) -> tuple[str, list]:
                 continue
             looping = True
             skip_unless(conds)
-            for j, name in binds:
-                emit(f"{bind(name)} = m{i}[{j}]")
+            if len(binds) > _UNPACK_FROM:
+                # one unpacking instead of a subscript per column (a wide tuple, e.g. a
+                # SearchSpace alternative, is bound whole on every visit)
+                names = dict(binds)
+                targets = [bind(names[j]) if j in names else "_" for j in range(len(op.args))]
+                emit(f"{', '.join(targets)}, = m{i}")
+            else:
+                for j, name in binds:
+                    emit(f"{bind(name)} = m{i}[{j}]")
         elif isinstance(op, Call):
             args = "".join(f", {term(t)}" for t in op.inputs)
             matched, binds = match_terms(op.outputs, local)
@@ -379,23 +388,20 @@ class PythonEngine:
                 return
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:
-                if delta[v.rule.body[v.delta_atom].pred]:  # type: ignore[index]
+                if delta[v.delta_pred]:  # type: ignore[index]
                     pending[v.head_pred].extend(self.run_variant(v, self.full, delta))
 
     def _run_scheduled(self, stratum: Stratum) -> None:
-        """Release the stratum's tuples one rank at a time (see :mod:`.features`)."""
-        sched = stratum.schedule
-        assert sched is not None
+        """Release the stratum's tuples one rank at a time (see :mod:`.features`), each rank
+        in the steps :class:`~reopt.evaluator.compiler.RankSteps` orders."""
+        sched, steps = stratum.schedule, stratum.steps
+        assert sched is not None and steps is not None
         rank_fn = self.program.builtins[sched.rank]
-        n_in = len(rank_fn.inputs)
+        rank, ctx, n_in = rank_fn.fn, self.ctx, len(rank_fn.inputs)
         sign = 1 if sched.direction == ASCENDING else -1
-        aggs = [p for p in stratum.preds if p in self.program.aggregates]
-        agg_inputs = {p: {lit.pred for v in stratum.base if v.head_pred == p
-                          for lit in v.rule.body
-                          if isinstance(lit, Atom) and lit.pred in stratum.preds}
-                      for p in aggs}
         pending: dict[str, dict[int, list[tuple]]] = {p: {} for p in stratum.preds}
-        ranks: list[int] = []  # heap of signed pending ranks
+        ranks: list[int] = []  # heap of the signed ranks with tuples pending, each once
+        queued: set[int] = set()
         done: set[str] = set()
         current: int | None = None
 
@@ -407,39 +413,39 @@ class PythonEngine:
                 g = r[:n_in]
                 k = rank_of.get(g)
                 if k is None:
-                    k = rank_of[g] = rank_fn.fn(self.ctx, *g)[0][0]
-                if current is not None and (sign * k < sign * current or
-                                            (k == current and pred in done)):
-                    raise ReoptError(
-                        f".schedule {sched.direction} {sched.rank}: {pred}{r} has rank {k} "
-                        f"but rank {current} is being released")
+                    k = rank_of[g] = rank(ctx, *g)[0][0]
                 bucket = buckets.get(k)
-                if bucket is None:
+                if bucket is None:  # the first tuple of pred at rank k: check the order
+                    if current is not None and (sign * k < sign * current or
+                                                (k == current and pred in done)):
+                        raise ReoptError(
+                            f".schedule {sched.direction} {sched.rank}: {pred}{r} has rank "
+                            f"{k} but rank {current} is being released")
                     buckets[k] = bucket = []
-                    heapq.heappush(ranks, sign * k)
+                    if k != current and k not in queued:  # the current rank is drained below
+                        queued.add(k)
+                        heapq.heappush(ranks, sign * k)
                 bucket.append(r)
+
+        def at_current(pred: str) -> bool:
+            return current in pending[pred]
 
         for v in self._live_base(stratum):
             add(v.head_pred, self.run_variant(v, self.full, {}))
         while ranks:
             current = sign * heapq.heappop(ranks)
-            if not any(current in pending[p] for p in stratum.preds):
-                continue  # a duplicate heap entry
+            queued.discard(current)
             done = set()
             while True:
-                plain = [p for p in stratum.preds
-                         if p not in self.program.aggregates and current in pending[p]]
-                if not plain:
-                    ready = [p for p in aggs if current in pending[p] and not any(
-                        current in pending[i] for i in agg_inputs[p] if i != p)]
-                    if not ready:
-                        break
-                    plain = ready[:1]
-                    done.add(plain[0])
-                delta = {p: self._release(p, pending[p].pop(current)) for p in plain}
+                step, aggregate = steps.next(at_current)
+                if not step:
+                    break
+                if aggregate:
+                    done.add(step[0])
+                delta = {p: self._release(p, pending[p].pop(current)) for p in step}
                 self.stats.iterations += 1
                 for v in stratum.deltas:
-                    d = delta.get(v.rule.body[v.delta_atom].pred)  # type: ignore[index]
+                    d = delta.get(v.delta_pred)  # type: ignore[arg-type]
                     if d:
                         add(v.head_pred, self.run_variant(v, self.full, delta))
             left = [p for p in stratum.preds if current in pending[p]]

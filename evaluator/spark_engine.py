@@ -147,7 +147,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
+from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     BOOLEAN,
     BOUND,
@@ -800,7 +800,7 @@ class SparkEngine:
         relation; returns the candidates of every head that got any."""
         groups: dict[str, list[Variant]] = {}
         for v in variants:
-            if v.delta_atom is None or delta.get(v.rule.body[v.delta_atom].pred) is not None:
+            if v.delta_atom is None or delta.get(v.delta_pred) is not None:  # type: ignore[arg-type]
                 groups.setdefault(v.head_pred, []).append(v)
         out = {}
         for head, vs in groups.items():
@@ -832,15 +832,9 @@ class SparkEngine:
         :meth:`PythonEngine._run_scheduled`: pending candidates are one checkpointed frame per
         relation with a rank column; the driver knows only each relation's lowest pending
         (signed) rank, computed in the one job per step that also counts the deltas."""
-        sched = stratum.schedule
-        assert sched is not None
-        prog = self.program
+        sched, steps = stratum.schedule, stratum.steps
+        assert sched is not None and steps is not None
         sign = 1 if sched.direction == ASCENDING else -1
-        aggs = [p for p in stratum.preds if p in prog.aggregates]
-        agg_inputs = {p: {lit.pred for v in stratum.base if v.head_pred == p
-                          for lit in v.rule.body
-                          if isinstance(lit, Atom) and lit.pred in stratum.preds}
-                      for p in aggs}
         pending: dict[str, DataFrame | None] = {p: None for p in stratum.preds}
         low: dict[str, int | None] = {p: None for p in stratum.preds}
         """Relation → its lowest pending signed rank (None: nothing pending)."""
@@ -870,14 +864,10 @@ class SparkEngine:
             k = sign * current
             done: set[str] = set()
             while True:
-                plain = [p for p in stratum.preds
-                         if p not in prog.aggregates and low[p] == current]
+                plain, aggregate = steps.next(lambda p: low[p] == current)  # noqa: B023
                 if not plain:
-                    ready = [p for p in aggs if low[p] == current and not any(
-                        low[i] == current for i in agg_inputs[p] if i != p)]
-                    if not ready:
-                        break
-                    plain = ready[:1]
+                    break
+                if aggregate:
                     done.add(plain[0])
                 self._old = {}
                 delta: dict[str, DataFrame | None] = {}

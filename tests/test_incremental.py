@@ -104,9 +104,9 @@ def test_without_pruning(shape, n, seed, k):
        k=st.integers(1, 10))
 def test_derived_spaces_estimate_as_fresh_ones(model, shape, n, seed, k):
     """A space derived from the previous one by with_adjustments (what an update does)
-    reuses the estimates and local costs no delta moved; every summary and local cost equals,
-    to the bit, a space built from scratch under the same statistics, after each delta — and
-    a derived space does not keep its predecessors alive."""
+    reuses the estimates no delta moved; every summary and local cost equals, to the bit, a
+    space built from scratch under the same statistics, after each delta — and a derived space
+    does not keep its predecessors alive."""
     import gc
     import weakref
 
