@@ -27,6 +27,7 @@ import copyreg
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from reopt.costmodel.catalog import Catalog, ColumnStats, as_number
 from reopt.costmodel.query import (
@@ -92,6 +93,13 @@ class Adjustments:
         }
         fields.update({k: MappingProxyType(dict(v)) for k, v in changes.items()})
         return Adjustments(**fields)
+
+
+def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:
+    """The keys whose factor differs between ``a`` and ``b`` (a missing factor is 1.0)."""
+    if a is b:
+        return set()
+    return {k for k in {*a, *b} if a.get(k, 1.0) != b.get(k, 1.0)}
 
 
 def _clamp01(s: float) -> float:
@@ -269,11 +277,10 @@ class Estimator:
         if adj.table_rows is not was.table_rows or adj.alias_factors is not was.alias_factors:
             out += [1 << i for i, r in enumerate(q.relations)
                     if old.base_rows(r.alias) != self.base_rows(r.alias)]
-        if out or adj.selectivities is not was.selectivities:
+        if adj.selectivities is not was.selectivities:  # (the only input of _preds' values)
             out += [both for (both, sel), (_, before) in zip(self._preds, old._preds, strict=True)
                     if sel != before]
-        a, b = was.corrections, adj.corrections
-        out += [t for t in {*a, *b} if a.get(t, 1.0) != b.get(t, 1.0)]
+        out += changed_factors(was.corrections, adj.corrections)
         return out
 
     def groups(self) -> float:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from reopt.costmodel.cardinality import Adjustments, Estimator
+from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.query import ColumnRef, Query
 
@@ -374,9 +374,7 @@ class PlanSpace:
         (:meth:`~reopt.costmodel.cardinality.Estimator.moved_masks`), without estimating: an
         expression moves when it contains a changed relation set — a superset of the
         expressions whose estimate differs, and no estimate is computed before it is needed."""
-        ops = set(old.adjustments.op_factors) | set(self.adjustments.op_factors)
-        ops = {m for m in ops if old.adjustments.op_factors.get(m, 1.0)
-               != self.adjustments.op_factors.get(m, 1.0)}
+        ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
         masks = self.estimator.moved_masks(old.estimator)
         within = self.all  # the final operator's pseudo-expression: the whole query's rows
 
