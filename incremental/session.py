@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.errors import ReoptError
@@ -26,6 +26,22 @@ from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.compiler import CompiledProgram
 from reopt.evaluator.driver import Evaluation, evaluate
 from reopt.evaluator.maintenance import MaintainedEngine, UpdateStats
+
+
+class MaintainedEvaluation(Protocol):
+    """What a session needs of an engine that maintains its relations between evaluations
+    (:class:`~reopt.evaluator.maintenance.MaintainedEngine`, and on Spark
+    :class:`~reopt.evaluator.spark_maintenance.SparkMaintainedEngine`)."""
+
+    stats: Any
+
+    def evaluate(self, inputs: Mapping[str, Any]) -> tuple[dict[str, Any], Any]: ...
+
+    def update(self, spaces: Mapping[int, Any]) -> tuple[dict[str, Any], UpdateStats]: ...
+
+    def snapshot(self) -> Any: ...
+
+    def changed_since(self, before: Any) -> dict[int, dict[str, int]]: ...
 
 
 @dataclass
@@ -47,7 +63,7 @@ class Session:
         self.program = program
         self.engine_name = engine
         self.ctx: dict[int, PlanSpace] = dict(enumerate(spaces))
-        self.engine: Any = None
+        self.engine: MaintainedEvaluation | None = None
         self.reason = ""
         try:
             if engine == "python":
