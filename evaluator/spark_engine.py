@@ -12,7 +12,9 @@ A variant's ops are applied left to right to a *bindings frame* holding one colu
 bound so far (internal names ``_v0, _v1, …``, so rule variables never clash with each other
 under Spark's case-insensitive resolution). Before the first op it is a one-row frame without
 variables. Expressions are handed to Spark as SQL text (``selectExpr``, ``filter``), which
-costs one round trip to the JVM per operation instead of one per column object.
+costs one round trip to the JVM per operation instead of one per column object; a projection's
+expressions travel as one string (:func:`_sel`), not as a list PySpark would convert element
+by element.
 
 * ``Scan(pred, version, args)`` reads the FULL, DELTA or OLD frame of ``pred``. A constant
   argument becomes a ``filter`` on the relation, a variable repeated within the atom a
@@ -136,6 +138,7 @@ import math
 import operator
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -459,7 +462,7 @@ class SparkEngine:
         self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
         self._order = [p for s in compiled.strata for p in s.preds]
         """The order in which a round of a deletion cascade visits relations."""
-        self._unit = spark.range(0, 1, 1, 1).selectExpr("0 AS _unit")
+        self._unit = _sel(spark.range(0, 1, 1, 1), "0 AS _unit")
         self._ctx_bc = None
         self._token = ""
         self._local: dict[str, list[tuple]] = {}
@@ -506,7 +509,7 @@ class SparkEngine:
                 continue
             df = self._project(b, v)
             if rk is not None and rank is not None:
-                df = df.selectExpr("*", f"{_sql_lit(str(rk[1]))} AS {_ident(rank.col)}")
+                df = _sel(df, "*", f"{_sql_lit(str(rk[1]))} AS {_ident(rank.col)}")
             frames.append(df)
         if tails:
             frames.append(self._fused(variants[0].head_pred, tails, rank))
@@ -592,7 +595,7 @@ class SparkEngine:
         local: dict[str, list[tuple]] = {}
         for g, ((b, ops, head, rk), slots) in enumerate(zip(tails, placed, strict=True)):
             by_slot = {slot: col for col, slot in slots.values()}
-            parts.append(b.df.selectExpr(f"{g} AS {tag}", *[
+            parts.append(_sel(b.df, f"{g} AS {tag}", *[
                 f"{_ident(by_slot[s])} AS {s}" if s in by_slot else f"{zero[ty]} AS {s}"
                 for s, ty in all_slots]))
             specs.append((tuple(slots[v][1] for v in slots), tuple(slots), tuple(ops),
@@ -643,13 +646,13 @@ class SparkEngine:
         sel = [f"{names[first[n]]} AS {_ident(b.cols[n])}" for n in keys]
         on = [b.cols[n] for n in keys] or None
         if op.negated:
-            r = r.selectExpr(*sel) if sel else r.selectExpr()
+            r = _sel(r, *sel) if sel else _sel(r, )
             b.df, b.unit = _join(b.df, r, on, "left_anti"), False
             return
         unit = b.unit
         sel += [f"{names[first[n]]} AS {_ident(b.bind(n, types[first[n]]))}"
                 for n in first if n not in keys]
-        r = r.selectExpr(*sel)
+        r = _sel(r, *sel)
         if unit and sel:
             b.df = r.coalesce(1)  # one partition: see "Partitions" in the module docstring
         elif keys:
@@ -684,7 +687,7 @@ class SparkEngine:
             fields = [("_k", 0)]  # no variable: one row per tuple, as the python engine
         structs = ", ".join("named_struct(" + ", ".join(f"'{f}', {lit(r, i)}" for f, i in fields)
                             + ")" for r in rows)
-        df = b.df.selectExpr("*", f"inline(array({structs}))")
+        df = _sel(b.df, "*", f"inline(array({structs}))")
         if keys:
             df = df.filter(" AND ".join(f"{_ident(c)} = {_ident(k)}" for c, k in key_of.values()))
         drop = [k for _, k in key_of.values()] + (["_k"] if fields[0][0] == "_k" else [])
@@ -716,7 +719,7 @@ class SparkEngine:
             free, src = (op.left, op.right) if left_free else (op.right, op.left)
             ty = b.type_of(src)
             col = _ident(b.bind(free.name, ty))
-            b.df = b.df.selectExpr("*", f"CAST({b.term(src)} AS {SQL_TYPES[ty]}) AS {col}")
+            b.df = _sel(b.df, "*", f"CAST({b.term(src)} AS {SQL_TYPES[ty]}) AS {col}")
             return
         cond = f"{b.term(op.left)} {op.op} {b.term(op.right)}"
         b.df, b.unit = b.df.filter(cond), False
@@ -727,7 +730,7 @@ class SparkEngine:
         the union of all the relation's rules (:meth:`_release`)."""
         names = self.columns[v.head_pred]
         types = self.program.schemas[v.head_pred]
-        return b.df.selectExpr(*[
+        return _sel(b.df, *[
             f"CAST({b.term(a.var if isinstance(a, Aggregate) else a)} AS {SQL_TYPES[ty]}) "
             f"AS {_ident(n)}"
             for a, n, ty in zip(v.head, names, types, strict=True)
@@ -784,8 +787,8 @@ class SparkEngine:
             if p not in idb and len(rows) <= LOCAL_MAX:
                 self._local[p] = rows
             if p in prog.features.refcount:  # inputs count once, as in the python engine
-                self.counts[p] = self._frame(p, rows if p in prog.inputs else []) \
-                    .selectExpr("*", f"1L AS {self._cnt[p]}")
+                self.counts[p] = _sel(self._frame(p, rows if p in prog.inputs else []),
+                                      "*", f"1L AS {self._cnt[p]}")
 
     def run_stratum(self, stratum: Stratum) -> None:
         if stratum.schedule is not None:
@@ -946,7 +949,7 @@ class SparkEngine:
         the result is one row of a global aggregate."""
         if not items:
             return []
-        parts = [df.selectExpr(f"'{i}' AS _i", f"CAST({e or 0} AS BIGINT) AS _x")
+        parts = [_sel(df, f"'{i}' AS _i", f"CAST({e or 0} AS BIGINT) AS _x")
                  for i, (df, e) in enumerate(items)]
         aggs = [F.expr(f"count_if(_i = '{i}')" if e is None
                        else f"min(CASE WHEN _i = '{i}' THEN _x END)")
@@ -1000,7 +1003,7 @@ class SparkEngine:
 
     def _renamed(self, pred: str, names: list[str]) -> DataFrame:
         """``pred``'s leading columns under ``names`` (the rest dropped)."""
-        return self.full[pred].selectExpr(*[f"{_ident(c)} AS {_ident(n)}" for c, n in
+        return _sel(self.full[pred], *[f"{_ident(c)} AS {_ident(n)}" for c, n in
                                             zip(self.columns[pred], names, strict=False)])
 
     def _sourced(self, pred: str, source: str, rows: DataFrame) -> DataFrame:
@@ -1018,12 +1021,12 @@ class SparkEngine:
         best, cur, bnd = (_fresh(n, names) for n in ("_best", "_cur", "_bound"))
         over = ", ".join(_ident(c) for c in key)
         lt = "<" if sel.func == "min" else ">"
-        df = (rows.coalesce(1)
-              .selectExpr("*", f"{sel.func}({v}) OVER (PARTITION BY {over}) AS {_ident(best)}")
+        df = (_sel(rows.coalesce(1),
+                   "*", f"{sel.func}({v}) OVER (PARTITION BY {over}) AS {_ident(best)}")
               .filter(f"{v} = {_ident(best)}").drop(best))
         agg_names = self.columns[sel.agg]
         if self.size[sel.agg] or sel.agg in self._unknown:
-            current = self.full[sel.agg].selectExpr(
+            current = _sel(self.full[sel.agg],
                 *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(agg_names, key, strict=False)],
                 f"{_ident(agg_names[-1])} AS {_ident(cur)}")
             df = (_lookup(df, current, key, cur)
@@ -1031,7 +1034,7 @@ class SparkEngine:
         bound = self.program.features.bound.get(sel.target)
         if bound is not None and (self.size[bound] or bound in self._unknown):
             b_names = self.columns[bound]
-            limit = self.full[bound].selectExpr(
+            limit = _sel(self.full[bound],
                 *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(b_names, key, strict=False)],
                 f"{_ident(b_names[-1])} AS {_ident(bnd)}")
             df = (_lookup(df, limit, key, bnd)
@@ -1043,9 +1046,9 @@ class SparkEngine:
         every rejected tuple that has no other tuple in ``pred``."""
         lead = self.columns[pred][:len(self.program.schemas[source])]
         cols = [_ident(c) for c in lead]
-        dead = _join(_join(rows.selectExpr(*cols), kept.selectExpr(*cols), lead, "left_anti"),
-                     self.full[pred].selectExpr(*cols), lead, "left_anti")
-        dead = dead.selectExpr(*[f"{c} AS {_ident(n)}" for c, n in
+        dead = _join(_join(_sel(rows, *cols), _sel(kept, *cols), lead, "left_anti"),
+                     _sel(self.full[pred], *cols), lead, "left_anti")
+        dead = _sel(dead, *[f"{c} AS {_ident(n)}" for c, n in
                                  zip(cols, self.columns[source], strict=True)])
         self._delete(source, dead)
 
@@ -1105,7 +1108,7 @@ class SparkEngine:
                 continue  # nothing to delete there
             if v.embeds is not None and h not in self.counts and h not in prog.aggregates:
                 keys = [self.columns[h][i] for i in v.embeds]
-                hit = rs.selectExpr(*[f"{_ident(c)} AS {_ident(k)}"
+                hit = _sel(rs, *[f"{_ident(c)} AS {_ident(k)}"
                                       for c, k in zip(cols, keys, strict=True)])
                 derived.setdefault(h, []).append(_join(self.full[h], hit, keys, "left_semi"))
             elif h in self.counts or h in prog.aggregates:
@@ -1134,12 +1137,13 @@ class SparkEngine:
         tuple of ``p`` when its lowest tag is 0 and is deleted when its highest is 1."""
         cols, tag = self.columns[p], self._tag[p]
         lo, hi = _fresh("_lo", cols), _fresh("_hi", cols)
-        u = self.full[p].selectExpr("*", f"0 AS {tag}").union(
-            cand.selectExpr(*[_ident(c) for c in cols], f"1 AS {tag}"))
-        return (u.coalesce(1).groupBy(*cols)
-                .agg(F.expr(f"min({tag}) AS {lo}"), F.expr(f"max({tag}) AS {hi}"))
-                .filter(f"{lo} = 0").selectExpr(*[_ident(c) for c in cols], f"{hi} = 1 AS {tag}")
-                .localCheckpoint(eager=False))
+        u = _sel(self.full[p], "*", f"0 AS {tag}").union(
+            _sel(cand, *[_ident(c) for c in cols], f"1 AS {tag}"))
+        grouped = (u.coalesce(1).groupBy(*cols)
+                   .agg(F.expr(f"min({tag}) AS {lo}"), F.expr(f"max({tag}) AS {hi}"))
+                   .filter(f"{lo} = 0"))
+        return _sel(grouped, *[_ident(c) for c in cols], f"{hi} = 1 AS {tag}") \
+            .localCheckpoint(eager=False)
 
     def _uncount(self, pred: str, hs: DataFrame) -> DataFrame:
         """Take one count per derivation in ``hs``; returns the tuples whose count reached 0
@@ -1156,8 +1160,8 @@ class SparkEngine:
         returned: lowest 1 means no count before, highest 1 a derivation in ``rows``)."""
         cols, n = self.columns[pred], _ident(self._cnt[pred])
         tag, lo, hi = (_fresh(x, [*cols, self._cnt[pred]]) for x in ("_tag", "_lo", "_hi"))
-        tagged = (self.counts[pred].selectExpr("*", f"0 AS {tag}")
-                  .union(rows.selectExpr(*[_ident(x) for x in cols], f"{step}L AS {n}",
+        tagged = (_sel(self.counts[pred], "*", f"0 AS {tag}")
+                  .union(_sel(rows, *[_ident(x) for x in cols], f"{step}L AS {n}",
                                          f"1 AS {tag}")))
         c = (tagged.coalesce(1).groupBy(*cols)
              .agg(F.expr(f"sum({n}) AS {n}"), F.expr(f"min({tag}) AS {lo}"),
@@ -1172,11 +1176,11 @@ class SparkEngine:
         pos, _ = self.program.aggregates[pred]
         names = self.columns[pred]
         key = names[:pos] + names[pos + 1:]
-        groups = hs.selectExpr(*[_ident(c) for c in key])
+        groups = _sel(hs, *[_ident(c) for c in key])
         out = _join(self.full[pred], groups, key, "left_semi")
         for inp in self._agg_inputs[pred]:
             t = self.columns[inp.target]
-            have = self.full[inp.target].selectExpr(
+            have = _sel(self.full[inp.target],
                 *[f"{_ident(t[c])} AS {_ident(n)}" for c, n in zip(inp.key, key, strict=True)])
             out = _join(out, have, key, "left_anti")
         return out
@@ -1186,8 +1190,8 @@ class SparkEngine:
         the candidates not in FULL: candidates tagged true, FULL tagged false, grouped on all
         columns in ONE partition (no exchange), the tag being the group's ``min``."""
         cols, tag = self.columns[pred], self._tag[pred]
-        cand = _union(frames).selectExpr("*", f"true AS {tag}")
-        tagged = cand.union(full.selectExpr("*", f"false AS {tag}")).coalesce(1)
+        cand = _sel(_union(frames), "*", f"true AS {tag}")
+        tagged = cand.union(_sel(full, "*", f"false AS {tag}")).coalesce(1)
         return tagged.groupBy(*cols).agg(F.expr(f"min({tag}) AS {tag}"))
 
 
@@ -1204,14 +1208,15 @@ def _lookup(left: DataFrame, right: DataFrame, on: list[str], value: str) -> Dat
     lf = {f.name: f.dataType.simpleString() for f in left.schema.fields}
     vt = next(f.dataType.simpleString() for f in right.schema.fields if f.name == value)
     side = _fresh("_side", [*lf, value])
-    u = left.selectExpr(*[_ident(c) for c in lf], f"CAST(NULL AS {vt}) AS {_ident(value)}",
-                        f"false AS {side}").union(right.selectExpr(
-                            *[_ident(c) if c in on else f"CAST(NULL AS {t}) AS {_ident(c)}"
-                              for c, t in lf.items()], _ident(value), f"true AS {side}"))
+    mine = _sel(left, *[_ident(c) for c in lf], f"CAST(NULL AS {vt}) AS {_ident(value)}",
+                f"false AS {side}")
+    theirs = _sel(right, *[_ident(c) if c in on else f"CAST(NULL AS {t}) AS {_ident(c)}"
+                           for c, t in lf.items()], _ident(value), f"true AS {side}")
+    u = mine.union(theirs)
     over = f"OVER (PARTITION BY {', '.join(_ident(c) for c in on)})"
-    return (u.coalesce(1).filter(f"NOT {side} OR {_ident(value)} IS NOT NULL")
-            .selectExpr(*[_ident(c) for c in lf], side,
-                        f"max({_ident(value)}) {over} AS {_ident(value)}")
+    return (_sel(u.coalesce(1).filter(f"NOT {side} OR {_ident(value)} IS NOT NULL"),
+                 *[_ident(c) for c in lf], side,
+                 f"max({_ident(value)}) {over} AS {_ident(value)}")
             .filter(f"NOT {side}").drop(side))
 
 
@@ -1229,22 +1234,47 @@ def _window_join(left: DataFrame, right: DataFrame, on: list[str], how: str) -> 
     lsel = [_ident(c) for c in lcols] + [f"{null(rf[c])} AS {_ident(c)}" for c in payload]
     rsel = [_ident(c) if c in on else f"{null(t)} AS {_ident(c)}" for c, t in lf.items()]
     rsel += [_ident(c) for c in payload]
-    u = left.selectExpr(*lsel, f"false AS {side}").union(
-        right.selectExpr(*rsel, f"true AS {side}")).coalesce(1)
+    u = _sel(left, *lsel, f"false AS {side}").union(
+        _sel(right, *rsel, f"true AS {side}")).coalesce(1)
     over = f"OVER (PARTITION BY {', '.join(_ident(c) for c in on)})" if on else "OVER ()"
     if how != "inner":
-        w = u.selectExpr("*", f"max({side}) {over} AS {hit}")
+        w = _sel(u, "*", f"max({side}) {over} AS {hit}")
         cond = hit if how == "left_semi" else f"NOT {hit}"
         return w.filter(f"NOT {side} AND {cond}").select(*lcols)
     fields = ", ".join(_ident(c) for c in payload) if payload else f"1 AS {pay}"
-    w = u.selectExpr(*[_ident(c) for c in lcols], side,
+    w = _sel(u, *[_ident(c) for c in lcols], side,
                      f"collect_list(CASE WHEN {side} THEN struct({fields}) END) {over} AS {pay}")
-    out = w.filter(f"NOT {side}").selectExpr(*[_ident(c) for c in lcols], f"inline({pay})")
+    out = _sel(w.filter(f"NOT {side}"), *[_ident(c) for c in lcols], f"inline({pay})")
     return out if payload else out.drop(pay)
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
     return functools.reduce(DataFrame.union, frames)
+
+
+_SEP = "\u0000"
+"""Separates the expressions of one :func:`_sel` (no SQL text of the engine contains it)."""
+
+_SPLITTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""py4j gateway → a ``java.util.regex.Pattern`` splitting at :data:`_SEP` in that JVM."""
+
+
+def _sel(df: DataFrame, *exprs: str) -> DataFrame:
+    """``df.selectExpr(*exprs)``, with the expressions crossing to the JVM as ONE string that
+    the JVM splits into the ``String[]`` the projection takes. PySpark hands a list over
+    element by element, a py4j round trip each (about a millisecond on a busy 2-core driver),
+    and an evaluation builds thousands of projections (profiling a Q5 update: 1,005 list
+    conversions, 4.5 of its 21 s). Without a JVM handle (Spark Connect) or when an expression
+    contains the separator, PySpark's own ``selectExpr``."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None or not exprs or any(_SEP in e for e in exprs):
+        return df.selectExpr(*exprs)
+    session = df.sparkSession
+    gateway = session.sparkContext._gateway
+    split = _SPLITTERS.get(gateway)
+    if split is None:
+        split = _SPLITTERS[gateway] = gateway.jvm.java.util.regex.Pattern.compile(_SEP)
+    return type(df)(jdf.selectExpr(split.split(_SEP.join(exprs))), session)
 
 
 def _ident(name: str) -> str:

@@ -53,6 +53,7 @@ from reopt.evaluator.spark_engine import (
     _fresh,
     _ident,
     _join,
+    _sel,
     _union,
 )
 
@@ -129,7 +130,7 @@ class SparkMaintainedEngine(SparkEngine):
         for p in self._post | (self._layer if counted else set()):
             self.full[p], self.size[p] = self._frame(p, []), 0
         if counted:
-            self.counts = {g: self._frame(g, []).selectExpr("*", f"1L AS {self._cnt[g]}")
+            self.counts = {g: _sel(self._frame(g, []), "*", f"1L AS {self._cnt[g]}")
                            for g in prog.features.refcount}
             work: dict[str, list[DataFrame]] = {}
             for p in prog.inputs:
@@ -175,7 +176,7 @@ class SparkMaintainedEngine(SparkEngine):
             lead = names[:len(cols)]
 
             def src(df: DataFrame) -> DataFrame:
-                return df.selectExpr(*[f"{_ident(c)} AS {_ident(n)}"
+                return _sel(df, *[f"{_ident(c)} AS {_ident(n)}"
                                        for c, n in zip(lead, cols, strict=True)])
 
             dead = _join(src(gone).distinct(), src(came), cols, "left_anti")
@@ -201,7 +202,7 @@ class SparkMaintainedEngine(SparkEngine):
                      for v in s.base if v.head_pred == g]
             frames = [f for f in ones if f is not None] or [self._frame(g, [])]
             n = _ident(self._cnt[g])
-            self.counts[g] = (_union(frames).selectExpr("*", f"1L AS {n}").coalesce(1)
+            self.counts[g] = (_sel(_union(frames), "*", f"1L AS {n}").coalesce(1)
                               .groupBy(*self.columns[g]).agg(F.expr(f"sum({n}) AS {n}"))
                               .localCheckpoint(eager=False))
             self._later.append(self.counts[g])
@@ -263,7 +264,7 @@ class SparkMaintainedEngine(SparkEngine):
                 work.setdefault(h, []).append(self._count_up(h, derived))
             elif v.embeds is not None:
                 keys = [self.columns[h][i] for i in v.embeds]
-                hit = rows.selectExpr(*[f"{_ident(c)} AS {_ident(k)}" for c, k in
+                hit = _sel(rows, *[f"{_ident(c)} AS {_ident(k)}" for c, k in
                                         zip(self.columns[p], keys, strict=True)])
                 work.setdefault(h, []).append(_join(self.complete[h], hit, keys, "left_semi"))
 
@@ -276,7 +277,7 @@ class SparkMaintainedEngine(SparkEngine):
             return _join(cand, live, cols, "left_semi")
         pruned = self._suppressing.get(p)
         if pruned is not None:
-            kept = self.complete[pruned].selectExpr(
+            kept = _sel(self.complete[pruned],
                 *[f"{_ident(c)} AS {_ident(n)}"
                   for c, n in zip(self.columns[pruned], cols, strict=False)])
             cand = _join(cand, kept, cols, "left_semi")
@@ -288,7 +289,7 @@ class SparkMaintainedEngine(SparkEngine):
             df = cand
             for src, at in atoms:
                 on = [cols[i] for i in at]
-                have = self.full[src].selectExpr(*[f"{_ident(c)} AS {_ident(n)}" for c, n in
+                have = _sel(self.full[src], *[f"{_ident(c)} AS {_ident(n)}" for c, n in
                                                    zip(self.columns[src], on, strict=True)])
                 df = _join(df, have, on, "left_semi")
             ok.append(df)
@@ -308,10 +309,10 @@ class SparkMaintainedEngine(SparkEngine):
         x = _fresh("_x", keys)
         got = src.coalesce(1).groupBy(*keys).agg(F.expr(f"{func}({value}) AS {_ident(x)}"))
         order = [*keys[:pos], x, *keys[pos:]]
-        got = got.selectExpr(*[f"{_ident(c)} AS {_ident(n)}"
+        got = _sel(got, *[f"{_ident(c)} AS {_ident(n)}"
                                for c, n in zip(order, names, strict=True)])
         if groups is not None:
-            ren = groups.selectExpr(*[f"{_ident(k)} AS {_ident(n)}" for k, n in
+            ren = _sel(groups, *[f"{_ident(k)} AS {_ident(n)}" for k, n in
                                       zip(keys, names[:pos] + names[pos + 1:], strict=True)])
             kept = _join(rels[agg], ren, names[:pos] + names[pos + 1:], "left_anti")
             got = _union([kept, got])
@@ -387,7 +388,7 @@ class SparkMaintainedEngine(SparkEngine):
         cands = []
         for source, at, v in plan.sources:
             on = [self.columns[source][i] for i in at]
-            hit = level.selectExpr(*[f"{_ident(k)} AS {_ident(c)}"
+            hit = _sel(level, *[f"{_ident(k)} AS {_ident(c)}"
                                      for k, c in zip(keys, on, strict=True)])
             rows = _join(full[source], hit, on, "left_semi")
             df = self.run_group([v], full, {source: rows}, full)
@@ -403,7 +404,7 @@ class SparkMaintainedEngine(SparkEngine):
             v = _ident(names[sel.value])
             over = ", ".join(_ident(names[c]) for c in sel.key)
             best = _fresh("_best", names)
-            new = (new.selectExpr("*", f"{sel.func}({v}) OVER (PARTITION BY {over}) AS {best}")
+            new = (_sel(new, "*", f"{sel.func}({v}) OVER (PARTITION BY {over}) AS {best}")
                    .filter(f"{v} = {best}").drop(best))
         new = new.localCheckpoint(eager=False)
         self._later.append(new)
@@ -424,7 +425,7 @@ class SparkMaintainedEngine(SparkEngine):
         b = self._bindings(v, self.complete, {self.plan.target: changed}, self.complete,
                            len(v.ops))
         types = self.program.schemas[self.plan.target]
-        return b.df.selectExpr(*[f"CAST({b.term(t)} AS {SQL_TYPES[ty]}) AS {_ident(n)}"
+        return _sel(b.df, *[f"CAST({b.term(t)} AS {SQL_TYPES[ty]}) AS {_ident(n)}"
                                  for t, n, ty in zip(v.head, self._key_cols, types,
                                                      strict=False)])
 
@@ -462,12 +463,12 @@ class SparkMaintainedEngine(SparkEngine):
             if len(cols) < key:
                 continue
             diff = _union([_join(was, now, cols, "left_anti"), _join(now, was, cols, "left_anti")])
-            ors.append(diff.selectExpr(*[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
+            ors.append(_sel(diff, *[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
                                          for i, (c, t) in enumerate(zip(cols, tkey[:key],
                                                                         strict=False))]))
             if p in alternatives:
                 st = self.program.schemas[src]
-                ands.append(diff.selectExpr(*[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
+                ands.append(_sel(diff, *[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
                                               for i, (c, t) in enumerate(zip(cols[:width], st,
                                                                              strict=True))]))
         out = {q: {"or_nodes": 0, "and_nodes": 0} for q in self.ctx}
@@ -475,7 +476,7 @@ class SparkMaintainedEngine(SparkEngine):
                                                                 (ands, "and_nodes")) if f]
         if not parts:
             return out
-        rows = _union([df.groupBy("_k0").count().selectExpr("_k0", "`count`", f"'{kind}' AS k")
+        rows = _union([_sel(df.groupBy("_k0").count(), "_k0", "`count`", f"'{kind}' AS k")
                        for df, kind in parts]).collect()
         for q, n, kind in rows:
             out.setdefault(int(q), {"or_nodes": 0, "and_nodes": 0})[kind] = int(n)
