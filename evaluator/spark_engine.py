@@ -992,14 +992,15 @@ class SparkEngine:
         c, lo, hi = self._bump(pred, rows, 1)
         self._later.append(c)
         self.counts[pred] = c.drop(lo, hi)
-        return c.filter(f"{lo} = 1").select(*self.columns[pred])
+        return _sel(c.filter(f"{lo} = 1"), *map(_ident, self.columns[pred]))
 
     def _aggregate(self, pred: str, rows: DataFrame, pos: int, func: str) -> DataFrame:
         """Group by every column but ``pos`` and keep the min/max of ``pos``."""
         names = self.columns[pred]
         x = _ident(names[pos])
-        return (rows.coalesce(1).groupBy(*(names[:pos] + names[pos + 1:]))
-                .agg(F.expr(f"{func}({x}) AS {x}")).select(*names))
+        grouped = (rows.coalesce(1).groupBy(*(names[:pos] + names[pos + 1:]))
+                   .agg(F.expr(f"{func}({x}) AS {x}")))
+        return _sel(grouped, *map(_ident, names))
 
     def _renamed(self, pred: str, names: list[str]) -> DataFrame:
         """``pred``'s leading columns under ``names`` (the rest dropped)."""
@@ -1151,7 +1152,7 @@ class SparkEngine:
         c, lo, hi = self._bump(pred, hs, -1)
         n = _ident(self._cnt[pred])
         self.counts[pred] = c.filter(f"{n} > 0").drop(lo, hi)
-        return c.filter(f"{hi} = 1 AND {n} <= 0").select(*self.columns[pred])
+        return _sel(c.filter(f"{hi} = 1 AND {n} <= 0"), *map(_ident, self.columns[pred]))
 
     def _bump(self, pred: str, rows: DataFrame, step: int) -> tuple[DataFrame, str, str]:
         """The reference counts of ``pred`` plus ``step`` per derivation in ``rows``: the
@@ -1240,7 +1241,7 @@ def _window_join(left: DataFrame, right: DataFrame, on: list[str], how: str) -> 
     if how != "inner":
         w = _sel(u, "*", f"max({side}) {over} AS {hit}")
         cond = hit if how == "left_semi" else f"NOT {hit}"
-        return w.filter(f"NOT {side} AND {cond}").select(*lcols)
+        return _sel(w.filter(f"NOT {side} AND {cond}"), *map(_ident, lcols))
     fields = ", ".join(_ident(c) for c in payload) if payload else f"1 AS {pay}"
     w = _sel(u, *[_ident(c) for c in lcols], side,
                      f"collect_list(CASE WHEN {side} THEN struct({fields}) END) {over} AS {pay}")

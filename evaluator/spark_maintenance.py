@@ -273,7 +273,7 @@ class SparkMaintainedEngine(SparkEngine):
         :meth:`MaintainedEngine._supported`)."""
         cols = self.columns[p]
         if p in self.counts:
-            live = self.counts[p].filter(f"{_ident(self._cnt[p])} > 0").select(*cols)
+            live = _sel(self.counts[p].filter(f"{_ident(self._cnt[p])} > 0"), *map(_ident, cols))
             return _join(cand, live, cols, "left_semi")
         pruned = self._suppressing.get(p)
         if pruned is not None:
@@ -336,7 +336,7 @@ class SparkMaintainedEngine(SparkEngine):
             self.complete_size
         self._old, self._unknown, self._later = {}, set(), []
         keys = self._key_cols
-        groups = self.complete[plan.target].select(*keys).distinct()
+        groups = _sel(self.complete[plan.target], *map(_ident, keys)).distinct()
         queue = self._ranked(groups, old_bc, old_token).localCheckpoint(eager=False)
         queued = queue
         n_stale, low = self._measure([(queue, None), (queue, "_rank")])
@@ -358,7 +358,8 @@ class SparkMaintainedEngine(SparkEngine):
             queue = queue.coalesce(1).localCheckpoint(eager=False)
             queued = queued.coalesce(1).localCheckpoint(eager=False)
             n_level, n_changed, n_cands, low, *_ = self._measure(
-                [(level, None), (changed.select(*keys).distinct(), None), (n_derived, None),
+                [(level, None), (_sel(changed, *map(_ident, keys)).distinct(), None),
+                 (n_derived, None),
                  (queue, "_rank"), (queued, None)] + self._take_later())
             up.rederived += int(n_level)
             up.changed += int(n_changed)
