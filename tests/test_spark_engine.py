@@ -153,6 +153,20 @@ def test_fixpoint_never_collects(spark, monkeypatch):
     assert_same(PROGRAM, rels, stats, py_rels, py_stats)
 
 
+def test_sel_is_select_expr(spark):
+    """_sel hands the expressions over as one string: the same columns and rows as
+    selectExpr, an empty projection included, and PySpark's own path when an expression
+    contains the separator."""
+    from reopt.evaluator.spark_engine import _sel
+
+    df = spark.range(3).selectExpr("id AS a", "id * 2 AS b")
+    for exprs in [("a", "b"), ("*", "a + b AS `c d`", "'x' AS s"), ("b",),
+                  ("'x\u0000y' AS s", "a"), ()]:
+        got, want = _sel(df, *exprs), df.selectExpr(*exprs)
+        assert got.columns == want.columns, exprs
+        assert got.collect() == want.collect(), exprs
+
+
 def test_expand_checks_and_binds():
     """The per-batch helper: constants, earlier columns and repeated outputs are checks,
     new outputs are appended, and a run of calls sees the outputs of the earlier ones."""
