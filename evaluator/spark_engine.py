@@ -646,7 +646,7 @@ class SparkEngine:
         sel = [f"{names[first[n]]} AS {_ident(b.cols[n])}" for n in keys]
         on = [b.cols[n] for n in keys] or None
         if op.negated:
-            r = _sel(r, *sel) if sel else _sel(r, )
+            r = _sel(r, *sel)
             b.df, b.unit = _join(b.df, r, on, "left_anti"), False
             return
         unit = b.unit
@@ -1005,7 +1005,7 @@ class SparkEngine:
     def _renamed(self, pred: str, names: list[str]) -> DataFrame:
         """``pred``'s leading columns under ``names`` (the rest dropped)."""
         return _sel(self.full[pred], *[f"{_ident(c)} AS {_ident(n)}" for c, n in
-                                            zip(self.columns[pred], names, strict=False)])
+                                       zip(self.columns[pred], names, strict=False)])
 
     def _sourced(self, pred: str, source: str, rows: DataFrame) -> DataFrame:
         """The candidates whose source tuple (their leading columns) still exists."""
@@ -1027,7 +1027,8 @@ class SparkEngine:
               .filter(f"{v} = {_ident(best)}").drop(best))
         agg_names = self.columns[sel.agg]
         if self.size[sel.agg] or sel.agg in self._unknown:
-            current = _sel(self.full[sel.agg],
+            current = _sel(
+                self.full[sel.agg],
                 *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(agg_names, key, strict=False)],
                 f"{_ident(agg_names[-1])} AS {_ident(cur)}")
             df = (_lookup(df, current, key, cur)
@@ -1035,7 +1036,8 @@ class SparkEngine:
         bound = self.program.features.bound.get(sel.target)
         if bound is not None and (self.size[bound] or bound in self._unknown):
             b_names = self.columns[bound]
-            limit = _sel(self.full[bound],
+            limit = _sel(
+                self.full[bound],
                 *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(b_names, key, strict=False)],
                 f"{_ident(b_names[-1])} AS {_ident(bnd)}")
             df = (_lookup(df, limit, key, bnd)
@@ -1050,7 +1052,7 @@ class SparkEngine:
         dead = _join(_join(_sel(rows, *cols), _sel(kept, *cols), lead, "left_anti"),
                      _sel(self.full[pred], *cols), lead, "left_anti")
         dead = _sel(dead, *[f"{c} AS {_ident(n)}" for c, n in
-                                 zip(cols, self.columns[source], strict=True)])
+                            zip(cols, self.columns[source], strict=True)])
         self._delete(source, dead)
 
     # -- deleting: cascades through the rules ----------------------------------------------------
@@ -1110,7 +1112,7 @@ class SparkEngine:
             if v.embeds is not None and h not in self.counts and h not in prog.aggregates:
                 keys = [self.columns[h][i] for i in v.embeds]
                 hit = _sel(rs, *[f"{_ident(c)} AS {_ident(k)}"
-                                      for c, k in zip(cols, keys, strict=True)])
+                                 for c, k in zip(cols, keys, strict=True)])
                 derived.setdefault(h, []).append(_join(self.full[h], hit, keys, "left_semi"))
             elif h in self.counts or h in prog.aggregates:
                 run.setdefault(h, []).append(v)
@@ -1163,7 +1165,7 @@ class SparkEngine:
         tag, lo, hi = (_fresh(x, [*cols, self._cnt[pred]]) for x in ("_tag", "_lo", "_hi"))
         tagged = (_sel(self.counts[pred], "*", f"0 AS {tag}")
                   .union(_sel(rows, *[_ident(x) for x in cols], f"{step}L AS {n}",
-                                         f"1 AS {tag}")))
+                              f"1 AS {tag}")))
         c = (tagged.coalesce(1).groupBy(*cols)
              .agg(F.expr(f"sum({n}) AS {n}"), F.expr(f"min({tag}) AS {lo}"),
                   F.expr(f"max({tag}) AS {hi}"))
@@ -1181,7 +1183,8 @@ class SparkEngine:
         out = _join(self.full[pred], groups, key, "left_semi")
         for inp in self._agg_inputs[pred]:
             t = self.columns[inp.target]
-            have = _sel(self.full[inp.target],
+            have = _sel(
+                self.full[inp.target],
                 *[f"{_ident(t[c])} AS {_ident(n)}" for c, n in zip(inp.key, key, strict=True)])
             out = _join(out, have, key, "left_anti")
         return out
@@ -1244,7 +1247,7 @@ def _window_join(left: DataFrame, right: DataFrame, on: list[str], how: str) -> 
         return _sel(w.filter(f"NOT {side} AND {cond}"), *map(_ident, lcols))
     fields = ", ".join(_ident(c) for c in payload) if payload else f"1 AS {pay}"
     w = _sel(u, *[_ident(c) for c in lcols], side,
-                     f"collect_list(CASE WHEN {side} THEN struct({fields}) END) {over} AS {pay}")
+             f"collect_list(CASE WHEN {side} THEN struct({fields}) END) {over} AS {pay}")
     out = _sel(w.filter(f"NOT {side}"), *[_ident(c) for c in lcols], f"inline({pay})")
     return out if payload else out.drop(pay)
 

@@ -177,7 +177,7 @@ class SparkMaintainedEngine(SparkEngine):
 
             def src(df: DataFrame) -> DataFrame:
                 return _sel(df, *[f"{_ident(c)} AS {_ident(n)}"
-                                       for c, n in zip(lead, cols, strict=True)])
+                                  for c, n in zip(lead, cols, strict=True)])
 
             dead = _join(src(gone).distinct(), src(came), cols, "left_anti")
             dead = _join(_join(dead, src(self.complete[target]), cols, "left_anti"),
@@ -265,7 +265,7 @@ class SparkMaintainedEngine(SparkEngine):
             elif v.embeds is not None:
                 keys = [self.columns[h][i] for i in v.embeds]
                 hit = _sel(rows, *[f"{_ident(c)} AS {_ident(k)}" for c, k in
-                                        zip(self.columns[p], keys, strict=True)])
+                                   zip(self.columns[p], keys, strict=True)])
                 work.setdefault(h, []).append(_join(self.complete[h], hit, keys, "left_semi"))
 
     def _supported(self, p: str, cand: DataFrame) -> DataFrame:
@@ -278,8 +278,8 @@ class SparkMaintainedEngine(SparkEngine):
         pruned = self._suppressing.get(p)
         if pruned is not None:
             kept = _sel(self.complete[pruned],
-                *[f"{_ident(c)} AS {_ident(n)}"
-                  for c, n in zip(self.columns[pruned], cols, strict=False)])
+                        *[f"{_ident(c)} AS {_ident(n)}"
+                          for c, n in zip(self.columns[pruned], cols, strict=False)])
             cand = _join(cand, kept, cols, "left_semi")
         rules = self._embedded.get(p)
         if not rules:
@@ -290,7 +290,7 @@ class SparkMaintainedEngine(SparkEngine):
             for src, at in atoms:
                 on = [cols[i] for i in at]
                 have = _sel(self.full[src], *[f"{_ident(c)} AS {_ident(n)}" for c, n in
-                                                   zip(self.columns[src], on, strict=True)])
+                                              zip(self.columns[src], on, strict=True)])
                 df = _join(df, have, on, "left_semi")
             ok.append(df)
         return _union(ok).coalesce(1).distinct()
@@ -310,10 +310,10 @@ class SparkMaintainedEngine(SparkEngine):
         got = src.coalesce(1).groupBy(*keys).agg(F.expr(f"{func}({value}) AS {_ident(x)}"))
         order = [*keys[:pos], x, *keys[pos:]]
         got = _sel(got, *[f"{_ident(c)} AS {_ident(n)}"
-                               for c, n in zip(order, names, strict=True)])
+                          for c, n in zip(order, names, strict=True)])
         if groups is not None:
             ren = _sel(groups, *[f"{_ident(k)} AS {_ident(n)}" for k, n in
-                                      zip(keys, names[:pos] + names[pos + 1:], strict=True)])
+                                 zip(keys, names[:pos] + names[pos + 1:], strict=True)])
             kept = _join(rels[agg], ren, names[:pos] + names[pos + 1:], "left_anti")
             got = _union([kept, got])
         rels[agg] = got.coalesce(1).localCheckpoint(eager=False)
@@ -390,7 +390,7 @@ class SparkMaintainedEngine(SparkEngine):
         for source, at, v in plan.sources:
             on = [self.columns[source][i] for i in at]
             hit = _sel(level, *[f"{_ident(k)} AS {_ident(c)}"
-                                     for k, c in zip(keys, on, strict=True)])
+                                for k, c in zip(keys, on, strict=True)])
             rows = _join(full[source], hit, on, "left_semi")
             df = self.run_group([v], full, {source: rows}, full)
             if df is not None:
@@ -427,8 +427,8 @@ class SparkMaintainedEngine(SparkEngine):
                            len(v.ops))
         types = self.program.schemas[self.plan.target]
         return _sel(b.df, *[f"CAST({b.term(t)} AS {SQL_TYPES[ty]}) AS {_ident(n)}"
-                                 for t, n, ty in zip(v.head, self._key_cols, types,
-                                                     strict=False)])
+                            for t, n, ty in zip(v.head, self._key_cols, types,
+                                                strict=False)])
 
     def _recount(self, rels: dict[str, DataFrame], sizes: dict[str, int],
                  *also: str) -> None:
@@ -465,13 +465,13 @@ class SparkMaintainedEngine(SparkEngine):
                 continue
             diff = _union([_join(was, now, cols, "left_anti"), _join(now, was, cols, "left_anti")])
             ors.append(_sel(diff, *[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
-                                         for i, (c, t) in enumerate(zip(cols, tkey[:key],
-                                                                        strict=False))]))
+                                    for i, (c, t) in enumerate(zip(cols, tkey[:key],
+                                                                   strict=False))]))
             if p in alternatives:
                 st = self.program.schemas[src]
                 ands.append(_sel(diff, *[f"CAST({_ident(c)} AS {SQL_TYPES[t]}) AS _k{i}"
-                                              for i, (c, t) in enumerate(zip(cols[:width], st,
-                                                                             strict=True))]))
+                                         for i, (c, t) in enumerate(zip(cols[:width], st,
+                                                                        strict=True))]))
         out = {q: {"or_nodes": 0, "and_nodes": 0} for q in self.ctx}
         parts = [(_union(f).distinct(), kind) for f, kind in ((ors, "or_nodes"),
                                                                 (ands, "and_nodes")) if f]
