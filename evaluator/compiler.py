@@ -17,7 +17,7 @@ both interpret exactly these ops.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,15 @@ class Variant:
     delta_pred: str | None = None
     """The relation of the delta atom (None for the base variant)."""
 
+    def keeps_key(self, n: int) -> bool:
+        """Whether the head starts with the delta atom's first ``n`` terms, all variables:
+        every head tuple then has the leading ``n`` values (for a schedule's rank built-in,
+        the rank) of the delta tuple it came from."""
+        if self.delta_atom is None:
+            return False
+        lead = self.rule.body[self.delta_atom].args[:n]  # type: ignore[union-attr]
+        return all(isinstance(t, Var) for t in lead) and tuple(self.head[:n]) == tuple(lead)
+
     @property
     def aggregate(self) -> tuple[int, Aggregate] | None:
         for i, a in enumerate(self.head):
@@ -108,6 +117,14 @@ class RankSteps:
     aggregates: tuple[tuple[str, tuple[str, ...]], ...]
     """Aggregate → its input relations in the stratum (other than itself)."""
 
+    fused: tuple[tuple[str, ...], ...] | None = None
+    """The steps of a rank as a fixed sequence — the plain relations, then each aggregate
+    after its inputs — when :meth:`next` cannot choose otherwise: no rule of the stratum
+    derives a plain relation's tuple from one of the same group key (hence of the same
+    rank), and the aggregates fed at the same key are ordered. An engine may then release a
+    whole rank before looking at what is pending (Spark: one job per rank, not per step);
+    None when the rules do not allow it."""
+
     def next(self, pending: Callable[[str], bool]) -> tuple[list[str], bool]:
         """The relations to release next, given which have tuples pending at the rank, and
         whether that is an aggregate (done for the rank); ``[]`` when the rank is done."""
@@ -118,6 +135,30 @@ class RankSteps:
             if pending(p) and not any(pending(i) for i in inputs):
                 return [p], True
         return [], False
+
+    def walk(self, pending: Callable[[str], bool], done: set[str]
+             ) -> Iterator[tuple[list[str], bool]]:
+        """The next steps of the rank, as ``(relations, aggregate)``: one pass over
+        :attr:`fused` — a step for each entry with tuples pending, asked lazily (the steps
+        before it have run by then) — or else the single step :meth:`next` chooses. An
+        aggregate released goes into ``done`` and is not released again at this rank. Both
+        engines call it until it yields nothing; a Spark pass is one job."""
+        if self.fused is None:
+            step, aggregate = self.next(pending)
+            if step:
+                if aggregate:
+                    done.add(step[0])
+                yield step, aggregate
+            return
+        for entry in self.fused:
+            aggregate = entry[0] not in self.plain
+            if aggregate and entry[0] in done:
+                continue
+            step = [p for p in entry if pending(p)]
+            if step:
+                if aggregate:
+                    done.add(entry[0])
+                yield step, aggregate
 
 
 @dataclass
@@ -455,8 +496,35 @@ class _Compiler:
                              for lit in v.rule.body
                              if isinstance(lit, Atom) and lit.pred in stratum.preds} - {p})
                   for p in stratum.preds if p in aggs}
-        return RankSteps(tuple(p for p in stratum.preds if p not in aggs),
-                         tuple((p, tuple(i)) for p, i in inputs.items()))
+        plain = tuple(p for p in stratum.preds if p not in aggs)
+        ordered = tuple((p, tuple(i)) for p, i in inputs.items())
+        return RankSteps(plain, ordered, self.fused_steps(stratum, plain, ordered))
+
+    def fused_steps(self, stratum: Stratum, plain: tuple[str, ...],
+                    aggregates: tuple[tuple[str, tuple[str, ...]], ...]
+                    ) -> tuple[tuple[str, ...], ...] | None:
+        """:attr:`RankSteps.fused`: the order :meth:`RankSteps.next` follows whatever is
+        pending, or None. A rule deriving a tuple from one with the same group key (the
+        rank built-in's inputs, the same variables in head and delta atom) keeps the rank;
+        any other is taken to leave it (the engines check at run time that a released rank
+        gets no more tuples). Same-rank derivations into a plain relation would make
+        :meth:`~RankSteps.next` go back to the plain step, so they rule fusion out; among
+        aggregates, :meth:`~RankSteps.next` takes the first ready one in ``aggregates``
+        order, which is Kahn's order below."""
+        assert stratum.schedule is not None
+        n_key = len(self.builtins[stratum.schedule.rank].inputs)
+        if any(v.head_pred in plain and v.keeps_key(n_key) for v in stratum.deltas):
+            return None
+        order: list[str] = []
+        left = dict(aggregates)
+        while left:
+            ready = next((p for p, ins in left.items()
+                          if not any(i in left for i in ins)), None)
+            if ready is None:
+                return None  # aggregates feeding each other: let the pending tuples decide
+            order.append(ready)
+            del left[ready]
+        return (plain, *((p,) for p in order)) if plain else tuple((p,) for p in order)
 
     def triggers(self) -> dict[str, list[Variant]]:
         out: dict[str, list[Variant]] = {}

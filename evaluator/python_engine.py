@@ -436,18 +436,17 @@ class PythonEngine:
             current = sign * heapq.heappop(ranks)
             queued.discard(current)
             done = set()
-            while True:
-                step, aggregate = steps.next(at_current)
-                if not step:
-                    break
-                if aggregate:
-                    done.add(step[0])
-                delta = {p: self._release(p, pending[p].pop(current)) for p in step}
-                self.stats.iterations += 1
-                for v in stratum.deltas:
-                    d = delta.get(v.delta_pred)  # type: ignore[arg-type]
-                    if d:
-                        add(v.head_pred, self.run_variant(v, self.full, delta))
+            ran = True
+            while ran:
+                ran = False
+                for step, _ in steps.walk(at_current, done):
+                    ran = True
+                    delta = {p: self._release(p, pending[p].pop(current)) for p in step}
+                    self.stats.iterations += 1
+                    for v in stratum.deltas:
+                        d = delta.get(v.delta_pred)  # type: ignore[arg-type]
+                        if d:
+                            add(v.head_pred, self.run_variant(v, self.full, delta))
             left = [p for p in stratum.preds if current in pending[p]]
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "

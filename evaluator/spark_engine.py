@@ -139,7 +139,7 @@ import operator
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -528,12 +528,8 @@ class SparkEngine:
         if rank is None:
             return None
         n = len(self.program.builtins[rank.fn].inputs)
-        if rank.k is not None and v.delta_atom is not None:
-            atom = v.rule.body[v.delta_atom]
-            lead = atom.args[:n]  # type: ignore[union-attr]
-            if atom.pred in rank.preds and all(isinstance(t, Var) for t in lead) \
-                    and tuple(v.head[:n]) == tuple(lead):  # type: ignore[union-attr]
-                return ("k", rank.k)
+        if rank.k is not None and v.delta_pred in rank.preds and v.keeps_key(n):
+            return ("k", rank.k)
         return ("fn", rank.fn, n)
 
     def _tail_start(self, v: Variant) -> int:
@@ -867,31 +863,45 @@ class SparkEngine:
             k = sign * current
             done: set[str] = set()
             while True:
-                plain, aggregate = steps.next(lambda p: low[p] == current)  # noqa: B023
-                if not plain:
-                    break
-                if aggregate:
-                    done.add(plain[0])
-                self._old = {}
+                # One pass of steps (RankSteps.walk), lazily, then ONE job: relations that
+                # got candidates during the pass may have some at this rank; the job counts
+                # each step's tuples at the rank (a step with none is not an iteration).
                 delta: dict[str, DataFrame | None] = {}
-                for p in plain:
-                    frame = pending[p]
-                    assert frame is not None
-                    r = _ident(col[p])
-                    rows = frame.filter(f"{r} = '{k}'").drop(col[p])
-                    pending[p] = frame.filter(f"{r} != '{k}'")
-                    delta[p] = self._release(p, rows)
-                self.stats.iterations += 1
-                new = self._derive(stratum.deltas, self.full, delta,
-                                   {**self.full, **self._old}, ranks(k))
-                changed = set(plain) | set(new)
-                exprs = add(new, changed)
-                lows = self._settle(delta, {p: (pending[p], e) for p, e in exprs.items()})
+                fresh: dict[str, DataFrame] = {}
+                taken: list[list[DataFrame]] = []
+
+                def maybe(p: str) -> bool:
+                    return low[p] == current or p in fresh  # noqa: B023
+
+                for step, _ in steps.walk(maybe, done):
+                    self._old = {}
+                    now: dict[str, DataFrame | None] = {}
+                    taken.append([])
+                    for p in step:
+                        frame = pending[p]
+                        assert frame is not None
+                        r = _ident(col[p])
+                        rows = frame.filter(f"{r} = '{k}'").drop(col[p])
+                        pending[p] = frame.filter(f"{r} != '{k}'")
+                        taken[-1].append(rows)
+                        now[p] = self._release(p, rows)
+                    delta.update(now)
+                    new = self._derive(stratum.deltas, self.full, now,
+                                       {**self.full, **self._old}, ranks(k))
+                    for p, df in new.items():
+                        pending[p] = _union([f for f in (pending[p], df) if f is not None])
+                        fresh[p] = df
+                if not taken:
+                    break
+                changed = set(delta) | set(fresh)
+                exprs = add({}, changed)
+                lows = self._settle(delta, {p: (pending[p], e) for p, e in exprs.items()},
+                                    taken)
                 for p in changed:
                     low[p] = lows.get(p)
                     if low[p] is None:
                         pending[p] = None
-                for p in new:
+                for p in fresh:
                     x = low[p]
                     if x is not None and (x < current or (x == current and p in done)):
                         raise ReoptError(
@@ -912,13 +922,20 @@ class SparkEngine:
         return False
 
     def _settle(self, delta: Mapping[str, DataFrame | None],
-                lows: Mapping[str, tuple[DataFrame | None, str]]) -> dict[str, int]:
-        """The one Spark job of a step: counts every delta (filling ``derived`` and the
-        sizes) and computes the lowest pending rank of every relation in ``lows``; it also
-        materializes the checkpoints made since the last job (:attr:`_later`). Returns the
+                lows: Mapping[str, tuple[DataFrame | None, str]],
+                steps: Sequence[Sequence[DataFrame]] = ()) -> dict[str, int]:
+        """The one Spark job of a step (or of a pass of steps): counts every delta (filling
+        ``derived`` and the sizes) and computes the lowest pending rank of every relation in
+        ``lows``; it also materializes the checkpoints made since the last job
+        (:attr:`_later`). Each of ``steps`` (per relation, the pending tuples a step took at
+        its rank) that took any counts as an iteration, as in the python engine. Returns the
         counts and the ranks by relation (a rank is None when nothing is pending)."""
         items: list[tuple[DataFrame, str | None]] = []
         names: list[tuple[str, str]] = []
+        for i, frames in enumerate(steps):
+            for df in frames:
+                items.append((df, None))
+                names.append(("step", f"{i}:{len(items)}"))
         for p, d in delta.items():
             if d is not None:
                 items.append((d, None))
@@ -932,6 +949,8 @@ class SparkEngine:
             names.append(("", ""))
         self._later = []
         got = dict(zip(names, self._measure(items), strict=True))
+        ran = {key.split(":")[0] for (kind, key), n in got.items() if kind == "step" and n}
+        self.stats.iterations += len(ran)
         out: dict[str, int] = {}
         for p in delta:
             n = int(got.get(("n", p)) or 0)

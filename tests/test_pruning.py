@@ -8,6 +8,7 @@ import math
 from functools import cache
 
 import pytest
+import schedules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from randq import SHAPES, make_query
@@ -22,6 +23,7 @@ from reopt.evaluator.compiler import compile_program
 from reopt.evaluator.driver import INPUTS, PRUNING_MODES, evaluate, load_program, rule_files
 from reopt.evaluator.features import DirectiveError
 from reopt.evaluator.parser import parse_files
+from reopt.evaluator.python_engine import PythonEngine
 from reopt.optimizers.topdown import topdown
 
 PROGRAMS = {mode: load_program(pruning=mode) for mode in PRUNING_MODES}
@@ -219,3 +221,31 @@ def test_a_rank_that_does_not_separate_is_an_error(tmp_path):
     space = Optimizer("tpch:q3", cost_model="io", optimizer="topdown").space()
     with pytest.raises(ReoptError, match="Fn_flat.* has rank"):
         evaluate([space], "python", program=program)
+
+
+# --- the steps of a rank ---------------------------------------------------------------------
+
+
+def test_rank_steps_of_the_optimizer():
+    """Costing and bounds release each rank as a fixed sequence — plain relations, then each
+    aggregate after its inputs (README, "Scheduling and pruning") — which lets Spark settle a
+    rank with one job."""
+    fused = {s.preds: s.steps.fused for s in PROGRAMS["all"].strata if s.steps}
+    assert fused == {("BestCost", "PlanCost"): (("PlanCost",), ("BestCost",)),
+                     ("Bound", "MaxBound", "ParentBound"):
+                         (("ParentBound",), ("MaxBound",), ("Bound",))}
+
+
+@pytest.mark.parametrize("text, fused", [(schedules.FUSED, (("Reach",), ("Best",))),
+                                         (schedules.STEPWISE, None)])
+def test_rank_steps_fused_or_stepwise(text, fused):
+    """A rule keeping the rank into a plain relation rules the fixed sequence out; either
+    way the relations are the oracle's, and a rank takes one step per relation released."""
+    program = schedules.program(text)
+    (stratum,) = [s for s in program.strata if s.steps]
+    assert stratum.steps.fused == fused
+    rels, stats = PythonEngine(program, {}).evaluate({})
+    assert rels["Best"].rows == schedules.distances()
+    levels = {n // 10 for n, _ in schedules.distances()}
+    per_rank = 2 if fused else 3  # Reach, Best (+ Via before Reach)
+    assert stats.iterations == 2 + per_rank * (len(levels) - 1)  # the root's rank: no Via

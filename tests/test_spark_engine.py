@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import schedules
 from randq import make_query, random_deltas
 
 from reopt.api import Optimizer
@@ -114,6 +115,19 @@ def test_small_program_same_as_python(spark):
     assert rels["Pair"].rows == {(3, "b\\'q"), (6, "b\\'q")}
     assert rels["NoneLoop"].rows == set() and rels["NotBoth"].rows == set()
     assert rels["Start"].rows == {(1.75,)}
+
+
+@pytest.mark.parametrize("text", [schedules.FUSED, schedules.STEPWISE])
+def test_scheduled_ranks_same_as_python(spark, text):
+    """A rank released as one pass of fixed steps and one job (``FUSED``), or step by step
+    (``STEPWISE``): the python engine's relations, iterations and derived counts."""
+    from reopt.evaluator.spark_engine import SparkEngine
+
+    program = schedules.program(text)
+    py_rels, py_stats = PythonEngine(program, {}).evaluate({})
+    rels, stats = SparkEngine(program, {}, spark).evaluate({})
+    assert_same(program, rels, stats, py_rels, py_stats)
+    assert rels["Best"].rows == schedules.distances()
 
 
 def test_fixpoint_never_collects(spark, monkeypatch):
