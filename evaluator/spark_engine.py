@@ -84,7 +84,10 @@ fixpoint; :attr:`SparkRelation.rows` collects a final relation once, when asked.
 Scheduled strata (``.schedule``) release rank by rank, exactly as the python engine does:
 each relation's pending candidates are one checkpointed frame with a rank column (a string
 the tails compute with the rank built-in, or a constant when the head keeps the delta atom's
-rank columns); a release takes ``filter(rank = k)`` and leaves the rest pending.
+rank columns); a release takes ``filter(rank = k)`` and leaves the rest pending. When the
+compiler fixed the order of a rank's steps (:attr:`RankSteps.fused`: plain relations, then
+each aggregate after its inputs), the whole rank is one pass of lazy steps settled by ONE job
+— for costing and bounds, one job per rank instead of one per step.
 
 Pruning (:mod:`reopt.evaluator.features`), in :meth:`SparkEngine._release` as in
 :meth:`PythonEngine._release`:
@@ -830,7 +833,8 @@ class SparkEngine:
         """Release the stratum's tuples one rank at a time, exactly as
         :meth:`PythonEngine._run_scheduled`: pending candidates are one checkpointed frame per
         relation with a rank column; the driver knows only each relation's lowest pending
-        (signed) rank, computed in the one job per step that also counts the deltas."""
+        (signed) rank, computed in the one job per pass of steps (:meth:`RankSteps.walk`: a
+        rank's fixed steps, or one step) that also counts the deltas."""
         sched, steps = stratum.schedule, stratum.steps
         assert sched is not None and steps is not None
         sign = 1 if sched.direction == ASCENDING else -1
@@ -863,12 +867,15 @@ class SparkEngine:
             k = sign * current
             done: set[str] = set()
             while True:
-                # One pass of steps (RankSteps.walk), lazily, then ONE job: relations that
-                # got candidates during the pass may have some at this rank; the job counts
-                # each step's tuples at the rank (a step with none is not an iteration).
+                # One pass of steps (RankSteps.walk), then ONE job: relations that got
+                # candidates during the pass may have some at this rank; the job counts each
+                # step's tuples at the rank (a step with none is not an iteration). Pending
+                # frames are checkpointed after every step, so that the job's plan reads each
+                # one as a leaf instead of repeating its lineage wherever it is used.
                 delta: dict[str, DataFrame | None] = {}
                 fresh: dict[str, DataFrame] = {}
                 taken: list[list[DataFrame]] = []
+                exprs = {}
 
                 def maybe(p: str) -> bool:
                     return low[p] == current or p in fresh  # noqa: B023
@@ -888,13 +895,11 @@ class SparkEngine:
                     delta.update(now)
                     new = self._derive(stratum.deltas, self.full, now,
                                        {**self.full, **self._old}, ranks(k))
-                    for p, df in new.items():
-                        pending[p] = _union([f for f in (pending[p], df) if f is not None])
-                        fresh[p] = df
+                    exprs.update(add(new, set(step) | set(new)))
+                    fresh.update(new)
                 if not taken:
                     break
                 changed = set(delta) | set(fresh)
-                exprs = add({}, changed)
                 lows = self._settle(delta, {p: (pending[p], e) for p, e in exprs.items()},
                                     taken)
                 for p in changed:
