@@ -437,7 +437,7 @@ class PythonEngine:
             queued.discard(current)
             done = set()
             ran = True
-            while ran:
+            while ran and any(map(at_current, stratum.preds)):
                 ran = False
                 for step, _ in steps.walk(at_current, done):
                     ran = True
