@@ -633,8 +633,10 @@ def _spark_updates(cfg: Config, sec: Section) -> None:
         f"its initial optimization of Q5 ({full:.0f} s), median {median(speed):.1f}× over "
         f"the {len(speed)} deltas (issue 5's goal: 10×). The gain is bounded because a Spark "
         "update is made of Spark jobs (one per rank re-derived, one per round of the deletion "
-        "cascade and per plan-tree level revived in the live layer, the later strata), each "
-        "costing about a second on this 2-core machine whatever the size of the change; "
+        "cascade and per plan-tree level revived in the live layer, one per rank of the later "
+        "strata, re-derived from the live layer), each, with the DataFrames built for it on "
+        "the driver, costing a third of a second to a second on this 2-core machine whatever "
+        "the size of the change; "
         + ("every update returned the exact optimum." if all(row[-1] == "yes" for row in rows)
            else "some updates did NOT return the exact optimum (\"NO\" in the table)."))
     sec.data["spark"] = r

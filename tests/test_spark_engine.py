@@ -125,9 +125,16 @@ def test_scheduled_ranks_same_as_python(spark, text):
 
     program = schedules.program(text)
     py_rels, py_stats = PythonEngine(program, {}).evaluate({})
-    rels, stats = SparkEngine(program, {}, spark).evaluate({})
+    engine = SparkEngine(program, {}, spark)
+    rels, stats = engine.evaluate({})
     assert_same(program, rels, stats, py_rels, py_stats)
     assert rels["Best"].rows == schedules.distances()
+    # a step of a pass whose relations turned out to have nothing at the rank (they only
+    # got candidates of other ranks) is not an iteration; a step with any tuple is one
+    none, two = spark.range(0).selectExpr("id AS x"), spark.range(2).selectExpr("id AS x")
+    before = engine.stats.iterations
+    engine._settle({}, {}, [[none], [two], [none, two], [none, none]])
+    assert engine.stats.iterations == before + 2
 
 
 def test_fixpoint_never_collects(spark, monkeypatch):
