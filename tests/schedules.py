@@ -31,6 +31,7 @@ Best(x, min<d>) :- Reach(x, d).
 """
 """``Reach`` from ``Via`` keeps the node, hence the rank: the rank needs a second plain step."""
 
+
 def program(text: str) -> CompiledProgram:
     # descending releases the highest rank first: rank = -level puts the root first
     level = Builtin("Fn_level", (LONG,), (LONG,), lambda ctx, x: [(-(x // 10),)])
