@@ -935,12 +935,9 @@ class SparkEngine:
         (:attr:`_later`). Each of ``steps`` (per relation, the pending tuples a step took at
         its rank) that took any counts as an iteration, as in the python engine. Returns the
         counts and the ranks by relation (a rank is None when nothing is pending)."""
-        items: list[tuple[DataFrame, str | None]] = []
+        step_of = [i for i, frames in enumerate(steps) for _ in frames]
+        items: list[tuple[DataFrame, str | None]] = [(df, None) for f in steps for df in f]
         names: list[tuple[str, str]] = []
-        for i, frames in enumerate(steps):
-            for df in frames:
-                items.append((df, None))
-                names.append(("step", f"{i}:{len(items)}"))
         for p, d in delta.items():
             if d is not None:
                 items.append((d, None))
@@ -953,9 +950,10 @@ class SparkEngine:
             items.append((df, None))
             names.append(("", ""))
         self._later = []
-        got = dict(zip(names, self._measure(items), strict=True))
-        ran = {key.split(":")[0] for (kind, key), n in got.items() if kind == "step" and n}
-        self.stats.iterations += len(ran)
+        values = self._measure(items)
+        taken, rest = values[:len(step_of)], values[len(step_of):]
+        self.stats.iterations += len({i for i, n in zip(step_of, taken, strict=True) if n})
+        got = dict(zip(names, rest, strict=True))
         out: dict[str, int] = {}
         for p in delta:
             n = int(got.get(("n", p)) or 0)
