@@ -181,6 +181,14 @@ class Layers:
     alternatives: frozenset[str]
     """Relations whose tuples name an AND node in front: the source relation and those
     embedding it (or one of them) in their leading columns."""
+    kept: frozenset[str]
+    """Derived relations of the layer that no pruning deletes from: not counted, not
+    aggregates, and no rule of theirs embeds its source (a user's ``Baz(q, e) :-
+    SearchSpace(q, e, …)``). Deletions never cascade into them, and they are evaluated
+    before anything is deleted (deletions start in the maintained stratum), so their live
+    tuples are the complete layer's; revival, which follows embedded sources and counts,
+    could not rebuild them. No statistics built-in runs before the maintained stratum, so an
+    update never changes them either."""
 
 
 def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
@@ -209,8 +217,11 @@ def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
                         and tuple(v.embeds[:width]) == tuple(range(width))):
                     alternatives.add(v.head_pred)
                     grew = True
+    derived = {r.head.pred for r in compiled.rules}
+    kept = frozenset(p for p in layer if p in derived and p not in f.refcount
+                     and p not in compiled.aggregates and p not in embedded)
     return Layers(complete, layer, post, {s: r for r, s in f.suppress.items()}, embedded,
-                  frozenset(alternatives))
+                  frozenset(alternatives), kept)
 
 
 class MaintainedEngine(PythonEngine):
@@ -226,7 +237,7 @@ class MaintainedEngine(PythonEngine):
         st = compiled.strata[self.plan.stratum]
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
-        self._layer, self._post = shape.layer, shape.post
+        self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
         self._suppressing = shape.suppressing
         self._embedded: dict[str, list[list[tuple[str, Callable[[tuple], tuple]]]]] = {
             head: [[(s, key_of(c)) for s, c in atoms] for atoms in rules]
@@ -261,7 +272,8 @@ class MaintainedEngine(PythonEngine):
         deleting the rest; without it, suppression deletes from a copy."""
         prog = self.program = self.live_program
         counted = bool(prog.features.refcount) and bool(prog.features.suppress)
-        self.full = {p: ((Relation() if counted else r.copy()) if p in self._layer else r)
+        self.full = {p: ((Relation() if counted and p not in self._kept else r.copy())
+                         if p in self._layer else r)
                      for p, r in self.complete.items()}
         for pred in self._post:
             self.full[pred] = Relation()

@@ -97,6 +97,7 @@ class SparkMaintainedEngine(SparkEngine):
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank_fn = compiled.builtins[st.schedule.rank].fn
         self._layer, self._post = shape.layer, shape.post
+        self._kept = shape.kept
         self._suppressing, self._embedded = shape.suppressing, shape.embedded
         self._alternatives = shape.alternatives
         target = self.plan.target
@@ -127,7 +128,7 @@ class SparkMaintainedEngine(SparkEngine):
         counted = bool(prog.features.refcount) and bool(prog.features.suppress)
         self.full, self.size = dict(self.complete), dict(self.complete_size)
         self._old, self._unknown = {}, set()
-        for p in self._post | (self._layer if counted else set()):
+        for p in self._post | (self._layer - self._kept if counted else set()):
             self.full[p], self.size[p] = self._frame(p, []), 0
         if counted:
             self.counts = {g: _sel(self._frame(g, []), "*", f"1L AS {self._cnt[g]}")

@@ -24,3 +24,14 @@ def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "",
     if extra:
         (out / "extra.dl").write_text(extra)
     return out
+
+
+# Relations a user adds (README, "Python API": ``rules="my_rules/"``): one from the input and
+# one from the enumeration, evaluated before the maintained stratum (strata are ordered by
+# name where dependencies allow: hence the names) and neither counted, aggregated nor
+# embedding their source, so revival cannot rebuild them; one from the best costs, after it.
+USER_RULES = """
+Asked(q) :- Expr(q, _, _).
+Alts(q, e) :- SearchSpace(q, e, _, _, _, _, _, _, _, _).
+Priced(q, e, c) :- BestCost(q, e, _, c).
+"""

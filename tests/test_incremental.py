@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from randq import SHAPES, make_query, random_deltas
-from rulefiles import edited_rules
+from rulefiles import USER_RULES, edited_rules
 
 from reopt.api import Optimizer
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
@@ -229,3 +229,27 @@ def test_maintenance_plan_reads_the_program():
     assert plan.aggregates == {"BestCost": 11}  # PlanCost(q, …, md, cost): cost is column 11
     assert {s for s, _, _ in plan.sources} == {"SearchSpace"}
     assert len(plan.sources) == 3 and len(plan.parents) == 3  # R6-R8; R7 + R8 twice
+
+
+@pytest.mark.parametrize("mode", PRUNING_MODES)
+def test_user_relations_are_maintained_like_the_rest(tmp_path, mode):
+    """A session holds a user's relations exactly as a from-scratch evaluation does, before
+    and after updates — also where the live layer is rebuilt by revival (``all``,
+    ``aggsel+refcount``)."""
+    program = load_program(edited_rules(tmp_path, extra=USER_RULES), pruning=mode)
+    where = {p: i for i, s in enumerate(program.strata) for p in s.preds}
+    maintained = maintenance_plan(program).stratum
+    assert where["Asked"] < maintained and where["Alts"] < maintained < where["Priced"]
+    q, cat = make_query("star", 3 if mode == "none" else 4, 7)
+    m = cost_model("io")
+    session = Session(program, [PlanSpace(q, cat, m)], "python")
+    assert session.incremental, session.reason
+    session.optimize()
+    expected = from_scratch(program, [PlanSpace(q, cat, m)])
+    assert all(expected[p] for p in ("Asked", "Alts", "Priced"))
+    assert_same(session, expected)
+    adj = session.ctx[0].adjustments
+    for text in random_deltas(q, random.Random(3), 4, m.operators):
+        adj = apply_deltas(list(parse_deltas(text)), q, cat, adj, m.operators)
+        session.update({0: adj})
+        assert_same(session, from_scratch(program, [PlanSpace(q, cat, m, adj)]))

@@ -8,6 +8,7 @@ import random
 import pytest
 import schedules
 from randq import make_query, random_deltas
+from rulefiles import USER_RULES, edited_rules
 
 from reopt.api import Optimizer
 from reopt.costmodel.builtins import BUILTINS
@@ -232,14 +233,14 @@ def test_pruning_same_as_python(spark, query, mode):
 # Few steps: a Spark update costs ~25 jobs; tests/test_incremental.py has the long sequences.
 @pytest.mark.parametrize("mode, shape, n, seed, steps", [("all", "chain", 3, 5, (2,)),
                                                          ("aggsel", "star", 2, 9, (1, 2))])
-def test_incremental_session_same_as_python(spark, mode, shape, n, seed, steps):
+def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, seed, steps):
     """Issue 5 on Spark: a session maintained incrementally on Spark holds, after every step
     of a random delta sequence (increases and decreases, a batch), exactly the relations of a
-    from-scratch python evaluation under the same statistics, and reports the same update
-    work as the python session."""
+    from-scratch python evaluation under the same statistics — a user's relations too
+    (``USER_RULES``) — and reports the same update work as the python session."""
     q, cat = make_query(shape, n, seed)
     m = cost_model("io")
-    program = load_program(pruning=mode)
+    program = load_program(edited_rules(tmp_path, extra=USER_RULES), pruning=mode)
     sessions = {e: Session(program, [PlanSpace(q, cat, m)], e) for e in ("spark", "python")}
     assert sessions["spark"].incremental, sessions["spark"].reason
     for s in sessions.values():
