@@ -144,12 +144,13 @@ class Directive:
 class Program:
     rules: list[Rule] = field(default_factory=list)
     facts: dict[str, list[tuple]] = field(default_factory=dict)
-    fact_pos: dict[str, Pos] = field(default_factory=dict)
+    fact_pos: dict[str, list[Pos]] = field(default_factory=dict)
+    """Per relation, where each of its facts is written (aligned with ``facts``)."""
     directives: list[Directive] = field(default_factory=list)
 
     def extend(self, other: Program) -> None:
         self.rules += other.rules
         for pred, rows in other.facts.items():
             self.facts.setdefault(pred, []).extend(rows)
-            self.fact_pos.setdefault(pred, other.fact_pos[pred])
+            self.fact_pos.setdefault(pred, []).extend(other.fact_pos[pred])
         self.directives += other.directives

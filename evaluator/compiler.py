@@ -234,6 +234,69 @@ def _err(pos: Pos, msg: str) -> RuleError:
     return RuleError(f"{pos}: {msg}")
 
 
+_KIND = {LONG: "number", DOUBLE: "number", STRING: "string", BOOLEAN: "boolean"}
+"""Column types that mix: long and double are both numbers."""
+
+
+class _RuleTypes:
+    """The kind of every variable of one rule, checked wherever the variable is used."""
+
+    def __init__(self, rule: Rule, schemas: Mapping[str, tuple[str, ...]],
+                 builtins: Mapping[str, Builtin]):
+        self.rule, self.schemas, self.builtins = rule, schemas, builtins
+        self.kinds: dict[str, tuple[str, str]] = {}
+        """Variable → its kind and where it got it."""
+
+    def check(self) -> None:
+        rule = self.rule
+        for lit in rule.body:
+            if isinstance(lit, Atom):
+                b = self.builtins.get(lit.pred)
+                sig = b.inputs + b.outputs if lit.is_builtin and b else self.schemas[lit.pred]
+                for i, (t, ty) in enumerate(zip(lit.args, sig, strict=True)):
+                    self.expect(t, _KIND[ty], f"argument {i + 1} of {lit.pred}")
+        for _ in range(2):  # an assignment may use a variable a later one binds
+            for lit in rule.body:
+                if isinstance(lit, Comparison):
+                    self.comparison(lit)
+        for i, (a, ty) in enumerate(zip(rule.head.args, self.schemas[rule.head.pred],
+                                        strict=True)):
+            term = a.var if isinstance(a, Aggregate) else a
+            self.expect(term, _KIND[ty], f"column {i + 1} of {rule.head.pred}")
+
+    def kind(self, t: Any) -> str | None:
+        if isinstance(t, Const):
+            return _KIND[_py_type(t.value)]
+        if isinstance(t, Var):
+            return self.kinds.get(t.name, (None, ""))[0]
+        if isinstance(t, Arith):
+            for side in (t.left, t.right):
+                k = self.kind(side)
+                if k not in (None, "number"):
+                    raise _err(self.rule.pos, f"arithmetic on a {k}: {t} (in {self.rule})")
+            return "number"
+        return None
+
+    def expect(self, t: Any, kind: str, where: str) -> None:
+        if isinstance(t, Var):
+            seen = self.kinds.setdefault(t.name, (kind, where))
+            if seen[0] != kind:
+                raise _err(self.rule.pos, f"{t.name} is a {seen[0]} ({seen[1]}) but {where} "
+                                          f"is a {kind}")
+        elif isinstance(t, (Const, Arith)):
+            k = self.kind(t)
+            if k != kind:
+                raise _err(self.rule.pos, f"{where} is a {kind}, not a {k}: {t}")
+
+    def comparison(self, c: Comparison) -> None:
+        left, right = self.kind(c.left), self.kind(c.right)
+        if c.op == "=" and (left is None) != (right is None):
+            free, known = (c.left, right) if left is None else (c.right, left)
+            self.expect(free, known, f"'{c}'")  # type: ignore[arg-type]
+        elif left and right and left != right:
+            raise _err(self.rule.pos, f"'{c}' compares a {left} with a {right}")
+
+
 def _py_type(v: object) -> str:
     if isinstance(v, bool):
         return BOOLEAN
@@ -260,8 +323,8 @@ class _Compiler:
         for pred, n in self.inputs.items():
             self.arity[pred] = (len(n), Pos("<input>", 0, 0))
         for pred, rows in self.prog.facts.items():
-            for row in rows:
-                self._arity(pred, len(row), self.prog.fact_pos[pred])
+            for row, pos in zip(rows, self.prog.fact_pos[pred], strict=True):
+                self._arity(pred, len(row), pos)
         for rule in self.prog.rules:
             if rule.head.is_builtin:
                 raise _err(rule.pos, f"cannot define built-in function {rule.head.pred}")
@@ -444,6 +507,14 @@ class _Compiler:
             return DOUBLE if DOUBLE in sides else LONG
         return None
 
+    def check_types(self, schemas: Mapping[str, tuple[str, ...]]) -> None:
+        """Reject a rule that mixes kinds of values (number, string, boolean) in one
+        variable, an argument, arithmetic or a comparison. Inference takes each column's type
+        from the first rule that fixes it; without this check a mismatch would surface as a
+        TypeError deep inside an engine, or as a join that silently never matches."""
+        for rule in self.prog.rules:
+            _RuleTypes(rule, schemas, self.builtins).check()
+
     # -- strata ------------------------------------------------------------------------------
     def strata(self) -> list[Stratum]:
         g = nx.DiGraph()
@@ -599,6 +670,7 @@ def compile_program(
                                {p: n for p, (n, _) in c.arity.items()}, c.builtins,
                                frozenset(features))
     schemas = c.infer_schemas()
+    c.check_types(schemas)
     return CompiledProgram(
         strata=c.strata(),
         schemas=schemas,

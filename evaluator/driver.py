@@ -34,8 +34,11 @@ def rule_files(rules: str | Path | None = None) -> list[Path]:
         base = Path(str(resources.files("reopt.rules")))
     else:
         base = Path(rules)
-        if not base.is_dir():
+        if not base.exists():
             raise ReoptError(f"{base}: rules directory not found")
+        if not base.is_dir():
+            raise ReoptError(f"{base}: not a directory (--rules/rules= names a directory of "
+                             "*.dl files, e.g. a copy of rules/)")
     files = sorted(base.glob("*.dl"))
     if not files:
         raise ReoptError(f"{base}: no *.dl rule files")

@@ -156,7 +156,7 @@ class _Parser:
             if label is not None:
                 raise self.error("a fact cannot have a label", self.toks[self.i - 1])
             prog.facts.setdefault(head.pred, []).append(self.fact_row(head))
-            prog.fact_pos.setdefault(head.pred, head.pos)
+            prog.fact_pos.setdefault(head.pred, []).append(head.pos)
             return
         self.take(":-")
         body = [self.literal()]
@@ -266,8 +266,12 @@ def parse_files(paths: list[Path]) -> Program:
     prog = Program()
     for p in paths:
         try:
-            text = Path(p).read_text()
+            text = Path(p).read_text(encoding="utf-8")
         except OSError as e:
             raise RuleSyntaxError(f"{p}: cannot read rule file: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            line = e.object[:e.start].count(b"\n") + 1
+            raise RuleSyntaxError(f"{p}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                                  f"at offset {e.start})") from None
         prog.extend(parse(text, str(p)))
     return prog

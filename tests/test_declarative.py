@@ -13,6 +13,7 @@ from randq import SHAPES, make_query
 from rulefiles import edited_rules
 
 from reopt.api import Optimizer
+from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import IOModel, cost_model
 from reopt.costmodel.space import PlanSpace, plan_cost
 from reopt.evaluator.compiler import RuleError
@@ -167,6 +168,16 @@ def test_parse_errors_name_file_line_column(text, message):
         ("B(1). A(min<x>) :- A(x), B(x).", "aggregate over A inside its own recursion"),
         ("B(1). A(x) :- B(x), Fn_isleaf(q, x, b).", "cannot evaluate 'Fn_isleaf(q, x, b)'"),
         ("B(1). Fn_sum(x, x, x, x) :- B(x).", "cannot define built-in function Fn_sum"),
+        # kinds of values (checked after type inference)
+        ('B(1). A(x) :- B(y), x = y + "a".', 'r.dl:1:7: arithmetic on a string: y + "a"'),
+        ('B(1). C("s"). A(x) :- B(x), C(y), x < y.', "'x < y' compares a number with a string"),
+        ('B(1). C("s"). A(x) :- B(x). A(y) :- C(y).',
+         "r.dl:1:29: y is a string (argument 1 of C) but column 1 of A is a number"),
+        ("B(1). A(x) :- B(x), Fn_rank(x, x, x, r).",
+         "x is a number (argument 1 of B) but argument 3 of Fn_rank is a string"),
+        ('B(1). A(x) :- B(x), B("s").', 'argument 1 of B is a number, not a string: "s"'),
+        ("B(1). C(true). A(x) :- B(x), C(x).",
+         "x is a number (argument 1 of B) but argument 1 of C is a boolean"),
     ],
 )
 def test_compile_errors_name_the_rule(text, message):
@@ -177,6 +188,21 @@ def test_compile_errors_name_the_rule(text, message):
     with pytest.raises(RuleError) as e:
         compile_program(parse(text, "r.dl"), BUILTINS, INPUTS)
     assert message in str(e.value)
+
+
+def test_rule_files_that_cannot_be_read(tmp_path):
+    """A rule file that is not UTF-8, a fact of the wrong arity in another file (named at
+    its own position), a file where a directory is expected: one line each."""
+    rules = edited_rules(tmp_path)
+    (rules / "zz.dl").write_bytes(b"% ok\n\xff\xfe")
+    with pytest.raises(RuleSyntaxError, match=r"zz.dl:2: not UTF-8 text \(byte 0xff"):
+        load_program(rules)
+    (rules / "zz.dl").write_text("\nJoinMethod(a, b).")
+    with pytest.raises(RuleError, match=r"zz.dl:2:1: JoinMethod has 2 arguments here but 1 at "
+                                        r".*optimizer.dl:\d+:1"):
+        load_program(rules)
+    with pytest.raises(ReoptError, match="optimizer.dl: not a directory"):
+        load_program(rules / "optimizer.dl")
 
 
 def test_cli_reports_rule_errors(tmp_path, capsys):
