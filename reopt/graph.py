@@ -39,6 +39,7 @@ import io
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reopt.costmodel.errors import ReoptError
@@ -656,13 +657,27 @@ def save_figure(opt: Any, path: str, *, labels: str = "best", dpi: int = 90) -> 
     _need_matplotlib()
     from matplotlib.figure import Figure
 
+    kinds = Figure().canvas.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in kinds:
+        raise ReoptError(f"{path}: cannot tell the image format from the extension "
+                         f"(use one of .{', .'.join(sorted(kinds))})")
+    if not Path(path).resolve().parent.is_dir():
+        raise ReoptError(f"{path}: directory {Path(path).parent} does not exist")
     if opt.optimizer == "declarative" and opt._evaluation is None:
         opt.optimize()
     g = opt.graph()
     fig = Figure(figsize=g._figsize())
     g.draw(fig.subplots(), labels=labels)
     fig.tight_layout()
-    if path.endswith(".png"):  # a 128-colour palette, no version stamp: small, reproducible
+    try:
+        _write(fig, path, suffix, dpi)
+    except OSError as e:
+        raise ReoptError(f"{path}: cannot write the figure: {e.strerror}") from None
+
+
+def _write(fig: Any, path: str, suffix: str, dpi: int) -> None:
+    if suffix == "png":  # a 128-colour palette, no version stamp: small, reproducible
         from PIL import Image
 
         buf = io.BytesIO()

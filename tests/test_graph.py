@@ -5,6 +5,7 @@ costs agree with an independent recursion, and the exports have the documented s
 from __future__ import annotations
 
 import math
+import re
 import sys
 import types
 
@@ -397,3 +398,19 @@ def test_incremental_procedural_graph(name):
     assert {o.state for o in g.or_nodes.values()} == {"unknown"}
     assert g.best_plan.cost == pytest.approx(step.cost, rel=1e-12)
     assert g.counts()["search_space"] == step.metrics["search_space"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("missing/g.png", "g.png: directory .*missing does not exist"),
+    ("g.txt", "g.txt: cannot tell the image format from the extension .*\\.png"),
+])
+def test_drawing_to_a_bad_path_is_one_line(tmp_path, capsys, name, message):
+    """``python -m reopt.graph`` checks where it writes before optimizing: one line, exit 2,
+    no file."""
+    from reopt.graph import main
+
+    assert main(["tpch:q3", "-o", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("reopt: ")
+    assert re.search(message, err), err
+    assert not list(tmp_path.iterdir())

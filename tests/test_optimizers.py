@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from randq import SHAPES, make_query, queries, random_deltas, shape_edges
 
+from reopt.api import Optimizer
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.models import cost_model
@@ -88,6 +89,16 @@ def test_exhaustive_oracle_is_independent_on_small_query():
     # = 2^3 orders × (number of unordered binary trees over a chain of 4 = 5) = 40
     assert space.count_trees() == 40
     assert exhaustive(space).explored["trees"] == 40
+
+
+def test_exhaustive_explores_the_whole_space():
+    """Costing every tree touches every OR and AND node: pruning ratio 0 (the CLI reported
+    1.0, "all pruned", when exhaustive counted only trees)."""
+    opt = Optimizer("tpch:q3", optimizer="exhaustive")
+    m = opt.optimize().metrics
+    full = m["search_space"]
+    assert {k: m["explored"][k] for k in full} == full == opt.space().size()
+    assert m["pruning_ratio"] == {"or": 0.0, "and": 0.0}
 
 
 def independent_cout(q: Query, cat, plan) -> float:
