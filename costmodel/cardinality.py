@@ -15,6 +15,8 @@ The rules, also in the README (tests depend on them):
   the table's row count as its distinct count (the key assumption).
 * An equi-join ``a.x = b.y`` has selectivity ``1/max(distinct(a.x), distinct(b.y))``.
 * ``card(S) = Π card(r ∈ S) × Π sel(p with both sides in S) × Π correction(T) for T ⊆ S``.
+* A literal compared with a column whose statistics are dates must be an ISO date; anything
+  else is a :class:`~reopt.costmodel.errors.QueryError`, not a default selectivity.
 
 Deltas (:mod:`reopt.costmodel.deltas`) change the inputs through :class:`Adjustments`, an
 immutable value: applying a delta builds a new one, so a rejected delta cannot leave a
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from reopt.costmodel.catalog import Catalog, ColumnStats, as_number
+from reopt.costmodel.catalog import Catalog, ColumnStats, as_number, iso_date
+from reopt.costmodel.errors import QueryError
 from reopt.costmodel.query import (
     And,
     Between,
@@ -159,13 +162,16 @@ class Estimator:
     # -- filter predicates -------------------------------------------------------------------
     def predicate_selectivity(self, p: Predicate) -> float:
         if isinstance(p, Compare):
+            self._check_literals(p.column, (p.value,))
             return self._compare(p)
         if isinstance(p, Between):
+            self._check_literals(p.column, (p.low, p.high))
             lo, hi = self._fraction_below(p.column, p.low), self._fraction_below(p.column, p.high)
             if lo is None or hi is None:
                 return DEFAULT_BETWEEN
             return _clamp01(hi - lo)
         if isinstance(p, InList):
+            self._check_literals(p.column, p.values)
             d = self.column(p.column).distinct
             k = len(set(p.values))
             return _clamp01(k / d if d else k * DEFAULT_EQ)
@@ -189,6 +195,22 @@ class Estimator:
         if isinstance(p, Opaque):
             return DEFAULT_OPAQUE
         raise TypeError(f"unknown predicate {p!r}")
+
+    def _check_literals(self, ref: ColumnRef, values: tuple[object, ...]) -> None:
+        """Literals compared with a date column must be ISO dates (``NULL`` aside).
+
+        ``'yesterday'`` or ``'1995-13-45'`` has no place on the column's day axis, so the
+        estimate would silently be a default. The SQL front-end rejects them first, with their
+        position; this covers queries built otherwise, or estimated under another catalog.
+        """
+        bad = [v for v in values if v is not None and iso_date(v) is None]
+        if bad and self.column(ref).kind == "date":
+            table = self.query.table_of(ref.alias)
+            column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
+            raise QueryError(
+                f"query {self.query.name}: {bad[0]!r} is not a valid ISO date (YYYY-MM-DD), "
+                f"but column {column} holds dates"
+            )
 
     def _compare(self, p: Compare) -> float:
         if p.op in ("=", "<>"):

@@ -14,6 +14,13 @@ query may reference exactly the listed columns (a column listed as ``{}`` has no
 Histograms are equi-depth: ``bounds`` has one more entry than ``counts``; bucket ``i`` holds
 ``counts[i]`` rows with values in ``[bounds[i], bounds[i+1]]``. Values may be numbers or ISO dates
 (``"1995-03-15"``), which estimation turns into day numbers.
+
+Statistics are checked on load, because a wrong one does not fail later: it only makes every
+estimate that uses it silently wrong. ``min``/``max`` are numbers, ISO dates or timestamps (read
+at day granularity), or text and booleans (``reopt stats`` writes them for string and boolean
+columns; estimation does not use them); both of one kind, ``min <= max``. A string that starts
+like a date (``1995-13-45``, ``1995-1-5``) must be a valid ISO date. Names are case-insensitive,
+so two tables (or two columns of a table) whose names differ only in case are an error.
 """
 
 from __future__ import annotations
@@ -21,11 +28,52 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from reopt.costmodel.errors import CatalogError
+
+_ISO_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
+)
+"""An ISO date, or an ISO timestamp (``reopt stats`` writes them; read at day granularity)."""
+_DATE_LIKE = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}(?!\d)")
+"""A string that starts like a date: meant as one, so it must be a valid ISO date."""
+
+ValueKind = Literal["number", "date", "text", "boolean"]
+"""What a statistic value holds."""
+
+
+def iso_date(v: Any) -> _dt.date | None:
+    """The day of an ISO date (``1995-03-15``) or timestamp (``1995-03-15T06:00:00``), else None.
+
+    Strict on purpose (unlike :func:`as_number`, which reads the first ten characters): it
+    decides whether a value *is* a date, and ``1995-13-45`` or ``yesterday`` must not be one.
+    """
+    if not isinstance(v, str) or not _ISO_DATE.fullmatch(v.strip()):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(v.strip()).date()
+    except ValueError:
+        return None
+
+
+def value_kind(v: Any) -> ValueKind | None:
+    """The kind of a ``min``/``max``/histogram value; None when it is none of them (a list, an
+    infinite number, a string that starts like a date but is not a valid one)."""
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number" if math.isfinite(v) else None
+    if isinstance(v, str):
+        if iso_date(v) is not None:
+            return "date"
+        return None if _DATE_LIKE.match(v) else "text"
+    return None
 
 
 def as_number(v: Any) -> float | None:
@@ -80,6 +128,18 @@ class ColumnStats:
     max: Any = None
     histogram: Histogram | None = None
 
+    @property
+    def kind(self) -> ValueKind | None:
+        """What the column's statistics hold (``"date"``, ``"number"``, ...), None without
+        values. Estimation checks literals against it: a date column compared with
+        ``'yesterday'`` is an error, not a default selectivity."""
+        written = (self.histogram.written or self.histogram.bounds) if self.histogram else ()
+        for v in (self.min, self.max, *written):
+            kind = value_kind(v)
+            if kind is not None:
+                return kind
+        return None
+
 
 @dataclass(frozen=True)
 class TableStats:
@@ -106,12 +166,29 @@ class Catalog:
         if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
             raise CatalogError(f"{source}: expected an object with a 'tables' object")
         tables: dict[str, TableStats] = {}
+        written: dict[str, str] = {}
         for name, t in data["tables"].items():
-            tables[name.lower()] = _parse_table(source, name, t)
+            key = name.lower()
+            if key in written:
+                raise CatalogError(
+                    f"{source}: tables '{written[key]}' and '{name}' differ only in case "
+                    "(table names are case-insensitive)"
+                )
+            written[key] = name
+            tables[key] = _parse_table(source, name, t)
         return Catalog(tables, source)
 
     @staticmethod
-    def load(path: str | Path) -> Catalog:
+    def load(path: str | os.PathLike[str]) -> Catalog:
+        """The catalog in JSON file ``path``. Anything but a path (a dict given where a file is
+        expected, ``Optimizer(q, {...})``) is a one-line error, not a TypeError from pathlib."""
+        if not isinstance(path, (str, os.PathLike)):
+            hint = ""
+            if isinstance(path, dict):
+                hint = " (Catalog.from_dict builds a catalog from a dict)"
+            raise CatalogError(
+                f"catalog: expected a path to a catalog JSON file, got {type(path).__name__}{hint}"
+            )
         p = Path(path)
         try:
             text = p.read_text()
@@ -177,7 +254,16 @@ def _parse_table(source: str, name: str, t: Any) -> TableStats:
     cols_in = t.get("columns", {})
     if not isinstance(cols_in, dict):
         raise CatalogError(f"{source}: {where} 'columns' must be an object")
-    columns = {c.lower(): _parse_column(source, name, c, s) for c, s in cols_in.items()}
+    columns: dict[str, ColumnStats] = {}
+    written: dict[str, str] = {}
+    for c, s in cols_in.items():
+        if c.lower() in written:
+            raise CatalogError(
+                f"{source}: {where}: columns '{written[c.lower()]}' and '{c}' differ only in "
+                "case (column names are case-insensitive)"
+            )
+        written[c.lower()] = c
+        columns[c.lower()] = _parse_column(source, name, c, s)
     indexes = t.get("indexes", [])
     if not isinstance(indexes, list) or not all(isinstance(i, str) for i in indexes):
         raise CatalogError(f"{source}: {where} 'indexes' must be a list of column names")
@@ -202,23 +288,73 @@ def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:
     distinct = None
     if s.get("distinct") is not None:
         distinct = _positive(source, f"{where} distinct", s["distinct"], allow_zero=False)
+    lo, hi = s.get("min"), s.get("max")
+    kind = _check_min_max(source, where, lo, hi)
     hist = None
     if s.get("histogram") is not None:
-        h = s["histogram"]
-        if not isinstance(h, dict) or not isinstance(h.get("bounds"), list) or not isinstance(
-            h.get("counts"), list
-        ):
-            raise CatalogError(f"{source}: {where} histogram needs 'bounds' and 'counts' lists")
-        bounds = [as_number(b) for b in h["bounds"]]
-        if any(b is None for b in bounds):
-            raise CatalogError(f"{source}: {where} histogram bounds must be numbers or dates")
-        counts = [_positive(source, f"{where} histogram count", c) for c in h["counts"]]
-        if len(bounds) != len(counts) + 1 or not counts:
-            raise CatalogError(
-                f"{source}: {where} histogram needs len(bounds) == len(counts) + 1 "
-                f"(got {len(bounds)} bounds, {len(counts)} counts)"
-            )
-        if any(b2 < b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
-            raise CatalogError(f"{source}: {where} histogram bounds must be non-decreasing")
-        hist = Histogram(tuple(bounds), tuple(counts), tuple(h["bounds"]))  # type: ignore[arg-type]
-    return ColumnStats(distinct, s.get("min"), s.get("max"), hist)
+        hist = _parse_histogram(source, where, s["histogram"], kind)
+    return ColumnStats(distinct, lo, hi, hist)
+
+
+_A_KIND = {"number": "a number", "date": "a date", "text": "text", "boolean": "a boolean"}
+_KINDS = {"number": "numbers", "date": "dates", "text": "text", "boolean": "booleans"}
+
+
+def _value_kind(source: str, where: str, what: str, v: Any) -> ValueKind:
+    kind = value_kind(v)
+    if kind is not None:
+        return kind
+    if isinstance(v, str):
+        raise CatalogError(f"{source}: {where} {what} {v!r} is not a valid ISO date (YYYY-MM-DD)")
+    raise CatalogError(
+        f"{source}: {where} {what} must be a number, an ISO date, text or a boolean, got {v!r}"
+    )
+
+
+def _check_min_max(source: str, where: str, lo: Any, hi: Any) -> ValueKind | None:
+    """The kind of the column's ``min``/``max``; an error unless they are of one kind and
+    ``min <= max`` (dates compared by day, as estimation reads them)."""
+    kinds = {
+        what: _value_kind(source, where, what, v)
+        for what, v in (("min", lo), ("max", hi))
+        if v is not None
+    }
+    if len(set(kinds.values())) > 1:
+        raise CatalogError(
+            f"{source}: {where} min {lo!r} is {_A_KIND[kinds['min']]} but max {hi!r} is "
+            f"{_A_KIND[kinds['max']]} (min and max must be of one kind)"
+        )
+    kind = next(iter(kinds.values()), None)
+    if len(kinds) == 2:
+        key = as_number if kind in ("number", "date") else (lambda v: v)
+        if key(lo) > key(hi):
+            raise CatalogError(f"{source}: {where} min {lo!r} is greater than max {hi!r}")
+    return kind
+
+
+def _parse_histogram(source: str, where: str, h: Any, kind: ValueKind | None) -> Histogram:
+    """An equi-depth histogram whose bounds are numbers or dates, of the column's ``kind``."""
+    if not isinstance(h, dict) or not isinstance(h.get("bounds"), list) or not isinstance(
+        h.get("counts"), list
+    ):
+        raise CatalogError(f"{source}: {where} histogram needs 'bounds' and 'counts' lists")
+    kinds = [value_kind(b) for b in h["bounds"]]
+    if any(k not in ("number", "date") for k in kinds):
+        raise CatalogError(f"{source}: {where} histogram bounds must be numbers or dates")
+    if len(set(kinds)) > 1:
+        raise CatalogError(f"{source}: {where} histogram bounds mix numbers and dates")
+    if kinds and kind is not None and kinds[0] != kind:
+        raise CatalogError(
+            f"{source}: {where} histogram bounds are {_KINDS[kinds[0]]} but min/max are "
+            f"{_KINDS[kind]}"
+        )
+    bounds = [as_number(b) for b in h["bounds"]]
+    counts = [_positive(source, f"{where} histogram count", c) for c in h["counts"]]
+    if len(bounds) != len(counts) + 1 or not counts:
+        raise CatalogError(
+            f"{source}: {where} histogram needs len(bounds) == len(counts) + 1 "
+            f"(got {len(bounds)} bounds, {len(counts)} counts)"
+        )
+    if any(b2 < b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
+        raise CatalogError(f"{source}: {where} histogram bounds must be non-decreasing")
+    return Histogram(tuple(bounds), tuple(counts), tuple(h["bounds"]))  # type: ignore[arg-type]

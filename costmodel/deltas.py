@@ -7,12 +7,19 @@ Text form (also accepted as JSON, see :func:`parse_delta`)::
     card {A,B,…} *F       correction on a set of aliases: multiply its estimate, and every
                           superset's, by F
     card {A,B,…} =N       pick the factor that makes the set's estimate exactly N
-    sel A.x=B.y *F        scale a join predicate's selectivity
+    sel A.x=B.y *F        scale a join predicate's selectivity (the result must stay <= 1)
     sel A.x=B.y =S        set it (0 < S <= 1)
     cost OPERATOR *F      scale an operator's local cost (e.g. ``cost hashjoin *2``)
 
+Wherever an alias is accepted (``A``, ``B``, a member of ``{…}``), so is the name of a table
+that appears exactly once in the query: the built-in TPC-H queries name their relations by
+table, and a user should not have to know which aliases a query's SQL chose.
+
 Applying a delta returns new :class:`Adjustments`; nothing is mutated, so a delta that fails
-validation leaves every optimizer exactly as it was.
+validation leaves every optimizer exactly as it was. A delta naming something the query does
+not have raises :class:`DeltaNotApplicable` (a :class:`DeltaError`): one query of a
+multi-query run may legitimately lack what another has, so the CLI skips the query and
+rejects the delta only when no query can use it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +40,19 @@ from reopt.costmodel.query import ColumnRef, JoinPredicate, Query
 KINDS = ("card", "sel", "cost")
 _TEXT = re.compile(r"^\s*(\w+)\s+(.+?)\s*([*=])\s*(\S+)\s*$")
 _COLUMN = re.compile(r"^\s*(\w+)\.(\w+)\s*$")
+_SEL_SLACK = 1e-9
+"""How far above 1 a ``sel *F`` result may be and still mean 1: floating-point rounding."""
 
 
 class DeltaNotApplicable(DeltaError):
-    """The delta names a catalog table the query does not use (a no-op for that query)."""
+    """The delta names something the query does not contain — a table, alias, set member or
+    join predicate — so it is a no-op for that query (not malformed: another query of the
+    same run may contain it). ``reason`` says what is missing, without the delta's text, so
+    the CLI can report every query's reason in one line when no query can use the delta."""
+
+    def __init__(self, delta: Delta, reason: str):
+        super().__init__(f"delta '{delta}': {reason}")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,15 @@ class Delta:
 
     def __str__(self) -> str:
         return self.text
+
+    @property
+    def subject(self) -> str:
+        """What the target names, for messages ("no query uses the join predicate it names")."""
+        if self.kind == "sel":
+            return "join predicate"
+        if self.kind == "cost":
+            return "operator"
+        return "relation set" if self.target.startswith("{") else "table or alias"
 
 
 def _number(text: str, raw: Any) -> float:
@@ -95,20 +122,77 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
     return Delta(kind, target.strip(), op, value, text)
 
 
-def parse_deltas(spec: str | list | dict) -> list[Delta]:
-    """Deltas from a text (one per line or ``;``-separated), a JSON text, or a JSON list."""
+def _no_delta(what: str) -> DeltaError:
+    """An empty batch is refused: taken as a step it would print (and time) a re-optimization
+    that changed nothing, hiding a quoting mistake such as ``--delta "$UNSET"``. Whitespace
+    is collapsed so the message stays one line."""
+    one_line = " ".join(what.split())
+    return DeltaError(f"{one_line} contains no delta (expected e.g. 'card orders *2')")
+
+
+def _not_deltas(value: Any) -> DeltaError:
+    """Anything else is refused by name rather than failing deep inside parsing (bytes would
+    be iterated as integers, None is not iterable)."""
+    got = "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+    return DeltaError(f"deltas must be a string, a dict, a Delta or a list of them, got {got}")
+
+
+def parse_deltas(spec: Any) -> list[Delta]:
+    """Deltas from a text (one per line or ``;``-separated, or JSON), a JSON object, a
+    :class:`Delta`, or a list (any iterable) of these, a text item possibly holding several:
+    what ``--delta`` and ``Optimizer.update`` take. At least one (see :func:`_no_delta`); any
+    other type is a :class:`DeltaError` naming it, so a caller's mistake is one clear line,
+    never a TypeError from inside parsing."""
     if isinstance(spec, str):
         s = spec.strip()
-        if s.startswith(("[", "{")):
-            try:
-                spec = json.loads(s)
-            except json.JSONDecodeError as e:
-                raise DeltaError(f"deltas: invalid JSON: {e.msg} at column {e.colno}") from None
-        else:
-            return [parse_delta(t) for t in re.split(r"[;\n]", s) if t.strip()]
-    if isinstance(spec, dict):
+        if not s.startswith(("[", "{")):
+            out = [parse_delta(t) for t in re.split(r"[;\n]", s) if t.strip()]
+            if not out:
+                raise _no_delta(f"delta text '{s}'")
+            return out
+        try:
+            spec = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise DeltaError(f"deltas: invalid JSON: {e.msg} at column {e.colno}") from None
+        if spec == []:
+            raise _no_delta(f"delta text '{s}'")
+    if isinstance(spec, (dict, Delta)):
         spec = [spec]
-    return [parse_delta(d) for d in spec]
+    if isinstance(spec, (bytes, bytearray, memoryview)) or not isinstance(spec, Iterable):
+        raise _not_deltas(spec)
+    out = [d for item in spec for d in _parse_item(item)]
+    if not out:
+        shown = f" {spec!r}" if isinstance(spec, (list, tuple)) else ""
+        raise _no_delta(f"the delta list{shown}")
+    return out
+
+
+def _parse_item(item: Any) -> list[Delta]:
+    """One element of a list of deltas."""
+    if isinstance(item, Delta):
+        return [item]
+    if isinstance(item, dict):
+        return [parse_delta(item)]
+    if isinstance(item, str):
+        return parse_deltas(item)
+    raise _not_deltas(item)
+
+
+def _alias(delta: Delta, query: Query, name: str) -> str | None:
+    """The alias ``name`` stands for in ``query``: an alias itself (an alias wins over a table
+    of the same name), else the one alias of the table ``name``. ``None`` when the query has
+    no such relation (the delta may still apply to another query). A table under several
+    aliases is refused, listing them: guessing which occurrence was meant would silently
+    change the wrong estimate."""
+    if name in query.aliases:
+        return name
+    aliases = [r.alias for r in query.relations if r.table == name]
+    if len(aliases) > 1:
+        raise DeltaError(
+            f"delta '{delta}': '{name}' is ambiguous in query {query.name}: table {name} "
+            f"appears as aliases {', '.join(aliases)}; name one of them"
+        )
+    return aliases[0] if aliases else None
 
 
 def _aliases_in_set(delta: Delta, query: Query) -> frozenset[str]:
@@ -116,21 +200,56 @@ def _aliases_in_set(delta: Delta, query: Query) -> frozenset[str]:
     names = [a.strip().lower() for a in inner.split(",") if a.strip()]
     if not names:
         raise DeltaError(f"delta '{delta}': empty relation set")
-    for a in names:
-        if a not in query.aliases:
-            raise DeltaError(f"delta '{delta}': no relation '{a}' in query {query.name}")
-    return frozenset(names)
+    resolved = {a: _alias(delta, query, a) for a in names}  # ambiguity first: it is an error
+    missing = [a for a, alias in resolved.items() if alias is None]
+    if missing:
+        listed = ", ".join(f"'{a}'" for a in missing)
+        raise DeltaNotApplicable(delta, f"no relation {listed} in query {query.name}")
+    return frozenset(resolved.values())
 
 
-def _join_predicate(delta: Delta, query: Query) -> JoinPredicate:
+def _check_column(delta: Delta, query: Query, catalog: Catalog, alias: str, column: str) -> None:
+    """A column its table does not have is a typo whatever the query (DeltaError), unlike a
+    relation the query lacks; a column some join of the query uses always counts."""
+    table = query.table_of(alias)
+    if column in catalog.table(table).columns:
+        return
+    if any(ColumnRef(alias, column) in (p.left, p.right) for p in query.joins):
+        return
+    where = f"table '{table}'" + (f" (alias '{alias}')" if alias != table else "")
+    raise DeltaError(f"delta '{delta}': {where} has no column '{column}'")
+
+
+def _join_predicate(delta: Delta, query: Query, catalog: Catalog) -> JoinPredicate:
     sides = delta.target.split("=")
     if len(sides) != 2 or not all(_COLUMN.match(s) for s in sides):
         raise DeltaError(f"delta '{delta}': expected a join predicate 'A.x=B.y'")
-    refs = [ColumnRef(*(g.lower() for g in _COLUMN.match(s).groups())) for s in sides]
-    p = JoinPredicate.of(*refs)
+    named = [ColumnRef(*(g.lower() for g in _COLUMN.match(s).groups())) for s in sides]
+    aliases = [_alias(delta, query, r.alias) for r in named]
+    for r, alias in zip(named, aliases, strict=True):
+        if alias is not None:
+            _check_column(delta, query, catalog, alias, r.column)
+    missing = [r.alias for r, alias in zip(named, aliases, strict=True) if alias is None]
+    if missing:
+        listed = " or ".join(f"'{a}'" for a in dict.fromkeys(missing))
+        raise DeltaNotApplicable(
+            delta, f"no join predicate {JoinPredicate.of(*named).key} in query {query.name}, "
+            f"which has no table or alias {listed}"
+        )
+    p = JoinPredicate.of(*(ColumnRef(a, r.column) for r, a in zip(named, aliases, strict=True)))
     if p not in query.joins:
-        raise DeltaError(f"delta '{delta}': no join predicate {p.key} in query {query.name}")
+        raise DeltaNotApplicable(delta, f"no join predicate {p.key} in query {query.name}")
     return p
+
+
+def _selectivity(delta: Delta, p: JoinPredicate, value: float) -> float:
+    """A join cannot return more rows than the cross product: a ``sel *F`` taking the
+    selectivity above 1 is refused (``=S`` is checked when parsed)."""
+    if value > 1 + _SEL_SLACK:
+        raise DeltaError(
+            f"delta '{delta}': the selectivity of {p.key} would be {value:.6g}, above 1"
+        )
+    return min(value, 1.0)
 
 
 def apply_delta(
@@ -140,7 +259,8 @@ def apply_delta(
     adj: Adjustments,
     operators: tuple[str, ...] = (),
 ) -> Adjustments:
-    """The adjustments after ``delta``; raises :class:`DeltaError` and changes nothing on error.
+    """The adjustments after ``delta``; raises :class:`DeltaError` and changes nothing on error
+    (:class:`DeltaNotApplicable` when ``query`` does not contain what the delta names).
 
     ``operators`` are the physical operators of the cost model in use (for ``cost`` deltas).
     """
@@ -155,10 +275,10 @@ def apply_delta(
         factors[op] = factors.get(op, 1.0) * f
         return adj.replace(op_factors=factors)
     if delta.kind == "sel":
-        p = _join_predicate(delta, query)
+        p = _join_predicate(delta, query, catalog)
         est = Estimator(query, catalog, adj)
         sels = dict(adj.selectivities)
-        sels[p.key] = f if setting else est.join_selectivity(p) * f
+        sels[p.key] = _selectivity(delta, p, f if setting else est.join_selectivity(p) * f)
         return adj.replace(selectivities=sels)
     # card
     target = delta.target.strip()
@@ -200,8 +320,8 @@ def apply_delta(
             rows[name] = rows.get(name, catalog.table(name).rows) * f
         return adj.replace(table_rows=rows, alias_factors=factors)
     if name in catalog.tables:
-        raise DeltaNotApplicable(f"delta '{delta}': query {query.name} does not use table '{name}'")
-    raise DeltaError(f"delta '{delta}': no table or alias '{name}' in query {query.name}")
+        raise DeltaNotApplicable(delta, f"query {query.name} does not use table '{name}'")
+    raise DeltaNotApplicable(delta, f"no table or alias '{name}' in query {query.name}")
 
 
 def apply_deltas(

@@ -9,11 +9,15 @@ construct would make the optimizer plan a different query than the one the user 
 sqlglot does the parsing; this module walks its tree. Positions come from two places: the
 ``meta`` sqlglot attaches to identifiers, literals and function names (``start`` is a character
 offset into the SQL text), and the token stream, for keywords such as ``LEFT`` or ``HAVING`` that
-have no tree node carrying a position.
+have no tree node carrying a position. sqlglot's own syntax-error messages are written for its
+developers (``Required keyword: 'this' missing for <class '...Where'>``); they are reworded here
+from the token it stopped at, so the user reads ``expected a condition after 'WHERE'``.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable, Iterator
 from decimal import Decimal, DivisionByZero, InvalidOperation
 from functools import cached_property
@@ -26,7 +30,7 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.simplify import simplify
 from sqlglot.tokens import Token, TokenType
 
-from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.catalog import Catalog, iso_date
 from reopt.costmodel.errors import QueryError
 from reopt.costmodel.query import (
     And,
@@ -49,8 +53,14 @@ from reopt.costmodel.query import (
 __all__ = ["parse_query"]
 
 
-def parse_query(sql: str, catalog: Catalog, name: str = "query") -> Query:
+def parse_query(
+    sql: str, catalog: Catalog, name: str = "query", *, source: str | os.PathLike | None = None
+) -> Query:
     """Parse one SELECT block over ``catalog``'s tables into a :class:`Query` named ``name``.
+
+    ``source`` is where the text came from, for error messages: a path (``os.PathLike``) for a
+    file, so errors read ``bad.sql:5:3: …`` like a compiler's; a label for other text
+    (``"SQL text"`` gives ``SQL text: line 1, column 22: …``); by default ``query NAME``.
 
     Top-level conjuncts of WHERE and of every ``JOIN ... ON`` are split: single-relation ones
     become ``Query.filters`` (in text order, ON conditions first), equi-joins between two
@@ -68,10 +78,14 @@ def parse_query(sql: str, catalog: Catalog, name: str = "query") -> Query:
     ``upper(o.c) = 'X'``, ``o.c ILIKE 'x'``) becomes :class:`Opaque`; the optimizer then uses a
     default selectivity instead of rejecting an otherwise plannable query.
 
-    Raises :class:`QueryError` (one line, with ``line L, column C`` where known) for unparseable
-    SQL, unknown/ambiguous names and every construct outside the supported subset.
+    A literal compared with a column whose statistics are dates must be an ISO date: with
+    ``o_orderdate < 'yesterday'`` the estimate would silently fall back to a default selectivity.
+
+    Raises :class:`QueryError` (one line, with the position where known) for syntax errors,
+    unknown/ambiguous names, invalid date literals and every construct outside the supported
+    subset.
     """
-    return _Parser(sql, catalog, name).parse()
+    return _Parser(sql, catalog, name, source).parse()
 
 
 # --- constants ------------------------------------------------------------------------------
@@ -135,6 +149,23 @@ _OTHER_NODES: dict[type[exp.Expression], str] = {
     exp.Pivot: "PIVOT",
 }
 
+#: What text the tokenizer could not read starts with, and what it then is.
+_UNTERMINATED = (
+    ("'", "unterminated string"),
+    ('"', "unterminated quoted name"),
+    ("`", "unterminated quoted name"),
+    ("[", "unterminated quoted name"),
+    ("/*", "unterminated comment"),
+    ("$", "unterminated dollar-quoted string"),
+)
+_REQUIRED = re.compile(r"Required keyword: '(\w+)' missing for <class '(?:[\w.]*\.)?(\w+)'>")
+_EXPECTED_NAME = re.compile(r"Expected (\w+) name but got\b")
+_EXPECTING = re.compile(r"Expect(?:ing|ed) ([^\w\s]+|[A-Z]+)$")  # a token: ``)``, ``IN``
+#: sqlglot classes whose missing operand is a condition (the rest take an expression).
+_CONDITION_NODES = frozenset({"Where", "Having", "Qualify", "And", "Or", "Xor", "Not"})
+
+_UNKNOWN = object()
+
 _T = TypeVar("_T")
 
 
@@ -144,10 +175,13 @@ _T = TypeVar("_T")
 class _Parser:
     """State for parsing one query: the SQL text (for positions) and the FROM relations."""
 
-    def __init__(self, sql: str, catalog: Catalog, name: str) -> None:
+    def __init__(
+        self, sql: str, catalog: Catalog, name: str, source: str | os.PathLike | None = None
+    ) -> None:
         self.sql = sql
         self.catalog = catalog
         self.name = name
+        self.source = source
         self.relations: list[Relation] = []
         self.by_alias: dict[str, Relation] = {}
         self.items: list[exp.Expression] = []  # select list, aliases stripped
@@ -180,8 +214,13 @@ class _Parser:
 
     # -- errors and positions ----------------------------------------------------------------
     def _error_at(self, line: int | None, col: int | None, message: str) -> QueryError:
-        where = f"line {line}, column {col}: " if line is not None and col is not None else ""
-        return QueryError(f"query {self.name}: {where}{message}")
+        known = line is not None and col is not None
+        if isinstance(self.source, os.PathLike):
+            where = f":{line}:{col}" if known else ""
+            return QueryError(f"{os.fspath(self.source)}{where}: {message}")
+        label = self.source if self.source is not None else f"query {self.name}"
+        where = f"line {line}, column {col}: " if known else ""
+        return QueryError(f"{label}: {where}{message}")
 
     def _error(self, message: str, offset: int | None = None) -> QueryError:
         if offset is None:
@@ -227,14 +266,23 @@ class _Parser:
 
     # -- statement level ---------------------------------------------------------------------
     def _parse_statement(self) -> exp.Expression:
+        dialect = Dialect.get_or_raise(None)
+        parser = dialect.parser()  # what sqlglot.parse does, keeping the parser to ask it below
         try:
-            statements = [s for s in sqlglot.parse(self.sql) if s is not None]
+            parsed = parser.parse(dialect.tokenize(self.sql), self.sql)
+            statements = [s for s in parsed if s is not None]
         except ParseError as e:
-            raise self._parse_error(e) from None
+            # Whether sqlglot ran out of tokens: then the token it names is the last one it read,
+            # not one that stood where something else was expected. Its current token is then
+            # None (a falsy sentinel in sqlglot 30); private, hence the fallback: None lets
+            # _parse_error judge by the token's place.
+            current = getattr(parser, "_curr", _UNKNOWN)
+            ran_out = None if current is _UNKNOWN else not current
+            raise self._parse_error(e, ran_out) from None
         except TokenError:
             raise self._token_error() from None
         except SqlglotError as e:
-            raise self._error(f"unparseable SQL: {_one_line(str(e))}") from None
+            raise self._error(f"syntax error: {_without_reprs(_one_line(str(e)))}") from None
         if not statements:
             raise self._error("empty query")
         if len(statements) > 1:
@@ -245,15 +293,36 @@ class _Parser:
             root = root.this
         return root
 
-    def _parse_error(self, e: ParseError) -> QueryError:
+    def _parse_error(self, e: ParseError, ran_out: bool | None = None) -> QueryError:
+        """A syntax error at the start of the token sqlglot stopped at, in words.
+
+        sqlglot reports the token's *last* line and column; the token with that end is looked up
+        in the token stream, so the position is its first character and the message can name it
+        and the token before it. ``ran_out``: sqlglot read every token of the statement, so the
+        token is the last one it read (``SELECT * FROM t WHERE``: ``'WHERE'``) and what is
+        missing is missing after it; None when unknown (then: the statement ends there).
+        """
         info = e.errors[0] if e.errors else {}
         line, col = info.get("line"), info.get("col")
-        highlight = info.get("highlight") or ""
         description = _one_line(info.get("description") or str(e))
-        if col is not None and highlight and "\n" not in highlight:
-            col = max(1, col - len(highlight) + 1)  # sqlglot reports the token's last column
-        near = f" near '{highlight}'" if highlight else ""
-        return self._error_at(line, col, f"unparseable SQL{near}: {description}")
+        index = next(
+            (i for i, t in enumerate(self._tokens) if (t.line, t.col) == (line, col)), None
+        )
+        if index is None:  # not a token of the text: keep sqlglot's position, drop its reprs
+            return self._error_at(line, col, f"syntax error: {_without_reprs(description)}")
+        token = self._tokens[index]
+        after = self._tokens[index + 1] if index + 1 < len(self._tokens) else None
+        at_end = after is None or after.token_type == TokenType.SEMICOLON
+        if ran_out is not None:
+            at_end = ran_out
+        before = self._token_text(self._tokens[index - 1]) if index > 0 else None
+        message = _syntax_message(description, self._token_text(token), before, at_end)
+        return self._error(f"syntax error: {message}", token.start)
+
+    def _token_text(self, token: Token) -> str:
+        """``token`` as written (quotes included), quoted for a message; long ones shortened."""
+        text = _one_line(self.sql[token.start : token.end + 1])
+        return repr(text if len(text) <= 30 else text[:29] + "…")
 
     def _token_error(self) -> QueryError:
         """Point at the text the tokenizer could not read (an unterminated string, quoted
@@ -268,7 +337,8 @@ class _Parser:
         rest = self.sql[done:]
         offset = done + len(rest) - len(rest.lstrip())
         near = self.sql[offset : offset + 20].split("\n")[0]
-        return self._error(f"unparseable SQL: cannot tokenize {near!r}", offset)
+        what = next((w for start, w in _UNTERMINATED if near.startswith(start)), "cannot read")
+        return self._error(f"syntax error: {what} {near!r}", offset)
 
     def _second_statement_offset(self) -> int | None:
         seen_statement = seen_separator = False
@@ -507,11 +577,12 @@ class _Parser:
         if not isinstance(column, exp.Column):
             return None
         if isinstance(e, exp.Between) and not e.args.get("symmetric"):
-            low, high = _constant(e.args["low"]), _constant(e.args["high"])
-            return Between(self._resolve(column), low, high)
+            ref = self._resolve(column)
+            low = self._literal(ref, e.args["low"])
+            return Between(ref, low, self._literal(ref, e.args["high"]))
         if isinstance(e, exp.In) and _set_args(e) == {"this", "expressions"}:
-            values = tuple(_constant(v) for v in e.expressions)
-            return InList(self._resolve(column), values)
+            ref = self._resolve(column)
+            return InList(ref, tuple(self._literal(ref, v) for v in e.expressions))
         if isinstance(e, exp.In) and _set_args(e) == {"this"}:
             raise self._unsupported("empty IN list", _anchor(e))
         if isinstance(e, exp.Like) and _set_args(e) == {"this", "expression"}:
@@ -526,8 +597,28 @@ class _Parser:
         left, right = _unparen(e.this), _unparen(e.expression)
         for column, other, oriented in ((left, right, op), (right, left, _FLIPPED[op])):
             if isinstance(column, exp.Column) and not isinstance(other, exp.Column):
-                return Compare(self._resolve(column), oriented, _constant(other))
+                ref = self._resolve(column)
+                return Compare(ref, oriented, self._literal(ref, other))
         return None
+
+    def _literal(self, ref: ColumnRef, e: exp.Expression) -> Value:
+        """The constant ``e`` compared with column ``ref``; raises :class:`_NotConstant`.
+
+        A column whose statistics are dates takes only ISO dates (``NULL`` aside): anything
+        else (``'yesterday'``, ``'1995-13-45'``, a number) has no place on its axis, and the
+        estimate would silently fall back to a default selectivity.
+        """
+        value = _constant(e)
+        if value is None or iso_date(value) is not None:
+            return value
+        table = self.by_alias[ref.alias].table
+        stats = self.catalog.tables[table].columns.get(ref.column)
+        if stats is not None and stats.kind == "date":
+            written = f"'{value}'" if isinstance(value, str) else str(value)
+            column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
+            message = f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column}"
+            raise self._error(f"{message} holds dates", _anchor(e))
+        return value
 
     # -- SELECT / GROUP BY / ORDER BY --------------------------------------------------------
     def _read_select_list(self, select: exp.Select) -> bool:
@@ -668,6 +759,48 @@ def _unique(items: Iterable[_T]) -> list[_T]:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _without_reprs(description: str) -> str:
+    """sqlglot's description without the Python reprs it embeds (``<Token ...>``,
+    ``<class ...>``), first letter lower-cased to follow ``syntax error:``."""
+    text = re.sub(r"\s*(?:but got |for )?<[^<>]*>", "", description).strip().rstrip(".")
+    return text[:1].lower() + text[1:] if text else "invalid SQL"
+
+
+def _wanted(description: str) -> str | None:
+    """What sqlglot was looking for, in words (``a table name``, ``')'``), if it says."""
+    m = _REQUIRED.match(description)
+    if m:
+        arg, node = m.groups()
+        if node == "Between":
+            return "AND and an upper bound" if arg == "high" else "a lower bound"
+        return "a condition" if node in _CONDITION_NODES else "an expression"
+    m = _EXPECTED_NAME.match(description)
+    if m:
+        return f"a {m.group(1).lower()} name"
+    m = _EXPECTING.match(description)
+    if m:
+        return repr(m.group(1))
+    return None
+
+
+def _syntax_message(description: str, token: str, before: str | None, at_end: bool) -> str:
+    """One short sentence for a syntax error at ``token`` (quoted text), after ``before``.
+
+    ``at_end``: nothing follows ``token`` in the statement, so whatever was missing was
+    missing *after* it; otherwise ``token`` is what stood where something else was expected.
+    """
+    wanted = _wanted(description)
+    if wanted is not None:
+        if at_end:
+            return f"expected {wanted} after {token}"
+        if before is not None:
+            return f"expected {wanted} after {before}, got {token}"
+        return f"expected {wanted}, got {token}"
+    if "<" in description or description.startswith("Invalid expression"):
+        return f"unexpected {token}"
+    return _without_reprs(description)
 
 
 # --- constant folding -----------------------------------------------------------------------

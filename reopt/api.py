@@ -1,6 +1,6 @@
 """The public Python API: load a query and statistics, optimize, push deltas.
 
->>> from reopt import Optimizer
+>>> from reopt.api import Optimizer
 >>> opt = Optimizer("tpch:q5", cost_model="io", optimizer="topdown")
 >>> step = opt.optimize()
 >>> print(step.plan.explain())
@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -57,28 +58,58 @@ def load_catalog(path: str | Path | None = None, sf: float = 1.0) -> Catalog:
     return Catalog.load(path)
 
 
-def load_query(spec: str | Query, catalog: Catalog) -> Query:
-    """A :class:`Query` from a built-in name (``tpch:q5``), a ``.sql`` file, or SQL text."""
+def load_query(spec: str | os.PathLike | Query, catalog: Catalog) -> Query:
+    """A :class:`Query` from a built-in name (``tpch:q5``; bare ``q5`` when no file of that
+    name exists), a ``.sql`` file (a path string or any ``os.PathLike``), or SQL text.
+
+    Errors name where the text came from: ``bad.sql:5:3: …`` for a file, ``SQL text: line 1,
+    column 22: …`` for text given inline (a file's query is named after its stem, inline
+    text ``query``).
+    """
+    from reopt.costmodel.sql import parse_query
+    from reopt.costmodel.tpch import builtin_query_names, builtin_sql
+
     if isinstance(spec, Query):
         return spec
-    from reopt.costmodel.sql import parse_query
-    from reopt.costmodel.tpch import builtin_sql
-
+    if isinstance(spec, os.PathLike):
+        return _query_file(Path(spec), catalog)
+    if not isinstance(spec, str):
+        raise ReoptError(
+            "query must be SQL text, a .sql file path, a built-in name (tpch:q5) or a Query, "
+            f"got {type(spec).__name__}"
+        )
     s = spec.strip()
     if s.lower().startswith("tpch:"):
         return parse_query(builtin_sql(s), catalog, name=s.lower())
     if s.lower().endswith(".sql") and "\n" not in s:
-        p = Path(s)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ReoptError(f"{p}: cannot read query: {e.strerror}") from None
-        return parse_query(text, catalog, name=p.stem)
-    if " " not in s:
+        return _query_file(Path(s), catalog)
+    if len(s.split()) == 1 and s.lower() in builtin_query_names():
+        # builtin_sql's error says "'tpch:' is optional": so it is, unless a file is meant
+        if Path(s).exists():
+            raise ReoptError(
+                f"'{s}' is a file, but query files must end in .sql "
+                f"(for the built-in query write tpch:{s.lower()})"
+            )
+        name = f"tpch:{s.lower()}"
+        return parse_query(builtin_sql(name), catalog, name=name)
+    if len(s.split()) <= 1:
         raise ReoptError(
             f"'{s}' is neither a built-in query (tpch:q5, …), a .sql file, nor SQL text"
         )
-    return parse_query(s, catalog)
+    return parse_query(s, catalog, source="SQL text")
+
+
+def _query_file(p: Path, catalog: Catalog) -> Query:
+    """The query in file ``p``, named after its stem; its errors name the file."""
+    from reopt.costmodel.sql import parse_query
+
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ReoptError(f"{p}: cannot read query: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ReoptError(f"{p}: cannot read query: not UTF-8 text") from None
+    return parse_query(text, catalog, name=p.stem, source=p)
 
 
 @dataclass
@@ -202,6 +233,9 @@ class Optimizer:
         incrementally (either engine; README, "Incremental re-optimization"); the result
         is the plan a from-scratch optimization would return. A delta that fails validation
         raises before anything changes."""
+        if self.optimizer == DECLARATIVE and self._session is None:
+            raise ReoptError("update(): optimize() first: the declarative optimizer maintains "
+                             "the state of its last optimize()")
         items = _listify(deltas)
         step = update_batch([self], [self.check(items)])[0]
         step.deltas = [str(d) for d in items]
@@ -340,9 +374,8 @@ def _ratio(held: int, full: int) -> float:
 
 
 def _listify(deltas: Any) -> list:
-    if isinstance(deltas, (str, dict)):
-        return list(parse_deltas(deltas))
-    out: list = []
-    for d in deltas:
-        out.extend(parse_deltas(d) if isinstance(d, (str, dict)) else [d])
-    return out
+    """The batch update()/check() were given, as parsed deltas. Anything but a text, a dict,
+    a Delta or a list of them, and an empty batch, is a one-line DeltaError from
+    :func:`parse_deltas`, raised before the optimizer changes (bytes are not text: iterated,
+    they would be integers)."""
+    return parse_deltas(deltas)

@@ -29,14 +29,26 @@ from reopt.costmodel.models import MODELS
 
 def _optimizer_list(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ReoptError(f"--optimizer {text!r} names no optimizer "
+                         f"(choose from {', '.join(OPTIMIZERS)})")
     for n in names:
         if n not in OPTIMIZERS:
             raise ReoptError(f"unknown optimizer '{n}' (choose from {', '.join(OPTIMIZERS)})")
     return names
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is the CLI's one line (``reopt: …``, exit 2) instead of
+    the usage text followed by the error; ``--help`` still prints the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        where = self.prog.removeprefix("reopt").strip()  # main() prints "reopt: " first
+        raise ReoptError(f"{where + ': ' if where else ''}{message} (see '{self.prog} --help')")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reopt", description="Incremental query re-optimizer")
+    p = _Parser(prog="reopt", description="Incremental query re-optimizer")
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("optimize", help="optimize queries; optionally push cost deltas")
     o.add_argument("queries", nargs="+", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
@@ -89,22 +101,28 @@ def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustmen
     """Apply every delta step to every session's statistics before optimizing anything;
     returns, per step, each session's statistics after it.
 
-    A delta naming a catalog table that a query does not use is a no-op for that query; a
-    delta that applies to no query at all is an error.
+    A delta naming something a query does not contain (a table, an alias, a member of a
+    relation set, a join predicate: :class:`DeltaNotApplicable`) is a no-op for that query,
+    since the queries of one run differ; a delta that applies to no query at all is an error
+    giving each query's reason, since then it can only be a mistake.
     """
     adjs = [o.adjustments for o in opts]
     out = []
     for batch in steps:
         for d in batch:
             applied = False
+            reasons: dict[str, None] = {}  # ordered, once each (a query runs per optimizer)
             for i, o in enumerate(opts):
                 try:
                     adjs[i] = apply_delta(d, o.query, o.catalog, adjs[i], o.model.operators)
                     applied = True
-                except DeltaNotApplicable:
-                    continue
+                except DeltaNotApplicable as e:
+                    reasons[e.reason] = None
             if not applied:
-                raise DeltaError(f"delta '{d}': no query uses the table it names")
+                raise DeltaError(
+                    f"delta '{d}': no query uses the {d.subject} it names "
+                    f"({'; '.join(reasons)})"
+                )
         out.append(list(adjs))
     return out
 
@@ -169,14 +187,14 @@ def optimize_main(args: argparse.Namespace) -> int:
         )
         m = init.metrics
         kept = m.get("held") or m.get("explored") or {}
-        if "or_nodes" in kept and "and_nodes" in kept:
+        if "trees" in kept:  # exhaustive: every plan tree, hence every node
+            print(f"   costed {kept['trees']:,} plan trees")
+        elif "or_nodes" in kept and "and_nodes" in kept:
             full = m["search_space"]
             print(f"   {'held' if 'held' in m else 'explored'} {kept['or_nodes']}/"
                   f"{full['or_nodes']} OR nodes, {kept['and_nodes']}/{full['and_nodes']} "
                   f"AND nodes (pruned {m['pruning_ratio']['or']:.0%}, "
                   f"{m['pruning_ratio']['and']:.0%})")
-        elif "trees" in kept:  # exhaustive: every plan tree
-            print(f"   costed {kept['trees']:,} plan trees")
         print(init.plan.explain())
         for step in e["steps"]:
             m = step.metrics

@@ -103,8 +103,11 @@ FACTORS = (0.125, 0.25, 0.5, 2.0, 4.0, 8.0)
 
 
 def random_deltas(q: Query, rng: random.Random, k: int, operators: tuple[str, ...]) -> list[str]:
-    """``k`` random valid delta texts for ``q`` (card, set corrections, sel, cost)."""
+    """``k`` random valid delta texts for ``q`` (card, set corrections, sel, cost). A ``sel``
+    factor that would take the product of a predicate's factors above 1 is inverted: the
+    estimate starts at most 1 and a selectivity above 1 is rejected."""
     out = []
+    sel_scale: dict[str, float] = {}
     for _ in range(k):
         kind = rng.choice(["card", "card", "corr", "sel", "cost", "set"])
         f = rng.choice(FACTORS)
@@ -116,7 +119,11 @@ def random_deltas(q: Query, rng: random.Random, k: int, operators: tuple[str, ..
             size = rng.randint(1, q.n)
             out.append(f"card {{{','.join(rng.sample(q.aliases, size))}}} *{f}")
         elif kind == "sel" and q.joins:
-            out.append(f"sel {rng.choice(q.joins).key} *{f}")
+            key = rng.choice(q.joins).key
+            if sel_scale.get(key, 1.0) * f > 1:
+                f = 1 / f
+            sel_scale[key] = sel_scale.get(key, 1.0) * f
+            out.append(f"sel {key} *{f}")
         else:
             out.append(f"cost {rng.choice(operators)} *{f}")
     return out

@@ -7,24 +7,13 @@ import json
 import math
 
 import pytest
+from clirun import run, run_json
 
 from reopt.api import Optimizer
 from reopt.cli import main
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import DeltaError, OptimizerError
 from reopt.costmodel.tpch import tpch_catalog
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys, *argv: str) -> dict:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def check_node(node: dict) -> None:
@@ -127,6 +116,14 @@ def test_sql_file_and_catalog_file(tmp_path, capsys):
         (["optimize", "SELECT x FROM orders"], "unknown column 'x'"),
         (["optimize", "SELECT * FROM orders LEFT JOIN lineitem ON o_orderkey = l_orderkey"],
          "OUTER JOIN"),
+        # usage errors: argparse's own, as one line too
+        (["optimize", "tpch:q5", "--pruning", "nope"],
+         "optimize: argument --pruning: invalid choice: 'nope'"),
+        (["optimize", "tpch:q5", "--sf", "abc"], "argument --sf: invalid float value: 'abc'"),
+        (["optimize"], "the following arguments are required: QUERY"),
+        ([], "the following arguments are required: command (see 'reopt --help')"),
+        (["optimize", "tpch:q5", "--bogus"], "unrecognized arguments: --bogus"),
+        (["optimize", "tpch:q5", "--optimizer", ","], "--optimizer ',' names no optimizer"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(capsys, argv, message):

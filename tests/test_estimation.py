@@ -13,7 +13,7 @@ from reopt.costmodel import cardinality as card
 from reopt.costmodel.cardinality import Adjustments, Estimator
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.deltas import apply_delta, apply_deltas, parse_delta, parse_deltas
-from reopt.costmodel.errors import CatalogError, DeltaError
+from reopt.costmodel.errors import CatalogError, DeltaError, QueryError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.query import (
     Between,
@@ -233,3 +233,51 @@ def test_adjusted_statistics_pickle_for_spark_workers():
     back = pickle.loads(pickle.dumps(adj))
     assert back == adj and dict(back.alias_factors) == {"a": 2.0}
     assert dict(back.op_factors) == {"hashjoin": 3.0}
+
+
+@pytest.mark.parametrize(
+    "pred, bad",
+    [
+        (Compare(C("a", "d"), "<", "yesterday"), "'yesterday'"),
+        (Compare(C("a", "d"), "=", "1995-13-45"), "'1995-13-45'"),
+        (Between(C("a", "d"), "1995-01-01", "1995-02-30"), "'1995-02-30'"),
+        (InList(C("a", "d"), ("1995-01-01", 19950101)), "19950101"),
+        (Not(Compare(C("a", "d"), ">=", "soon")), "'soon'"),
+    ],
+)
+def test_invalid_date_literals_on_date_columns_are_errors(pred, bad):
+    """Not the default 1/3: the literal has no place on the column's day axis."""
+    with pytest.raises(QueryError) as e:
+        Estimator(query(pred), CAT)
+    assert str(e.value) == (
+        f"query t: {bad} is not a valid ISO date (YYYY-MM-DD), but column 'a.d' holds dates"
+    )
+
+
+def test_date_literal_errors_name_alias_and_table():
+    q = Query("t", (Relation("o", "a"),), (Compare(C("o", "d"), "<", "yesterday"),))
+    with pytest.raises(QueryError, match=r"column 'o\.d' \(a\.d\) holds dates$"):
+        Estimator(q, CAT)
+
+
+@pytest.mark.parametrize(
+    "pred, expected",
+    [
+        (Compare(C("a", "d"), "<", "1995-01-06T12:00:00"), 0.5),  # a timestamp: its day
+        (Compare(C("a", "d"), "=", None), card.DEFAULT_EQ),  # NULL: nothing to check
+        (Compare(C("a", "s"), "<", "yesterday"), card.DEFAULT_RANGE),  # no statistics
+        (Compare(C("a", "x"), "<", "yesterday"), card.DEFAULT_RANGE),  # numbers: as before
+    ],
+)
+def test_valid_literals_and_non_date_columns_estimate_as_before(pred, expected):
+    assert math.isclose(sel(pred), expected, rel_tol=1e-12)
+
+
+def test_strings_on_text_columns_estimate_as_before():
+    cat = Catalog.from_dict(
+        {"tables": {"a": {"rows": 10, "columns": {"t": {"distinct": 4, "min": "a", "max": "z"}}}}}
+    )
+    q = Query("t", (Relation("a", "a"),), (Compare(C("a", "t"), "<", "yesterday"),))
+    est = Estimator(q, cat)
+    assert est.predicate_selectivity(Compare(C("a", "t"), "<", "yesterday")) == card.DEFAULT_RANGE
+    assert est.predicate_selectivity(Compare(C("a", "t"), "=", "yesterday")) == 1 / 4

@@ -170,6 +170,17 @@ def test_api_update_is_incremental_and_exact():
     assert step.metrics["rederived"]["or_nodes"] == 0
 
 
+def test_update_needs_an_optimized_state():
+    """A declarative update() maintains the last optimize(): before one there is nothing to
+    maintain, and re-optimizing silently would return a step without update metrics."""
+    opt = Optimizer("tpch:q3", cost_model="io", engine="python")
+    with pytest.raises(ReoptError, match=r"update\(\): optimize\(\) first"):
+        opt.update("card orders *2")
+    assert opt.adjustments == Optimizer("tpch:q3").adjustments
+    opt.optimize()
+    assert "update_ratio" in opt.update("card orders *2").metrics
+
+
 def test_rejected_delta_leaves_state_unchanged():
     opt = Optimizer("tpch:q5", cost_model="io", engine="python", pruning="all")
     opt.optimize()

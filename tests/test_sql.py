@@ -3,10 +3,14 @@ that names the construct (or the bad name) and its position."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from reopt.api import Optimizer, load_query
+from reopt.cli import main
 from reopt.costmodel.catalog import Catalog
-from reopt.costmodel.errors import QueryError
+from reopt.costmodel.errors import CatalogError, QueryError, ReoptError
 from reopt.costmodel.query import (
     And,
     Between,
@@ -23,6 +27,7 @@ from reopt.costmodel.query import (
     Relation,
 )
 from reopt.costmodel.sql import parse_query
+from reopt.costmodel.tpch import builtin_query_names, tpch_catalog
 
 
 def _table(rows: int, *columns: str) -> dict:
@@ -668,16 +673,58 @@ def test_rejections(sql: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sql", "position", "near"),
+    ("sql", "message"),
     [
-        ("SELECT * FROM orders WHERE", "line 1, column 22", "near 'WHERE'"),
-        ("SELECT *\nFROM orders\nWHERE o_custkey = = 1", "line 3, column 19", "near '='"),
-        ("SELECT * FROM orders o, customer c JOIN", "line 1, column 36", "near 'JOIN'"),
+        # sqlglot read every token: what is missing is missing after the last one
+        ("SELECT * FROM orders WHERE", "line 1, column 22: expected a condition after 'WHERE'"),
+        ("SELECT * FROM orders WHERE;", "line 1, column 22: expected a condition after 'WHERE'"),
+        (
+            "SELECT * FROM orders WHERE o_custkey =",
+            "line 1, column 38: expected an expression after '='",
+        ),
+        ("SELECT * FROM orders WHERE (o_custkey = 1", "line 1, column 41: expected ')' after '1'"),
+        (
+            "SELECT * FROM orders WHERE o_custkey BETWEEN 1",
+            "line 1, column 46: expected AND and an upper bound after '1'",
+        ),
+        (
+            "SELECT * FROM orders o, customer c JOIN",
+            "line 1, column 36: expected a table name after 'JOIN'",
+        ),
+        # a token stood where something else was expected: its first character, and the token
+        (
+            "SELECT FROM WHERE",
+            "line 1, column 13: expected a table name after 'FROM', got 'WHERE'",
+        ),
+        (
+            "SELECT *\nFROM orders\nWHERE o_custkey = = 1",
+            "line 3, column 19: expected an expression after '=', got '='",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_custkey = 1 AND AND o_custkey = 2",
+            "line 1, column 46: expected a condition after 'AND', got 'AND'",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_custkey IN (1 2)",
+            "line 1, column 44: expected ')' after '1', got '2'",
+        ),
+        (
+            "SELECT * FROM orders; SELECT * FROM WHERE",
+            "line 1, column 37: expected a table name after 'FROM', got 'WHERE'",
+        ),
+        ("SELECT * FROM orders o WHERE o.o_custkey = 1)", "line 1, column 45: unexpected ')'"),
+        ("SELECT * FROM orders t1 t2", "line 1, column 25: unexpected 't2'"),
+        (
+            "SELECT * FROM orders o an_alias_far_longer_than_thirty_characters",
+            "line 1, column 24: unexpected 'an_alias_far_longer_than_thir…'",
+        ),
+        ("SELECT * FROM orders WHERE CASE", "line 1, column 28: expected END after CASE"),
     ],
 )
-def test_unparseable_sql_reports_sqlglot_position(sql: str, position: str, near: str) -> None:
-    message = error(sql)
-    assert message.startswith(f"query q5: {position}: unparseable SQL {near}: ")
+def test_syntax_errors_name_the_token_in_words(sql: str, message: str) -> None:
+    text = error(sql)
+    assert text == f"query q5: {message.replace(': ', ': syntax error: ', 1)}"
+    assert "<" not in text and "Token" not in text and "missing for" not in text
 
 
 @pytest.mark.parametrize(
@@ -685,16 +732,233 @@ def test_unparseable_sql_reports_sqlglot_position(sql: str, position: str, near:
     [
         (
             "SELECT * FROM orders\nWHERE o_custkey = 'abc",
-            "query q5: line 2, column 19: unparseable SQL: cannot tokenize \"'abc\"",
+            "query q5: line 2, column 19: syntax error: unterminated string \"'abc\"",
         ),
         (
             "SELECT * FROM orders /* comment",
-            "query q5: line 1, column 22: unparseable SQL: cannot tokenize '/* comment'",
+            "query q5: line 1, column 22: syntax error: unterminated comment '/* comment'",
+        ),
+        (
+            'SELECT "o_custkey FROM orders',
+            "query q5: line 1, column 8: syntax error: unterminated quoted name "
+            "'\"o_custkey FROM orde'",
         ),
     ],
 )
 def test_untokenizable_sql(sql: str, message: str) -> None:
     assert error(sql) == message
+
+
+def test_errors_name_the_file_or_the_label_given_as_source() -> None:
+    path = Path("queries") / "bad1.sql"
+    sql = "SELECT *\nFROM orders\n\n\n  WHERE\n"
+    with pytest.raises(QueryError) as info:
+        parse_query(sql, CATALOG, "bad1", source=path)
+    assert str(info.value) == f"{path}:5:3: syntax error: expected a condition after 'WHERE'"
+    with pytest.raises(QueryError) as info:  # every error, not only syntax errors
+        parse_query("SELECT *\nFROM nope", CATALOG, "bad1", source=path)
+    assert str(info.value) == f"{path}:2:6: unknown table 'nope'"
+    with pytest.raises(QueryError) as info:  # no position: just the file
+        parse_query("  ", CATALOG, "bad1", source=path)
+    assert str(info.value) == f"{path}: empty query"
+    with pytest.raises(QueryError) as info:
+        parse_query("SELECT * FROM orders WHERE", CATALOG, source="SQL text")
+    assert str(info.value) == (
+        "SQL text: line 1, column 22: syntax error: expected a condition after 'WHERE'"
+    )
+
+
+# --- date literals --------------------------------------------------------------------------
+
+DATED = Catalog.from_dict(
+    {
+        "tables": {
+            "orders": {
+                "rows": 100,
+                "columns": {
+                    "o_orderdate": {"min": "1992-01-01", "max": "1998-08-02"},
+                    "o_shiptime": {
+                        "histogram": {
+                            "bounds": ["1992-01-01T00:00:00", "1998-01-01T12:00:00"],
+                            "counts": [100],
+                        }
+                    },
+                    "o_comment": {"min": "a", "max": "z"},
+                    "o_custkey": {"min": 1, "max": 10},
+                    "o_clerk": {},
+                },
+            }
+        }
+    }
+)
+_NOT_A_DATE = "is not a valid ISO date (YYYY-MM-DD), but column"
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "SELECT * FROM orders o WHERE o.o_orderdate < 'yesterday'",
+            f"line 1, column 46: 'yesterday' {_NOT_A_DATE} 'o.o_orderdate' (orders.o_orderdate)",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_orderdate BETWEEN '1995-01-01' AND DATE '1995-13-45'",
+            f"line 1, column 70: '1995-13-45' {_NOT_A_DATE} 'orders.o_orderdate'",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_orderdate IN ('1995-01-01', 19950101)",
+            f"line 1, column 58: 19950101 {_NOT_A_DATE} 'orders.o_orderdate'",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_custkey = 1 OR NOT (o_orderdate >= '1995-02-30')",
+            f"line 1, column 65: '1995-02-30' {_NOT_A_DATE} 'orders.o_orderdate'",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_orderdate = '1995-01-01 junk'",
+            f"line 1, column 42: '1995-01-01 junk' {_NOT_A_DATE} 'orders.o_orderdate'",
+        ),
+        (  # dates known from the histogram alone
+            "SELECT * FROM orders\nWHERE o_shiptime > 'tomorrow'",
+            f"line 2, column 20: 'tomorrow' {_NOT_A_DATE} 'orders.o_shiptime'",
+        ),
+    ],
+)
+def test_invalid_date_literals_on_date_columns_are_rejected(sql: str, message: str) -> None:
+    assert error(sql, DATED) == f"query q5: {message} holds dates"
+
+
+def test_valid_date_literals_and_other_columns_are_accepted() -> None:
+    sql = (
+        "SELECT * FROM orders o WHERE o.o_orderdate < '1995-03-15'"
+        " AND o_orderdate >= DATE '1995-03-15' - INTERVAL '1' MONTH"
+        " AND o_shiptime < TIMESTAMP '1995-03-15 06:00:00' AND o_orderdate <> NULL"
+        " AND o_orderdate IN ('1995-01-01', '1996-02-29') AND o_orderdate LIKE '1995%'"
+        " AND o_comment < 'yesterday' AND o_clerk = 'yesterday' AND o_custkey < 5"
+    )
+    date, comment = ColumnRef("o", "o_orderdate"), ColumnRef("o", "o_comment")
+    assert parse_query(sql, DATED, "q5").filters == (
+        Compare(date, "<", "1995-03-15"),
+        Compare(date, ">=", "1995-02-15"),
+        Compare(ColumnRef("o", "o_shiptime"), "<", "1995-03-15 06:00:00"),
+        Compare(date, "<>", None),
+        InList(date, ("1995-01-01", "1996-02-29")),
+        Like(date, "1995%"),
+        Compare(comment, "<", "yesterday"),  # text statistics: strings as before
+        Compare(ColumnRef("o", "o_clerk"), "=", "yesterday"),  # no statistics
+        Compare(ColumnRef("o", "o_custkey"), "<", 5),
+    )
+
+
+# --- loading queries: reopt.api.load_query, the Optimizer, the CLI --------------------------
+
+
+@pytest.fixture(scope="module")
+def tpch() -> Catalog:
+    return tpch_catalog(1)
+
+
+def test_load_query_inline_text_errors_say_sql_text(tpch: Catalog) -> None:
+    assert load_query("SELECT * FROM orders", tpch).name == "query"
+    with pytest.raises(QueryError) as info:
+        load_query("SELECT * FROM orders WHERE", tpch)
+    assert str(info.value) == (
+        "SQL text: line 1, column 22: syntax error: expected a condition after 'WHERE'"
+    )
+
+
+def test_load_query_files_by_str_and_path(tmp_path: Path, tpch: Catalog) -> None:
+    good = tmp_path / "good.sql"
+    good.write_text("SELECT * FROM orders WHERE o_orderdate < DATE '1995-03-15'")
+    for spec in (good, str(good)):
+        query = load_query(spec, tpch)
+        assert query.name == "good"
+        assert query.filters == (Compare(ColumnRef("orders", "o_orderdate"), "<", "1995-03-15"),)
+    other = tmp_path / "query.txt"  # a Path is a file whatever its suffix
+    other.write_text("SELECT * FROM orders")
+    assert load_query(other, tpch).relations == (Relation("orders", "orders"),)
+    bad = tmp_path / "bad1.sql"
+    bad.write_text("SELECT *\nFROM orders\n\n\n  WHERE\n")
+    for spec in (bad, str(bad)):
+        with pytest.raises(QueryError) as info:
+            load_query(spec, tpch)
+        assert str(info.value) == f"{bad}:5:3: syntax error: expected a condition after 'WHERE'"
+    missing = tmp_path / "missing.sql"
+    with pytest.raises(ReoptError) as info:
+        load_query(missing, tpch)
+    assert str(info.value) == f"{missing}: cannot read query: No such file or directory"
+    binary = tmp_path / "binary.sql"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ReoptError) as info:
+        load_query(binary, tpch)
+    assert str(info.value) == f"{binary}: cannot read query: not UTF-8 text"
+
+
+@pytest.mark.parametrize(("spec", "kind"), [(None, "NoneType"), (42, "int"), (b"q5", "bytes")])
+def test_load_query_rejects_other_types(spec: object, kind: str, tpch: Catalog) -> None:
+    with pytest.raises(ReoptError) as info:
+        load_query(spec, tpch)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "query must be SQL text, a .sql file path, a built-in name (tpch:q5) or a Query, "
+        f"got {kind}"
+    )
+
+
+def test_builtin_names_without_prefix(tmp_path: Path, monkeypatch, tpch: Catalog) -> None:
+    for name in builtin_query_names():
+        bare = load_query(name.upper(), tpch)
+        assert bare == load_query(f"tpch:{name}", tpch)
+        assert bare.name == f"tpch:{name}"
+    with pytest.raises(QueryError) as info:  # the message this makes true
+        load_query("tpch:q99", tpch)
+    assert "('tpch:' is optional)" in str(info.value)
+    with pytest.raises(ReoptError) as info:
+        load_query("q99", tpch)
+    assert str(info.value).startswith("'q99' is neither a built-in query")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q5").write_text("SELECT * FROM orders")
+    with pytest.raises(ReoptError) as info:  # a file of that name: say so, guess nothing
+        load_query("q5", tpch)
+    assert str(info.value) == (
+        "'q5' is a file, but query files must end in .sql (for the built-in query write tpch:q5)"
+    )
+
+
+def test_optimizer_takes_a_path_and_rejects_bad_arguments(tmp_path: Path) -> None:
+    sql = tmp_path / "q.sql"
+    sql.write_text("SELECT * FROM orders WHERE o_orderdate < DATE '1995-03-15'")
+    assert Optimizer(sql, optimizer="topdown").optimize().cost > 0
+    with pytest.raises(ReoptError) as info:
+        Optimizer(None, optimizer="topdown")  # type: ignore[arg-type]
+    assert str(info.value).startswith("query must be SQL text, a .sql file path,")
+    with pytest.raises(CatalogError) as info:
+        Optimizer("tpch:q3", {"tables": {}}, optimizer="topdown")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "catalog: expected a path to a catalog JSON file, got dict "
+        "(Catalog.from_dict builds a catalog from a dict)"
+    )
+
+
+def test_cli_syntax_errors_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad1.sql"
+    bad.write_text("SELECT *\nFROM orders\n\n\n  WHERE\n")
+    cases = [
+        (
+            "SELECT * FROM orders WHERE",
+            "SQL text: line 1, column 22: syntax error: expected a condition after 'WHERE'",
+        ),
+        (str(bad), f"{bad}:5:3: syntax error: expected a condition after 'WHERE'"),
+        (
+            "SELECT * FROM orders WHERE o_orderdate < 'yesterday'",
+            f"SQL text: line 1, column 42: 'yesterday' {_NOT_A_DATE} 'orders.o_orderdate' "
+            "holds dates",
+        ),
+    ]
+    for query, message in cases:
+        assert main(["optimize", query, "--engine", "python"]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"reopt: {message}\n")
+    assert main(["optimize", "q5", "--optimizer", "topdown"]) == 0
+    assert capsys.readouterr().out.startswith("== tpch:q5 · io · topdown: cost=")
 
 
 # --- TPC-H ----------------------------------------------------------------------------------
