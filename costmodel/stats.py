@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reopt.costmodel.catalog import Catalog
-from reopt.costmodel.errors import CatalogError
+from reopt.costmodel.errors import CatalogError, UsageParser
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -493,7 +493,7 @@ def _positive_int(s: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = UsageParser(
         prog="reopt stats",
         description="Compute a statistics catalog (JSON) from Parquet/CSV data with Spark.",
     )
@@ -528,10 +528,13 @@ def main(argv: list[str]) -> int:
     hist = None
     if args.histogram_columns is not None:
         hist = {h.strip() for h in args.histogram_columns.split(",") if h.strip()}
+    out = Path(args.output)
+    _discover(args.paths)  # bad paths and a missing output directory fail before Spark starts
+    if not out.resolve().parent.is_dir():
+        raise CatalogError(f"{out}: cannot write catalog: directory {out.parent} does not exist")
     spark = get_spark(args.master)
     data = compute_catalog_dict(args.paths, spark, args.buckets, hist)
     Catalog.from_dict(data, source="reopt stats")  # the file we write must load
-    out = Path(args.output)
     try:
         out.write_text(json.dumps(data, indent=2) + "\n")
     except OSError as e:

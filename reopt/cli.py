@@ -23,7 +23,7 @@ from reopt.api import (
 )
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
-from reopt.costmodel.errors import DeltaError, ReoptError
+from reopt.costmodel.errors import DeltaError, ReoptError, UsageParser
 from reopt.costmodel.models import MODELS
 
 
@@ -38,22 +38,14 @@ def _optimizer_list(text: str) -> list[str]:
     return names
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is the CLI's one line (``reopt: …``, exit 2) instead of
-    the usage text followed by the error; ``--help`` still prints the usage."""
-
-    def error(self, message: str):  # type: ignore[override]
-        where = self.prog.removeprefix("reopt").strip()  # main() prints "reopt: " first
-        raise ReoptError(f"{where + ': ' if where else ''}{message} (see '{self.prog} --help')")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="reopt", description="Incremental query re-optimizer")
+    p = UsageParser(prog="reopt", description="Incremental query re-optimizer")
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("optimize", help="optimize queries; optionally push cost deltas")
     o.add_argument("queries", nargs="+", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
     o.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics)")
-    o.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (built-in catalog)")
+    o.add_argument("--sf", type=float, help="TPC-H scale factor of the built-in catalog "
+                   "(default 1; not with --catalog)")
     o.add_argument("--cost-model", default="io", choices=sorted(MODELS))
     o.add_argument(
         "--optimizer", default=DECLARATIVE,
@@ -128,7 +120,10 @@ def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustmen
 
 
 def optimize_main(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog, args.sf)
+    if args.catalog is not None and args.sf is not None:
+        raise ReoptError("--sf scales the built-in TPC-H catalog; a --catalog file has its own "
+                         "row counts (use 'card TABLE *F' deltas to scale them)")
+    catalog = load_catalog(args.catalog, 1.0 if args.sf is None else args.sf)
     names = _optimizer_list(args.optimizer)
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.errors import ReoptError, UsageParser
 from reopt.costmodel.space import ANY, Alt, PlanSpace, plan_cost
 from reopt.plan import PlanNode, build_plan
 
@@ -693,19 +693,18 @@ def _write(fig: Any, path: str, suffix: str, dpi: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m reopt.graph QUERY -o FILE``: draw a query's and-or graph (python engine).
     ``docs/and-or-graph.png`` is ``python -m reopt.graph tpch:q5 -o docs/and-or-graph.png``."""
-    import argparse
 
     from reopt.api import Optimizer
 
-    ap = argparse.ArgumentParser(prog="python -m reopt.graph", description=main.__doc__)
+    ap = UsageParser(prog="python -m reopt.graph", description=main.__doc__)
     ap.add_argument("query", nargs="?", default="tpch:q5")
     ap.add_argument("-o", "--output", required=True, help="a .png or .svg file")
     ap.add_argument("--cost-model", default="io")
     ap.add_argument("--optimizer", default="declarative")
     ap.add_argument("--pruning", default="all")
     ap.add_argument("--labels", default="best", choices=LABEL_MODES)
-    args = ap.parse_args(argv)
     try:
+        args = ap.parse_args(argv)
         opt = Optimizer(args.query, cost_model=args.cost_model, optimizer=args.optimizer,
                         engine="python", pruning=args.pruning)
         save_figure(opt, args.output, labels=args.labels)

@@ -124,6 +124,8 @@ def test_sql_file_and_catalog_file(tmp_path, capsys):
         ([], "the following arguments are required: command (see 'reopt --help')"),
         (["optimize", "tpch:q5", "--bogus"], "unrecognized arguments: --bogus"),
         (["optimize", "tpch:q5", "--optimizer", ","], "--optimizer ',' names no optimizer"),
+        (["optimize", "tpch:q5", "--catalog", "c.json", "--sf", "10"],
+         "--sf scales the built-in TPC-H catalog"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(capsys, argv, message):

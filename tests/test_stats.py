@@ -127,6 +127,25 @@ def test_discovery_errors(tmp_path, data_dir):
         stats.discover_tables([str(data_dir), str(data_dir / "orders.parquet")])
 
 
+def test_cli_checks_paths_before_starting_spark(tmp_path, data_dir, monkeypatch):
+    """A missing input or output directory is one line before Spark starts (which takes
+    seconds), and so are usage errors."""
+    import reopt.spark
+
+    def no_spark(*_):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(reopt.spark, "get_spark", no_spark)
+    with pytest.raises(CatalogError, match="nope.parquet"):
+        stats.main([str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "c.json")])
+    with pytest.raises(CatalogError, match=r"c.json: cannot write catalog: directory .*/no "
+                                           "does not exist"):
+        stats.main([str(data_dir), "-o", str(tmp_path / "no" / "c.json")])
+    with pytest.raises(ReoptError, match=r"^stats: the following arguments are required: "
+                                         r"-o/--output \(see 'reopt stats --help'\)$"):
+        stats.main([str(data_dir)])
+
+
 # -- statistics ---------------------------------------------------------------------------------
 @pytest.mark.spark
 def test_rows_distinct_min_max(computed, frames):
