@@ -10,7 +10,7 @@ of queries: each query gets an id ``q`` (its position in the batch), the input r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,10 @@ class Evaluation:
     relations: dict[str, Any]
     stats: RunStats
     input_sizes: dict[str, int]
+    held_cache: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+    """:meth:`held` per query, computed at most once (on Spark it costs jobs). A session
+    makes a new evaluation after every update (the python engine changes its relations in
+    place), except after one that changed nothing, which hands this cache on."""
 
     def rows(self, pred: str) -> set[tuple]:
         return self.relations[pred].rows
@@ -124,6 +128,11 @@ class Evaluation:
         SearchSpace), AND nodes (SearchSpace tuples), and ``state_bytes``, the size of all its
         tuples in every relation (8 bytes per number, 1 per boolean, UTF-8 length of strings:
         the same definition on every engine)."""
+        if q not in self.held_cache:
+            self.held_cache[q] = self._held(q)
+        return dict(self.held_cache[q])
+
+    def _held(self, q: int) -> dict[str, int]:
         widths = {LONG: 8, DOUBLE: 8, BOOLEAN: 1}
         keyed = [p for p, t in self.program.schemas.items() if t and t[0] == LONG
                  and p not in self.program.facts]

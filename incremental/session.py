@@ -26,6 +26,7 @@ from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.compiler import CompiledProgram
 from reopt.evaluator.driver import Evaluation, evaluate
 from reopt.evaluator.maintenance import MaintainedEngine, UpdateStats
+from reopt.evaluator.python_engine import RunStats
 
 
 class MaintainedEvaluation(Protocol):
@@ -100,6 +101,8 @@ class Session:
         if self.evaluation is None:
             raise ReoptError("update(): optimize() the session first")
         t0 = time.perf_counter()
+        if all(adj == self.ctx[q].adjustments for q, adj in adjustments.items()):
+            return self._unchanged(t0)
         spaces = dict(self.ctx)
         for q, adj in adjustments.items():
             spaces[q] = self.ctx[q].with_adjustments(adj)
@@ -115,3 +118,18 @@ class Session:
         self.evaluation = Evaluation(self.program, self.ctx, rels, self.engine.stats,
                                      self.evaluation.input_sizes)
         return UpdateResult(self.evaluation, up, updated, time.perf_counter() - t0)
+
+    def _unchanged(self, t0: float) -> UpdateResult:
+        """An update whose statistics equal the current ones (a delta that did not apply to
+        these queries, in a multi-query run): the relations are already the answer, so no
+        engine work — on Spark, no job — and nothing is reported touched. The evaluation's
+        statistics say so (no iteration, nothing derived); its held state is carried over."""
+        ev = self.evaluation
+        assert ev is not None
+        stats = RunStats(held=ev.sizes())
+        self.evaluation = Evaluation(self.program, self.ctx, ev.relations, stats,
+                                     ev.input_sizes, held_cache=ev.held_cache)
+        zero = {q: {"or_nodes": 0, "and_nodes": 0} for q in self.ctx}
+        seconds = time.perf_counter() - t0
+        up = UpdateStats(seconds=seconds) if self.engine is not None else None
+        return UpdateResult(self.evaluation, up, zero, seconds)

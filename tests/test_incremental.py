@@ -221,6 +221,30 @@ def test_batch_update_touches_one_query():
     assert_same(session, from_scratch(program, [PlanSpace(q1, c1, m, adj), s2]))
 
 
+def test_a_step_that_changes_no_statistics_costs_no_engine_work(monkeypatch):
+    """In a multi-query run a delta may apply to one query only: the other query's step has
+    the statistics it had, so the engine is not run (on Spark that step took seconds of
+    jobs) and the step reports nothing touched, no iteration, the same held state."""
+    from reopt.api import optimize_batch, update_batch
+
+    q3, q10 = (Optimizer(q, cost_model="io", engine="python") for q in ("tpch:q3", "tpch:q10"))
+    first = optimize_batch([q3, q10])
+    calls: list[str] = []
+    for o in (q3, q10):
+        real = o._session.engine.update
+        monkeypatch.setattr(o._session.engine, "update",
+                            lambda spaces, o=o, real=real: calls.append(o.query.name)
+                            or real(spaces))
+    steps = update_batch([q3, q10], [q3.adjustments, q10.check("card nation *2")])
+    assert calls == ["tpch:q10"]
+    m = steps[0].metrics
+    assert m["updated"] == {"or_nodes": 0, "and_nodes": 0} and m["iterations"] == 0
+    assert m["rederived"] == {"stale": 0, "or_nodes": 0, "changed": 0}
+    assert m["held"] == first[0].metrics["held"] and steps[0].cost == first[0].cost
+    assert steps[1].metrics["updated"]["or_nodes"] > 0
+    assert_same(q3._session, from_scratch(PROGRAMS["all"], [q3.space()]))
+
+
 def test_maintenance_plan_rejects_programs_it_cannot_maintain(tmp_path):
     """Costing released parents first cannot be maintained children first: the program is
     rejected with a reason, and a session over it re-evaluates from scratch instead."""
