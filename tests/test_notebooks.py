@@ -80,6 +80,8 @@ def test_02_and_or_graph():
     assert "sortmerge → indexscan pairs;" in text
     assert "costlier than its OR node" in text and "refcount 0" in text
     assert "plan trees; held subgraph" in text
+    # the Bound prose: with aggregate selection no held node's Bound is below its best cost
+    assert re.search(r"\d+ held OR nodes, 0 with a Bound below their best cost", text)
     # pruning="none" vs "all" on Q3, and two drawings side by side
     assert "PlanCost tuples" in text
     images = [o for o in outputs(nb) if "image/png" in o.get("data", {})]
@@ -97,8 +99,8 @@ def test_03_push_deltas():
                      r"cost [\d,.]+, switched: True", text), text[-2000:]
     m = re.search(r"(\d+) deltas pushed, the best plan switched (\d+) times", text)
     assert m and int(m.group(1)) == 17 and int(m.group(2)) >= 2
-    # update_ratio is shown when update() reports it, and said to be absent otherwise
-    assert "update ratio: mean OR" in text or "update_ratio not reported" in text
+    # update() is incremental on the python engine: it reports what it touched
+    assert re.search(r"update ratio: mean OR 0\.\d+ AND 0\.\d+", text), text[-2000:]
     assert re.search(r"total: update\(\) [\d.]+ s, full [\d.]+ s over 17 deltas", text)
     images = [o for o in out if "image/png" in o.get("data", {})]
     assert len(images) == 2  # the two plans' graphs side by side; time and update ratio
