@@ -215,8 +215,11 @@ class Optimizer:
     def relations(self) -> dict[str, Any]:
         """The declarative optimizer's relations after the last step: pandas DataFrames
         (``python`` engine) or Spark DataFrames (``spark``), one column per attribute."""
+        if self.optimizer != DECLARATIVE:
+            raise ReoptError(f"relations(): the {self.optimizer} optimizer holds no relations "
+                             "(only the declarative one evaluates rules)")
         if self._evaluation is None:
-            raise ReoptError("relations(): optimize() a declarative optimizer first")
+            raise ReoptError("relations(): optimize() first")
         return self._evaluation.frames()
 
     def check(self, deltas: Iterable[str | dict | Delta]) -> Adjustments:

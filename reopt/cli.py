@@ -125,6 +125,9 @@ def optimize_main(args: argparse.Namespace) -> int:
                          "row counts (use 'card TABLE *F' deltas to scale them)")
     catalog = load_catalog(args.catalog, 1.0 if args.sf is None else args.sf)
     names = _optimizer_list(args.optimizer)
+    if args.master is not None and not (DECLARATIVE in names and args.engine == "spark"):
+        raise ReoptError("--master applies to the spark engine of the declarative optimizer; "
+                         "nothing in this run uses Spark")
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
     program = None

@@ -126,6 +126,8 @@ def test_sql_file_and_catalog_file(tmp_path, capsys):
         (["optimize", "tpch:q5", "--optimizer", ","], "--optimizer ',' names no optimizer"),
         (["optimize", "tpch:q5", "--catalog", "c.json", "--sf", "10"],
          "--sf scales the built-in TPC-H catalog"),
+        (["optimize", "tpch:q5", "--engine", "python", "--master", "local[2]"],
+         "--master applies to the spark engine"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(capsys, argv, message):

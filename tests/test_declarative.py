@@ -213,3 +213,11 @@ def test_cli_reports_rule_errors(tmp_path, capsys):
     code = main(["optimize", "tpch:q3", "--engine", "python", "--rules", str(rules)])
     err = capsys.readouterr().err
     assert code == 2 and "optimizer.dl:" in err and "relation Nope has no rules" in err
+
+
+def test_relations_say_why_they_are_missing():
+    with pytest.raises(ReoptError, match=r"^relations\(\): the topdown optimizer holds no "
+                                         r"relations"):
+        Optimizer("tpch:q3", optimizer="topdown").relations()
+    with pytest.raises(ReoptError, match=r"^relations\(\): optimize\(\) first$"):
+        Optimizer("tpch:q3", engine="python").relations()
