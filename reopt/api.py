@@ -169,7 +169,7 @@ class Optimizer:
 
     def __init__(
         self,
-        query: str | Query,
+        query: str | os.PathLike | Query,
         catalog: Catalog | str | Path | None = None,
         *,
         cost_model: str = "io",
