@@ -53,7 +53,8 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
 
 # The paper's evaluation (Section 6, Appendix D) in one run: rewrites BENCHMARKS.md and the PNGs
-# in benchmarks/results/ (about 45 minutes, most of it the Spark engine; see BENCHMARKS.md).
+# in benchmarks/results/ (about 16–20 minutes on 2 cores, most of it the Spark engine; the
+# measured time is in BENCHMARKS.md's header).
 # bench-quick is the smoke variant the test suite runs (python engine, into
 # benchmarks/results/quick/, git-ignored): it checks that everything runs, not how fast.
 .PHONY: bench bench-quick

@@ -1,5 +1,6 @@
-"""Shared measuring helpers of the benchmark scripts (``initial.py``, ``pruning.py``,
-``incremental.py`` and the ``make bench`` driver ``run.py``).
+"""Shared measuring and command-line helpers of the benchmark scripts (``initial.py``,
+``pruning.py``, ``incremental.py``, ``profile_python.py``, ``sparkrun.py`` and the ``make
+bench`` driver ``run.py``).
 
 Conventions: every optimizer of one comparison runs in the same process, interleaved round by
 round (one run of each, ``repeat`` rounds), so drift of a shared, noisy machine hits them all
@@ -9,16 +10,19 @@ as median (min–max); ratios are taken between medians measured in the same run
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import math
 import os
 import platform
 import statistics
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reopt.api import Optimizer
+from reopt.api import ENGINES, Optimizer
+from reopt.costmodel.errors import ReoptError, UsageParser
 
 MODEL = "io"
 """The paper's physical cost model; every figure is measured under it."""
@@ -40,6 +44,77 @@ a change of a join's selectivity is a correction on that relation set."""
 
 MODES = ("evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
 """The pruning modes that prune (``none`` is the exponential baseline)."""
+
+
+# -- command lines --------------------------------------------------------------------------
+# The benchmark scripts parse with reopt's UsageParser and run under script(), so bad input is
+# one line ``reopt: …`` and exit 2, as on every other command line of reopt: a traceback, or
+# an AssertionError minutes into a run, says nothing about which option was wrong.
+
+def script(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run a benchmark script's ``main``; a :class:`ReoptError` (bad option, unknown query)
+    becomes ``reopt: <message>`` on stderr and exit code 2."""
+    try:
+        return main(argv)
+    except ReoptError as e:
+        print(f"reopt: {e}", file=sys.stderr)
+        return 2
+
+
+def parser(doc: str | None, prog: str | None = None) -> UsageParser:
+    """The argument parser of a benchmark script: its docstring as description, kept as
+    written (it lists what the script measures), usage errors as one line."""
+    return UsageParser(prog=prog, description=doc,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def positive_int(text: str) -> int:
+    """``type=`` of a count (``--repeat``): a whole number ≥ 1; 0 rounds measure nothing."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def positive_seconds(text: str) -> float:
+    """``type=`` of a time limit: a finite number of seconds > 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got '{text}'") from None
+    if not math.isfinite(x) or x <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got '{text}'")
+    return x
+
+
+def engine_list(text: str) -> tuple[str, ...]:
+    """``type=`` of ``--engines``: a comma-separated list of reopt's engines, each once; an
+    unknown name would otherwise fail only when its first optimizer is built."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' names no engine (choose from {', '.join(ENGINES)})")
+    for n in names:
+        if n not in ENGINES:
+            raise argparse.ArgumentTypeError(
+                f"unknown engine '{n}' (choose from {', '.join(ENGINES)})")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"'{text}' names an engine twice")
+    return tuple(names)
+
+
+def out_file(text: str) -> str:
+    """``type=`` of ``--out FILE``: checked before the run (its directory exists, it is not a
+    directory), since the report is written only once every measurement is done."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    if not p.resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"directory {p.parent} of {text} does not exist")
+    return text
 
 
 # -- formatting -----------------------------------------------------------------------------

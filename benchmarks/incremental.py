@@ -1,8 +1,10 @@
 """Incremental re-optimization vs from-scratch: the paper's Figures 6, 8/12, 13 and 14 setups.
 
-Run: ``.venv/bin/python benchmarks/incremental.py [--repeat N] [--out FILE]``
-(``make bench-incremental``). Everything runs in one process, side by side, cost model
-``io``, TPC-H SF1 statistics, pruning ``all`` (and, for Figure 8/12, each pruning mode):
+Run: ``.venv/bin/python benchmarks/incremental.py [--repeat N] [--quick] [--out FILE]``
+(``make bench-incremental``: into ``benchmarks/results/incremental.md``, not committed;
+``make bench`` reports the same figures in ``BENCHMARKS.md``). Everything runs in one process,
+side by side, cost model ``io``, TPC-H SF1 statistics, pruning ``all`` (and, for Figure 8/12,
+each pruning mode):
 
 * For every delta: an optimizer that has optimized under the base statistics applies the
   delta with ``update()`` (timed: ``metrics.seconds``, the maintenance work), then the inverse
@@ -19,13 +21,14 @@ C = orders⋈B, D = lineitem⋈C, E = supplier⋈D by 1/8…8 — as corrections
 (``card {nation,region} *0.125`` …). Figures 8/12 change the Orders (Supplier) scan, Figures 13
 and 14 each base relation of Q10 and Q8Join: as ``card TABLE *f`` (reopt has no per-table scan
 factor; scaling a table's rows changes its scan cost and every estimate above it).
-Only the ``python`` engine maintains its state incrementally today; the Spark engine
-re-evaluates from scratch on update, so it is not in these tables.
+All of it runs on the ``python`` engine. The Spark engine maintains its state incrementally
+too (its update steps report ``incremental: true``), but one of its updates takes seconds (a
+few dozen Spark jobs), too long for these hundreds of deltas × rounds: ``make bench``
+(``benchmarks/run.py``) measures the Spark engine's updates of Q5 under Figure 6.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
@@ -37,6 +40,10 @@ from harness import (
     emit,
     machine,
     measure,
+    out_file,
+    parser,
+    positive_int,
+    script,
     today,
 )
 
@@ -61,10 +68,14 @@ def summary(rs: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", default=None, help="write the markdown report here")
-    ap.add_argument("--quick", action="store_true", help="two factors, one repetition")
+    ap = parser(__doc__, "benchmarks/incremental.py")
+    ap.add_argument("--repeat", type=positive_int, default=5, metavar="N",
+                    help="rounds per delta (default %(default)s; --quick: 1)")
+    ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
+                    help="also write the markdown report to FILE (default: standard output "
+                    "only)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: factors 1/8 and 8, one round (no timings to read)")
     args = ap.parse_args(argv)
     factors = QUICK_FACTORS if args.quick else FACTORS
     repeat = 1 if args.quick else args.repeat
@@ -120,4 +131,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(script(main))

@@ -1,24 +1,39 @@
-"""Initial optimization time: declarative (python, spark) vs topdown and bottomup.
+"""Initial optimization time without pruning: declarative (python, spark) vs topdown and
+bottomup.
 
-Run: ``.venv/bin/python benchmarks/initial.py [--repeat N] [--engines python,spark]``
-(``make bench-initial``). Every optimizer runs on the same query in the same process, one after
-the other, ``--repeat`` times; the table reports the median wall time (min–max) of each and the
-ratio of the declarative medians to ``topdown``'s median, measured in the same run. Spark's
-session start-up is excluded (it is one-time set-up) and reported once.
+Run: ``.venv/bin/python benchmarks/initial.py [--repeat N] [--engines python,spark]
+[--out FILE]`` (``make bench-initial``). Every optimizer runs on the same query in the same
+process, one after the other, ``--repeat`` times (Spark: half as many, at least one); the table
+reports the median wall time (min–max) of each and the ratio of the declarative medians to
+``topdown``'s median, measured in the same run. Spark's session start-up is excluded (it is
+one-time set-up) and reported once.
 
-Without pruning (until the pruning issue) the declarative optimizer costs every plan tree, so
-only queries whose PlanCost relation stays small are run: Q3 and Q10 under both models, Q5 and
-Q5S and Q8Join under ``cout``. The others are listed with their plan-tree counts.
+This script measures the declarative optimizer with ``--pruning none``, the paper's
+exponential baseline: it costs every plan tree, so only queries whose PlanCost relation stays
+small are run: Q3 and Q10 under both models, Q5 and Q5S and Q8Join under ``cout``. The others
+are listed with their plan-tree counts. Initial optimization with pruning, on every query
+under ``io``, is Figure 5 of ``make bench`` (``benchmarks/run.py``) and ``pruning.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
-from harness import emit, machine, ms, plan_trees, timed, today
+from harness import (
+    emit,
+    engine_list,
+    machine,
+    ms,
+    out_file,
+    parser,
+    plan_trees,
+    positive_int,
+    script,
+    timed,
+    today,
+)
 
 from reopt.api import Optimizer
 
@@ -30,12 +45,18 @@ NOT_RUN = [("tpch:q5", "io"), ("tpch:q5s", "io"), ("tpch:q8join", "io")]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--engines", default="python,spark")
-    ap.add_argument("--out", default=None, help="write the markdown table here")
+    ap = parser(__doc__, "benchmarks/initial.py")
+    ap.add_argument("--repeat", type=positive_int, default=5, metavar="N",
+                    help="runs of each optimizer per query (default %(default)s; the Spark "
+                    "engine gets half as many, at least one)")
+    ap.add_argument("--engines", type=engine_list, default=engine_list("python,spark"),
+                    metavar="ENGINES", help="comma-separated engines of the declarative "
+                    "optimizer: python, spark (default python,spark)")
+    ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
+                    help="also write the markdown report to FILE (default: standard output "
+                    "only)")
     args = ap.parse_args(argv)
-    engines = [e for e in args.engines.split(",") if e]
+    engines = list(args.engines)
     setup = None
     if "spark" in engines:
         from reopt.spark import get_spark
@@ -79,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                        "without pruning")
     meta = [
         f"Command: `.venv/bin/python benchmarks/initial.py --repeat {args.repeat} "
-        f"--engines {args.engines}`",
+        f"--engines {','.join(engines)}`",
         f"Date: {today()}; machine: {machine()}",
         "Times: median (min–max) wall milliseconds of the optimization work of one query, "
         f"{args.repeat} runs (Spark: {max(1, args.repeat // 2)}).",
@@ -92,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script(main))

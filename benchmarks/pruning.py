@@ -1,22 +1,35 @@
 """Pruning inside the datalog evaluation: state held, pruning ratios and time per mode.
 
-Run: ``.venv/bin/python benchmarks/pruning.py [--repeat N] [--engines python,spark]``
-(``make bench-pruning``). For each query of the paper's workload under ``io``, in one process,
-one after the other: ``topdown`` (what its branch-and-bound explores) and the declarative
-optimizer under every pruning mode but ``none`` (what it holds at the fixpoint), ``--repeat``
-times each; times are medians (min–max) and ratios to ``topdown``'s median in the same run.
-Pruning ratios are ``1 − held/full`` (declarative) and ``1 − explored/full`` (topdown), for OR
-nodes (plan-table entries) and AND nodes (plan alternatives) — the paper's Figure 5(b)/(c).
-The per-mode table is the contribution of each technique (the paper's Figure 11).
+Run: ``.venv/bin/python benchmarks/pruning.py [--repeat N] [--engines python,spark]
+[--out FILE]`` (``make bench-pruning``). For each query of the paper's workload under ``io``,
+in one process, one after the other: ``topdown`` (what its branch-and-bound explores) and the
+declarative optimizer under every pruning mode but ``none`` (what it holds at the fixpoint),
+``--repeat`` times each; times are medians (min–max) and ratios to ``topdown``'s median in the
+same run. Pruning ratios are ``1 − held/full`` (declarative) and ``1 − explored/full``
+(topdown), for OR nodes (plan-table entries) and AND nodes (plan alternatives) — the paper's
+Figure 5(b)/(c).
+The per-mode table is the contribution of each technique (the paper's Figure 11). The Spark
+engine, when asked for, runs pruning ``all`` only (seconds to minutes per optimization).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
-from harness import MODES, emit, machine, ms, timed, today
+from harness import (
+    MODES,
+    emit,
+    engine_list,
+    machine,
+    ms,
+    out_file,
+    parser,
+    positive_int,
+    script,
+    timed,
+    today,
+)
 
 from reopt.api import Optimizer
 
@@ -28,12 +41,18 @@ def bar(x: float, width: int = 30) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--engines", default="python")
-    ap.add_argument("--out", default=None, help="write the markdown report here")
+    ap = parser(__doc__, "benchmarks/pruning.py")
+    ap.add_argument("--repeat", type=positive_int, default=5, metavar="N",
+                    help="runs of each optimizer and mode per query (default %(default)s)")
+    ap.add_argument("--engines", type=engine_list, default=engine_list("python"),
+                    metavar="ENGINES", help="comma-separated engines of the declarative "
+                    "optimizer: python (every pruning mode), spark (`all` only) (default "
+                    "python)")
+    ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
+                    help="also write the markdown report to FILE (default: standard output "
+                    "only)")
     args = ap.parse_args(argv)
-    engines = [e for e in args.engines.split(",") if e]
+    engines = list(args.engines)
     lines = [
         f"Command: `{' '.join(['python', 'benchmarks/pruning.py', *(argv or sys.argv[1:])])}`",
         f"Date: {today()}; {machine()}; cost model `io`, TPC-H SF1 statistics.", "",
@@ -75,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(script(main))

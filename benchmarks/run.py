@@ -1,12 +1,12 @@
 """``make bench``: the paper's evaluation (Section 6, Appendix D) reproduced in one run.
 
-Run: ``.venv/bin/python benchmarks/run.py [--quick] [--repeat N] [--out DIR]`` (also
-``reopt bench``; ``make bench`` = ``--repeat 5``, ``make bench-quick`` = ``--quick``). One
-function per figure measures everything that figure compares side by side, in this process
-(the Spark engine in a worker process it can time out, see ``sparkrun.py``), normalizes it
-against a baseline measured in the same run, writes ``DIR/<figure>.png`` and returns a
-section; the sections become ``BENCHMARKS.md`` (the markdown next to ``DIR``'s parent for the
-default ``DIR``, else ``DIR/BENCHMARKS.md``) and the raw numbers ``DIR/bench.json``.
+Run: ``.venv/bin/python benchmarks/run.py [--quick] [--repeat N] [--only SECTIONS]
+[--engines ENGINES] [--out DIR] [--markdown FILE]`` (also ``reopt bench …``; ``make bench`` =
+``--repeat 5``, ``make bench-quick`` = ``--quick``). One function per figure measures
+everything that figure compares side by side, in this process (the Spark engine in a worker
+process it can time out, see ``sparkrun.py``), normalizes it against a baseline measured in
+the same run, writes ``DIR/<figure>.png`` and returns a section; the sections become a
+markdown report and the raw numbers ``DIR/bench.json``.
 
 * Figures 5 / 11 — initial optimization: time normalized to ``topdown``, pruning ratios.
 * Table 3 — optimizer state size for no pruning, aggsel, all.
@@ -15,8 +15,18 @@ default ``DIR``, else ``DIR/BENCHMARKS.md``) and the raw numbers ``DIR/bench.jso
 * Figure 9 — incremental vs non-incremental ``topdown`` and ``bottomup`` on Figure 6's deltas.
 * Figures 13 / 14 — Q10 and Q8Join, each base relation's rows × 1/8…8.
 
-``--quick`` (the test suite's smoke test): python engine only, factors 1/8 and 8, one round.
-Its numbers are not timings to read anything from.
+Where it writes, unless --out / --markdown say otherwise:
+
+* the full run — every section, both engines, every other option at its default (``make
+  bench``) — rewrites the committed BENCHMARKS.md at the repository root and the PNGs in
+  benchmarks/results/;
+* ``--quick`` (``make bench-quick``, the test suite's smoke test: python engine only, factors
+  1/8 and 8, one round; no timings to read anything from) writes benchmarks/results/quick/;
+* any other run (``--only``, ``--engines python``, ``--repeat 3``, a Spark option …) writes
+  benchmarks/results/partial/: a partial report must not replace the committed one.
+
+Both directories are git-ignored; the report of a run outside benchmarks/results is
+``DIR/BENCHMARKS.md``. Its ``Command:`` line is the command as run, options included.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +49,7 @@ from harness import (
     MODEL,
     MODES,
     QUICK_FACTORS,
+    engine_list,
     factor_label,
     machine,
     markdown_table,
@@ -45,17 +57,34 @@ from harness import (
     measure_procedural,
     median,
     ms,
+    parser,
     plan_trees,
+    positive_int,
+    positive_seconds,
     round_robin,
     same_cost,
+    script,
     today,
 )
 from sparkrun import available, run_spark
 
 from reopt.api import Optimizer
+from reopt.costmodel.errors import ReoptError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
+"""Where the full run writes its PNGs and bench.json (the PNGs are committed)."""
+FULL_MARKDOWN = ROOT / "BENCHMARKS.md"
+"""The committed report: only the full run (:func:`is_full`) writes it by default."""
+QUICK_OUT = DEFAULT_OUT / "quick"
+"""``--quick``'s default directory (git-ignored by benchmarks/results/.gitignore)."""
+PARTIAL_OUT = DEFAULT_OUT / "partial"
+"""Any other partial run's default directory (git-ignored by benchmarks/results/.gitignore)."""
+REPEAT = 5
+SPARK_REPEAT = 1
+SPARK_TIMEOUT = 400.0
+SPARK_BUDGET = 1800.0
+ENGINES = ("python", "spark")
 FIGURES = ("fig5", "table3", "fig6", "fig8", "fig9", "fig13")
 """Section keys (``--only``); ``fig8`` also makes Figure 12, ``fig13`` Figure 14."""
 
@@ -92,16 +121,23 @@ taken within one run, side by side, never across runs. Speed goals live here, ne
 @dataclass
 class Config:
     quick: bool = False
-    repeat: int = 5
-    spark_repeat: int = 1
-    engines: tuple[str, ...] = ("python", "spark")
+    repeat: int = REPEAT
+    spark_repeat: int = SPARK_REPEAT
+    engines: tuple[str, ...] = ENGINES
     factors: tuple[float, ...] = FACTORS
     out: Path = DEFAULT_OUT
-    markdown: Path = ROOT / "BENCHMARKS.md"
-    spark_timeout: float = 400.0
-    spark_budget: float = 1800.0
-    command: str = "make bench"
+    markdown: Path = FULL_MARKDOWN
+    spark_timeout: float = SPARK_TIMEOUT
+    spark_budget: float = SPARK_BUDGET
+    command: str = "python benchmarks/run.py --repeat 5"
+    """The command as run, options included (the report's ``Command:`` line)."""
+    alias: str | None = "make bench"
+    """The make target this run is, when it is one (same options, same outputs)."""
     only: tuple[str, ...] = FIGURES
+
+    @property
+    def full(self) -> bool:
+        return is_full(self)
 
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -989,17 +1025,24 @@ def _intro(cfg: Config) -> str:
 
 
 def render(cfg: Config, secs: list[Section], seconds: float) -> str:
-    meta = (f"Command: `{cfg.command}` · date: {today()} · machine: {machine()} · "
+    meta = (f"Command: `{cfg.command}`" + (f" (`{cfg.alias}`)" if cfg.alias else "")
+            + f" · date: {today()} · machine: {machine()} · "
             f"rounds: {cfg.repeat} (Spark: {cfg.spark_repeat})")
     rel = os.path.relpath(cfg.out, cfg.markdown.parent).replace(os.sep, "/")
     by_key = {s.key: s for s in secs}
+    committed = cfg.markdown == FULL_MARKDOWN.resolve()
     out = [_intro(cfg), "## How to reproduce", "",
-           f"`make bench` (= `.venv/bin/python benchmarks/run.py --repeat 5`, also `reopt "
-           "bench`) runs every figure below in one process and rewrites this file and the "
-           f"PNGs in `{rel}/`; `make bench-quick` (`--quick`: python engine, factors 1/8 and "
-           "8, one round; the test suite's smoke test) checks that it all runs. Cost model "
-           "`io`, TPC-H SF1 statistics. Each figure is normalized against a baseline measured "
-           "in the same run; times are medians with min–max.",
+           "`make bench` (= `.venv/bin/python benchmarks/run.py --repeat 5`, also `reopt "
+           "bench`) runs every figure below in one process and rewrites "
+           + ("this file and the PNGs in " if committed else
+              "`BENCHMARKS.md` at the repository root and the PNGs in ")
+           + f"`{os.path.relpath(DEFAULT_OUT, ROOT)}/`; `make bench-quick` (`--quick`: "
+           "python engine, factors 1/8 and 8, one round; the test suite's smoke test) checks "
+           "that it all runs. Any other selection (`--only`, `--engines`, `--repeat`, the "
+           "Spark options) is a partial run, written to the git-ignored "
+           "`benchmarks/results/partial/` unless `--out`/`--markdown` say otherwise. Cost "
+           "model `io`, TPC-H SF1 statistics. Each figure is normalized against a baseline "
+           "measured in the same run; times are medians with min–max.",
            "" if "spark" not in cfg.engines else
            f"\nThe Spark engine (Figure 5, and incremental updates under Figure 6) "
            f"takes seconds to minutes per optimization, so it gets {cfg.spark_repeat} round(s) per "
@@ -1010,6 +1053,9 @@ def render(cfg: Config, secs: list[Section], seconds: float) -> str:
     if cfg.quick:
         out += ["**This is a `--quick` run: one round per measurement, two factors — the "
                 "numbers are not timings to read anything from.**", ""]
+    elif not cfg.full:
+        out += [f"**This is a partial run (`{cfg.command}`), not the full evaluation of "
+                "`make bench`: " + ", ".join(_partial(cfg)) + ".**", ""]
     heads = _headlines(by_key)
     if heads:
         out += ["### Headline: reopt vs the paper", "", *heads, ""]
@@ -1035,12 +1081,30 @@ def render(cfg: Config, secs: list[Section], seconds: float) -> str:
     return "\n".join(out)
 
 
+def _partial(cfg: Config) -> list[str]:
+    """How a run differs from the full evaluation, in words for the report's banner."""
+    out = []
+    if set(cfg.only) != set(FIGURES):
+        out.append(f"sections {', '.join(cfg.only)} only")
+    if set(cfg.engines) != set(ENGINES):
+        out.append(f"engine {', '.join(cfg.engines)} only")
+    if cfg.repeat != REPEAT:
+        out.append(f"{cfg.repeat} round(s) instead of {REPEAT}")
+    if (cfg.spark_repeat, cfg.spark_timeout, cfg.spark_budget) != (
+            SPARK_REPEAT, SPARK_TIMEOUT, SPARK_BUDGET):
+        out.append(f"Spark: {cfg.spark_repeat} round(s), {cfg.spark_timeout:g} s per run, "
+                   f"{cfg.spark_budget:g} s in all (default {SPARK_REPEAT}, "
+                   f"{SPARK_TIMEOUT:g} s, {SPARK_BUDGET:g} s)")
+    return out
+
+
 SECTIONS: dict[str, Callable[[Config], Section | list[Section]]] = {
     "fig5": fig5, "table3": table3, "fig6": fig6, "fig8": fig8, "fig9": fig9, "fig13": fig13,
 }
 
 
 def run(cfg: Config) -> list[Section]:
+    cfg.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     secs: list[Section] = []
     for key in FIGURES:
@@ -1065,52 +1129,115 @@ def run(cfg: Config) -> list[Section]:
     return secs
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="reopt bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def is_full(cfg: Config) -> bool:
+    """Whether ``cfg`` is the full evaluation: every section, both engines and the default
+    rounds and Spark limits, not ``--quick``. Only such a run may replace the committed
+    BENCHMARKS.md and PNGs by default; any other is a partial report and must not."""
+    return (not cfg.quick and set(cfg.only) == set(FIGURES) and set(cfg.engines) == set(ENGINES)
+            and cfg.repeat == REPEAT and cfg.spark_repeat == SPARK_REPEAT
+            and cfg.spark_timeout == SPARK_TIMEOUT and cfg.spark_budget == SPARK_BUDGET)
+
+
+def _sections(text: str) -> tuple[str, ...]:
+    """``type=`` of ``--only``: known section keys, at least one (they run in FIGURES order)."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' names no section (choose from {', '.join(FIGURES)})")
+    for n in names:
+        if n not in FIGURES:
+            raise argparse.ArgumentTypeError(
+                f"unknown section '{n}' (choose from {', '.join(FIGURES)})")
+    return tuple(k for k in FIGURES if k in names)
+
+
+def _writable(path: Path, option: str, directory: bool) -> None:
+    """Fail now, not after the run, if ``path`` cannot be written: the report and bench.json
+    are written once every measurement is done, up to 20 minutes later."""
+    if path.exists() and path.is_dir() != directory:
+        raise ReoptError(f"{option} {path}: " + ("not a directory" if directory else
+                                                 "is a directory, not a file"))
+    ancestor = path if directory else path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
+        raise ReoptError(f"{option} {path}: cannot write into {ancestor}")
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    ap = parser(__doc__, prog)
     ap.add_argument("--quick", action="store_true",
-                    help="smoke run: python engine, factors 1/8 and 8, one round")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="rounds per measurement (default 5; --quick: 1)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="directory of the PNGs and bench.json (default benchmarks/results; "
-                    "--quick: benchmarks/results/quick, git-ignored)")
-    ap.add_argument("--markdown", type=Path, default=None,
-                    help="the report (default: BENCHMARKS.md at the repository root with the "
-                    "default --out, else OUT/BENCHMARKS.md)")
-    ap.add_argument("--engines", default=None,
-                    help="python,spark (default; --quick: python)")
-    ap.add_argument("--spark-repeat", type=int, default=1,
-                    help="Spark rounds per query and mode (default 1: seconds to minutes each)")
-    ap.add_argument("--spark-timeout", type=float, default=400.0,
-                    help="seconds one Spark query × mode may take before it is killed")
-    ap.add_argument("--spark-budget", type=float, default=1800.0,
-                    help="seconds for all Spark runs; the rest is reported as not run")
-    ap.add_argument("--only", default=",".join(FIGURES),
-                    help=f"comma-separated sections (of {', '.join(FIGURES)})")
+                    help="smoke run: python engine, factors 1/8 and 8, one round; into "
+                    "benchmarks/results/quick/")
+    ap.add_argument("--repeat", type=positive_int, default=None, metavar="N",
+                    help=f"rounds per measurement (default {REPEAT}; --quick: 1)")
+    ap.add_argument("--only", type=_sections, default=FIGURES, metavar="SECTIONS",
+                    help=f"comma-separated sections of {','.join(FIGURES)} (default: all); "
+                    "fig8 also makes Figure 12, fig13 Figure 14")
+    ap.add_argument("--engines", type=engine_list, default=None, metavar="ENGINES",
+                    help="python,spark (default) or python (--quick's default): every "
+                    "figure measures the python engine, spark adds the Spark engine's runs")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="directory of the PNGs and bench.json (default: benchmarks/results "
+                    "for the full run, benchmarks/results/quick for --quick, "
+                    "benchmarks/results/partial for any other run; the last two git-ignored)")
+    ap.add_argument("--markdown", type=Path, default=None, metavar="FILE",
+                    help="the report (default: BENCHMARKS.md at the repository root for the "
+                    "full run into benchmarks/results, else DIR/BENCHMARKS.md)")
+    ap.add_argument("--spark-repeat", type=positive_int, default=SPARK_REPEAT, metavar="N",
+                    help="Spark rounds per query and mode (default %(default)s: seconds to "
+                    "minutes each)")
+    ap.add_argument("--spark-timeout", type=positive_seconds, default=SPARK_TIMEOUT,
+                    metavar="SECONDS", help="seconds one Spark query × mode may take before "
+                    "it is killed (default %(default)g)")
+    ap.add_argument("--spark-budget", type=positive_seconds, default=SPARK_BUDGET,
+                    metavar="SECONDS", help="seconds for all Spark runs; the rest is reported "
+                    "as not run (default %(default)g)")
+    return ap
+
+
+def configure(argv: list[str], prog: str = "reopt bench") -> Config:
+    """The run ``argv`` asks for, its outputs resolved (see the module docstring: only the
+    full run writes the committed files by default) and checked writable, and its command
+    line as run (``prog`` then ``argv``). Bad options raise :class:`ReoptError`."""
+    ap = _parser(prog)
     args = ap.parse_args(argv)
-    repeat = args.repeat or (1 if args.quick else 5)
-    if repeat < 1:
-        ap.error("--repeat must be at least 1")
-    only = tuple(s for s in args.only.split(",") if s)
-    for s in only:
-        if s not in FIGURES:
-            ap.error(f"unknown section '{s}' (choose from {', '.join(FIGURES)})")
-    out = (args.out or (DEFAULT_OUT / "quick" if args.quick else DEFAULT_OUT)).resolve()
-    markdown = args.markdown or (ROOT / "BENCHMARKS.md" if out == DEFAULT_OUT
-                                 else out / "BENCHMARKS.md")
-    engines = tuple(e for e in (args.engines or ("python" if args.quick
-                                                 else "python,spark")).split(",") if e)
-    command = "make bench-quick" if args.quick and args.repeat is None else (
-        "make bench" if repeat == 5 and not args.quick and args.out is None
-        else "reopt bench " + " ".join(argv))
-    cfg = Config(quick=args.quick, repeat=repeat, spark_repeat=args.spark_repeat,
-                 engines=engines, factors=QUICK_FACTORS if args.quick else FACTORS, out=out,
-                 markdown=markdown.resolve(), spark_timeout=args.spark_timeout,
-                 spark_budget=args.spark_budget, command=command, only=only)
-    run(cfg)
-    return 0
+    engines = args.engines or (("python",) if args.quick else ENGINES)
+    if "python" not in engines:
+        ap.error(f"--engines {','.join(engines)}: every figure measures the python engine "
+                 "(use python or python,spark)")
+    cfg = Config(quick=args.quick,
+                 repeat=args.repeat if args.repeat is not None else 1 if args.quick else REPEAT,
+                 spark_repeat=args.spark_repeat, engines=engines,
+                 factors=QUICK_FACTORS if args.quick else FACTORS,
+                 spark_timeout=args.spark_timeout, spark_budget=args.spark_budget,
+                 only=args.only, command=shlex.join([*prog.split(), *argv]), alias=None)
+    default_out = QUICK_OUT if cfg.quick else DEFAULT_OUT if cfg.full else PARTIAL_OUT
+    cfg.out = (args.out or default_out).resolve()
+    committed = cfg.full and cfg.out == DEFAULT_OUT.resolve()
+    cfg.markdown = (args.markdown or (FULL_MARKDOWN if committed
+                                      else cfg.out / "BENCHMARKS.md")).resolve()
+    _writable(cfg.out, "--out", directory=True)
+    _writable(cfg.markdown, "--markdown", directory=False)
+    if committed and cfg.markdown == FULL_MARKDOWN.resolve():
+        cfg.alias = "make bench"
+    elif (cfg.quick and cfg.repeat == 1 and cfg.engines == ("python",)
+          and set(cfg.only) == set(FIGURES) and cfg.out == QUICK_OUT.resolve()
+          and cfg.markdown == (QUICK_OUT / "BENCHMARKS.md").resolve()):
+        cfg.alias = "make bench-quick"
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/run.py …`` (``argv`` None) or ``reopt bench …`` (``argv`` given by
+    reopt's command line): bad options are one line ``reopt: …`` and exit code 2."""
+    prog = "python benchmarks/run.py" if argv is None else "reopt bench"
+
+    def go(args: list[str] | None) -> int:
+        run(configure(sys.argv[1:] if args is None else args, prog))
+        return 0
+
+    return script(go, argv)
 
 
 if __name__ == "__main__":

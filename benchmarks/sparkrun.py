@@ -6,6 +6,10 @@ well may take far longer; ``run_spark`` therefore runs the tasks in a child proc
 stdout), kills it (its whole process group, the JVM included) when a task exceeds its time
 limit, marks that task, and starts a fresh worker for the rest. A failure is reported with the
 first line of its error, never raised.
+
+Not a command to run by hand: ``benchmarks/run.py`` (``make bench``) starts it. Run directly,
+it expects the task list as JSON on standard input (a list of objects with ``id``, ``query``,
+``model``, ``mode``, ``repeat`` and optionally ``deltas``; see ``run_spark``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import parser, script
+
+from reopt.costmodel.errors import ReoptError
+
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
@@ -31,7 +39,7 @@ def _first_line(e: BaseException) -> str:
 
 def worker() -> int:
     """Child side: set up Spark, then run each task and print its result as a JSON line."""
-    tasks = json.load(sys.stdin)
+    tasks = _tasks(sys.stdin.read())
 
     def say(obj: dict) -> None:
         print(json.dumps(obj), flush=True)
@@ -77,6 +85,33 @@ def worker() -> int:
         except Exception as e:
             say({"id": t["id"], "error": _first_line(e)})
     return 0
+
+
+TASK_KEYS = ("id", "query", "model", "mode", "repeat")
+
+
+def _tasks(text: str) -> list[dict]:
+    """The task list read from stdin, checked: a mistake is one line on stderr (which
+    ``run_spark`` reports as the worker's death), not a traceback or a KeyError per task."""
+    try:
+        tasks = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReoptError(f"sparkrun.py: the tasks on standard input are not JSON ({e})") from None
+    if not isinstance(tasks, list) or not all(
+            isinstance(t, dict) and all(k in t for k in TASK_KEYS) for t in tasks):
+        raise ReoptError("sparkrun.py: standard input must be a JSON list of tasks, each an "
+                         f"object with {', '.join(TASK_KEYS)}")
+    return tasks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The worker's command line: only ``--help``. Standard input from a terminal is refused
+    at once, where the worker would otherwise wait for JSON that never comes."""
+    parser(__doc__, "benchmarks/sparkrun.py").parse_args(argv)
+    if sys.stdin.isatty():
+        raise ReoptError("sparkrun.py is benchmarks/run.py's Spark worker: it reads its tasks "
+                         "as JSON on standard input (see 'benchmarks/sparkrun.py --help')")
+    return worker()
 
 
 def _reader(stream, q: queue.Queue) -> None:
@@ -178,4 +213,4 @@ def available(result: dict[str, Any] | None) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(worker())
+    sys.exit(script(main))

@@ -1,15 +1,24 @@
 """Smoke test of ``make bench`` / ``reopt bench``: the ``--quick`` variant runs and writes a
 well-formed report — every section, table and PNG. Never a timing assertion: speed goals live
-in ``benchmarks/`` and ``BENCHMARKS.md``."""
+in ``benchmarks/`` and ``BENCHMARKS.md``. Also: where a run writes (only the full run may
+replace the committed BENCHMARKS.md), and that bad options of the benchmark scripts are one
+line, before anything runs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from reopt.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
 
 SECTIONS = {
     "Figures 5 / 11: initial optimization": ["fig5.png"],
@@ -114,3 +123,144 @@ def test_quick_is_python_only(report):
     header = tables(text)["Figures 5 / 11"][0][0]
     assert not [c for c in header if c.startswith("spark")]
     assert "Spark engine not measured in this run" in text
+
+
+# -- where a run writes, and its options ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bench_run():
+    """``benchmarks/run.py`` as a module (as ``reopt bench`` loads it), to redirect its paths."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_run_under_test", BENCH / "run.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture
+def checkout(bench_run, tmp_path, monkeypatch):
+    """A stand-in source checkout: run.py's committed report and results directory (and the
+    quick and partial ones under it) point into ``tmp_path``; the report holds a sentinel."""
+    results = tmp_path / "benchmarks" / "results"
+    monkeypatch.setattr(bench_run, "DEFAULT_OUT", results)
+    monkeypatch.setattr(bench_run, "FULL_MARKDOWN", tmp_path / "BENCHMARKS.md")
+    monkeypatch.setattr(bench_run, "QUICK_OUT", results / "quick")
+    monkeypatch.setattr(bench_run, "PARTIAL_OUT", results / "partial")
+    (tmp_path / "BENCHMARKS.md").write_text("committed report\n")
+    return tmp_path
+
+
+def test_partial_run_leaves_the_committed_report_alone(bench_run, checkout):
+    """The audit's case (``--only table3 --engines python`` replaced BENCHMARKS.md with a
+    partial report headed "make bench … rounds: 5"), really run: Table 3 takes seconds."""
+    argv = ["--only", "table3", "--engines", "python", "--repeat", "1"]
+    assert bench_run.main(argv) == 0
+    assert (checkout / "BENCHMARKS.md").read_text() == "committed report\n"
+    results = checkout / "benchmarks" / "results"
+    assert not (results / "table3.png").exists() and not (results / "bench.json").exists()
+    partial = results / "partial"
+    text = (partial / "BENCHMARKS.md").read_text()
+    assert (partial / "table3.png").is_file()
+    command = "Command: `reopt bench --only table3 --engines python --repeat 1` · "
+    assert command in text
+    assert "(`make bench`)" not in text and "Command: `make bench" not in text
+    assert "This is a partial run" in text and "sections table3 only" in text
+    assert json.loads((partial / "bench.json").read_text())["command"] == command[10:-4]
+
+
+def test_only_the_full_run_targets_the_committed_report(bench_run, checkout):
+    results = checkout / "benchmarks" / "results"
+    for argv in ([], ["--repeat", "5"], ["--only", ",".join(reversed(bench_run.FIGURES))]):
+        cfg = bench_run.configure(argv)
+        assert (cfg.markdown, cfg.out) == (checkout / "BENCHMARKS.md", results), argv
+        assert cfg.full
+    assert bench_run.configure(["--repeat", "5"]).alias == "make bench"
+    assert bench_run.configure(["--repeat", "5"]).command == "reopt bench --repeat 5"
+    quick = bench_run.configure(["--quick"])
+    assert (quick.markdown, quick.out) == (results / "quick" / "BENCHMARKS.md",
+                                           results / "quick")
+    assert quick.alias == "make bench-quick"
+    for argv in (["--only", "table3"], ["--engines", "python"], ["--repeat", "3"],
+                 ["--spark-repeat", "2"], ["--spark-timeout", "10"], ["--spark-budget", "60"]):
+        cfg = bench_run.configure(argv)
+        assert not cfg.full and cfg.alias is None, argv
+        assert (cfg.markdown, cfg.out) == (results / "partial" / "BENCHMARKS.md",
+                                           results / "partial"), argv
+        assert cfg.command == "reopt bench " + " ".join(argv)
+    # an explicit --out DIR of a partial run: the report goes into DIR, not the root's
+    cfg = bench_run.configure(["--only", "fig5", "--out", str(results)])
+    assert cfg.markdown == results / "BENCHMARKS.md"
+    cfg = bench_run.configure(["--quick", "--markdown", str(checkout / "BENCHMARKS.md")])
+    assert cfg.markdown == checkout / "BENCHMARKS.md" and cfg.alias is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["--repeat", "0"], ["--repeat", "x"], ["--engines", "foo"], ["--engines", "spark"],
+    ["--engines", ""], ["--engines", "python,python"], ["--spark-repeat", "0"],
+    ["--spark-timeout", "-1"], ["--spark-timeout", "nan"], ["--spark-budget", "0"],
+    ["--only", "fig7"], ["--only", ","], ["--out", str(ROOT / "README.md")],
+    ["--markdown", str(BENCH)],
+])
+def test_bad_options_are_one_line(bench_run, monkeypatch, capsys, argv):
+    """Rejected before anything runs (``run`` must not be reached): ``reopt: bench: …``."""
+    def never(cfg):
+        raise AssertionError(f"ran with {cfg}")
+
+    monkeypatch.setattr(bench_run, "run", never)
+    assert bench_run.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("reopt: ") and err.count("\n") == 1, err
+
+
+def test_help_shows_defaults(bench_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_run.main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split("\noptions:\n", 1)[1].split())
+    for option, default in (("--repeat N", "default 5"), ("--spark-repeat N", "default 1"),
+                            ("--spark-timeout SECONDS", "default 400"),
+                            ("--spark-budget SECONDS", "default 1800")):
+        assert default in text.split(option, 1)[1].split(" --", 1)[0], option
+    assert "benchmarks/results/partial" in text
+
+
+# -- the per-topic scripts ------------------------------------------------------------------
+
+def _script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / name), *args], cwd=ROOT, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.parametrize("name,args", [  # --engines python: never Spark, should one pass
+    ("initial.py", ["--engines", "foo"]), ("initial.py", ["--repeat", "0", "--engines", "python"]),
+    ("initial.py", ["--out", str(BENCH), "--engines", "python"]),
+    ("pruning.py", ["--repeat", "0"]),
+    ("pruning.py", ["--engines", "python,nope"]), ("incremental.py", ["--repeat", "0"]),
+    ("profile_python.py", ["--repeat", "0"]), ("profile_python.py", ["--queries", "tpch:q99"]),
+    ("sparkrun.py", []),  # stdin is not JSON
+])
+def test_script_bad_options_are_one_line(name, args):
+    """Rejected before any measuring (the old ``--repeat 0`` failed on an AssertionError,
+    ``--engines foo`` on a ReoptError traceback, ``sparkrun.py`` on a JSONDecodeError)."""
+    r = _script(name, *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("reopt: ") and r.stderr.count("\n") == 1, r.stderr
+    assert not r.stdout
+
+
+@pytest.mark.parametrize("name", ["initial.py", "pruning.py", "incremental.py",
+                                  "profile_python.py", "sparkrun.py"])
+def test_script_help(name):
+    """Every option is explained; the docstrings (the description) are not stale."""
+    r = _script(name, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: "), r.stderr
+    options = r.stdout.split("\noptions:\n", 1)[1]
+    for line in options.splitlines():
+        if line.lstrip().startswith("--"):
+            option = line.split()[0]
+            rest = options.split(line, 1)[1].split("\n  -", 1)[0]
+            assert len(line.split()) > 2 or rest.strip(), f"{name} {option}: no help"
+    assert "until the pruning issue" not in r.stdout
+    assert "re-evaluates from scratch" not in r.stdout
