@@ -222,6 +222,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
+    except Exception as e:
+        # A Spark or Py4J error that escaped the run (the workers' Python cannot import reopt,
+        # the master went away, ...): one line; exit 2 when the set-up is at fault, 1 when
+        # the work failed.  Every other exception is a bug and keeps its traceback.
+        from reopt.spark import describe_spark_error
+
+        described = describe_spark_error(e)
+        if described is None:
+            raise
+        line, configuration = described
+        print(f"reopt: Spark failed: {line}", file=sys.stderr)
+        return 2 if configuration else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

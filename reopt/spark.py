@@ -11,6 +11,11 @@ Environment:
     master URL used when :func:`get_spark` is called without one (default ``local[*]``).
 ``JAVA_HOME`` / ``PATH``
     where ``java`` is looked up, in that order (the same order PySpark's launcher uses).
+
+Start-up failures (a bad master URL, an unreachable standalone master, a JVM that exits) raise
+one :class:`ReoptError` line naming the master; :func:`describe_spark_error` turns a Spark or
+Py4J exception raised later (a worker Python that cannot import reopt, a stopped context) into
+one line for the command line.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +43,8 @@ MIN_JAVA = 17
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "2g"
 MASTER_ENV = "REOPT_SPARK_MASTER"
+MASTER_CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a TCP connection to a ``spark://`` master before starting the JVM."""
 
 _INSTALL_HINT = "install OpenJDK 17 (Debian: apt-get install openjdk-17-jre-headless)"
 
@@ -136,28 +145,47 @@ def _resolve_master(master: str | None) -> str:
     return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
 
 
+def _spark_home() -> str | None:
+    """``$SPARK_HOME``, else the installed pyspark package (what ``spark-submit`` then uses)."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return str(Path(pyspark.__file__).parent)
+
+
 def _user_configured(key: str, *flags: str) -> bool:
     """Whether the user already set ``key`` outside reopt (so reopt must not override it).
 
-    Looks at ``PYSPARK_SUBMIT_ARGS`` (``--conf key=...`` or an equivalent flag such as
-    ``--driver-memory``) and ``spark-defaults.conf`` in ``$SPARK_CONF_DIR`` or
-    ``$SPARK_HOME/conf``.
+    Looks at ``PYSPARK_SUBMIT_ARGS`` (``--conf key=...``, ``--conf=key=...``, ``-c key=...``
+    or an equivalent flag such as ``--driver-memory``), a ``--properties-file`` it names, and
+    ``spark-defaults.conf`` in ``$SPARK_CONF_DIR`` or the Spark home's ``conf`` directory
+    (``$SPARK_HOME``, else the pyspark package).  Needed only for settings that must be known
+    when the JVM starts; runtime SQL settings are checked on the session's own configuration.
     """
     args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
-    if any(a.startswith(f"{key}=") or a in flags for a in args):
-        return True
-    dirs = [os.environ.get("SPARK_CONF_DIR")]
-    if os.environ.get("SPARK_HOME"):
-        dirs.append(os.path.join(os.environ["SPARK_HOME"], "conf"))
-    for d in dirs:
-        if not d:
-            continue
-        f = Path(d) / "spark-defaults.conf"
+    files = []
+    for i, a in enumerate(args):
+        if a.removeprefix("--conf=").startswith(f"{key}=") or a.split("=", 1)[0] in flags:
+            return True
+        if a == "--properties-file" and i + 1 < len(args):
+            files.append(Path(args[i + 1]))
+        elif a.startswith("--properties-file="):
+            files.append(Path(a.split("=", 1)[1]))
+    home = _spark_home()
+    for d in (os.environ.get("SPARK_CONF_DIR"), home and os.path.join(home, "conf")):
+        if d:
+            files.append(Path(d) / "spark-defaults.conf")
+    # Java properties syntax: "key value", "key=value" or "key: value".
+    pattern = re.compile(rf"\s*{re.escape(key)}\s*([=:\s]|$)")
+    for f in files:
         try:
             lines = f.read_text().splitlines()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             continue
-        if any(line.split(None, 1)[:1] == [key] for line in lines):
+        if any(pattern.match(line) for line in lines):
             return True
     return False
 
@@ -195,12 +223,284 @@ def _ensure_checkpoint_dir(spark: SparkSession) -> None:
     sc.setCheckpointDir(str(ckpt))
 
 
+# -- Spark's errors as one line -----------------------------------------------------------------
+_JAVA_CLASS = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*: ")
+"""A qualified Java exception class before its message (``java.lang.IllegalStateException: ``)."""
+_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (\w+) [\w.$]+: (.*)$")
+"""A line of Spark's log in reopt's log4j layout: level and message."""
+_NOT_A_REASON = (
+    "WARNING: Using incubator modules",  # printed by every JVM start
+    "Error initializing SparkContext",  # logged before the exception that says why
+)
+_MAX_LINE = 300
+
+
+def first_meaningful_line(text: str) -> str:
+    """The line of a Java or Python error text that says what went wrong, without class names.
+
+    A Python traceback gives its exception line (``ModuleNotFoundError: No module named 'x'``),
+    a Py4J error its Java exception's message (the line after ``An error occurred while
+    calling ...``), JVM output its first exception or ERROR log message.  Stack frames, log
+    lines below ERROR and the JVM's start-up warning are skipped; the result is one line of
+    at most 300 characters ("" for an empty text).
+    """
+    lines = text.splitlines()
+    tb = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    if tb:  # the exception line: the first unindented line after the last traceback's frames
+        for line in lines[tb[-1] + 1:]:
+            if line.strip() and not line[0].isspace():
+                return _clean(line)
+    for raw in lines:
+        line = raw.strip()
+        m = _LOG_LINE.match(line)
+        if m is not None:
+            if m.group(1) not in ("ERROR", "FATAL"):
+                continue
+            line = m.group(2).strip()
+        if (not line or raw[:1].isspace() and line.startswith(("at ", "...")) or
+                line.startswith(("An error occurred while calling", *_NOT_A_REASON))):
+            continue
+        line = line.removeprefix(": ")
+        line = re.sub(r'^Exception in thread "[^"]*" ', "", line)
+        return _clean(line)
+    return ""
+
+
+def _clean(line: str) -> str:
+    line = line.strip()
+    while _JAVA_CLASS.match(line):
+        line = _JAVA_CLASS.sub("", line, count=1)
+    line = " ".join(line.split())
+    return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 1] + "…"
+
+
+def is_spark_error(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by PySpark or Py4J (never imports either)."""
+    kinds: list[type] = []
+    errors = sys.modules.get("pyspark.errors")
+    if errors is not None:
+        kinds.append(errors.PySparkException)
+    protocol = sys.modules.get("py4j.protocol")
+    if protocol is not None:
+        kinds.append(protocol.Py4JError)
+    return bool(kinds) and isinstance(exc, tuple(kinds))
+
+
+def _exception_text(exc: BaseException) -> str:
+    """The message of a Spark/Py4J exception without asking the JVM if it can be avoided."""
+    desc = getattr(exc, "_desc", None)  # pyspark's captured exceptions: message, no JVM trace
+    if isinstance(desc, str) and desc.strip():
+        return desc
+    try:
+        return str(exc)
+    except Exception:  # a Py4JJavaError asks the JVM for its text; the JVM may be gone
+        return str(getattr(exc, "errmsg", "") or type(exc).__name__)
+
+
+def _worker_python() -> tuple[str, str]:
+    """(setting, interpreter) Spark starts Python workers with: ``spark.pyspark.python``,
+    else ``PYSPARK_PYTHON``, else ``python3``."""
+    context = sys.modules.get("pyspark.core.context")
+    sc = getattr(getattr(context, "SparkContext", None), "_active_spark_context", None)
+    if sc is not None:
+        try:
+            exe = sc.getConf().get("spark.pyspark.python")
+        except Exception:  # the JVM may be gone
+            exe = None
+        if exe:
+            return "spark.pyspark.python", exe
+    if os.environ.get("PYSPARK_PYTHON"):
+        return "PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"]
+    return "PYSPARK_PYTHON", "python3"
+
+
+_CONFIGURATION = (
+    "[JAVA_GATEWAY_EXITED]",
+    "[PYTHON_VERSION_MISMATCH]",
+    "[PACKAGE_NOT_INSTALLED]",
+    "Cannot call methods on a stopped SparkContext",
+    "All masters are unresponsive",
+)
+"""Spark errors that come from the set-up (master, workers' Python), not from reopt's work."""
+
+
+def describe_spark_error(exc: BaseException) -> tuple[str, bool] | None:
+    """One line for an exception raised by Spark or Py4J, and whether it is a configuration
+    problem (the master, the workers' Python) rather than a failure of the work itself.
+
+    Returns None for any other exception, which the caller must let through.
+    """
+    if not is_spark_error(exc):
+        return None
+    text = _exception_text(exc)
+    missing = re.search(r"^ModuleNotFoundError: No module named '([\w.]+)'", text, re.M)
+    if missing is not None and ("Python worker" in text or "PythonException" in text
+                                or type(exc).__name__ == "PythonException"):
+        setting, exe = _worker_python()
+        top = missing.group(1).split(".")[0]
+        return (
+            f"the Python that Spark starts for its workers ({setting}={exe}) cannot import "
+            f"{top} (No module named '{missing.group(1)}'); install reopt with its "
+            f"dependencies into that Python (on every worker), or set {setting} to a Python "
+            f"that has them (this one is {sys.executable})"
+        ), True
+    line = first_meaningful_line(text) or type(exc).__name__
+    if "stopped SparkContext" in line:
+        line = ("the SparkContext was stopped (is the master still running and reachable?): "
+                + line)
+    return line, any(marker in text for marker in _CONFIGURATION)
+
+
+def _startup_failure(url: str, exc: BaseException, jvm_output: str) -> str:
+    """The one-line ReoptError message for a session that failed to start."""
+    line = first_meaningful_line(_exception_text(exc)) or type(exc).__name__
+    jvm_line = first_meaningful_line(jvm_output)
+    if "All masters are unresponsive" in jvm_output:
+        line = ("no master answered (Spark: all masters are unresponsive); check "
+                f"--master / ${MASTER_ENV} and that the master is running")
+    elif jvm_line and ("[JAVA_GATEWAY_EXITED]" in line or "stopped SparkContext" in line):
+        line = jvm_line  # the JVM said why; Python only saw it exit or stop
+    return f"Spark failed to start with master '{url}': {line}"
+
+
+def _check_standalone_master(url: str) -> None:
+    """For a ``spark://host:port[,host:port...]`` master, fail at once if no listed master
+    accepts a TCP connection: Spark itself retries for a minute before giving up.
+
+    URLs this cannot parse are left to Spark to judge.
+    """
+    if not url.startswith("spark://"):
+        return
+    endpoints = []
+    for part in url[len("spark://"):].split(","):
+        m = re.fullmatch(r"(?:\[([^\]]+)\]|([^:\[\]/]+)):(\d{1,5})/?", part.strip())
+        if m is None:
+            return
+        endpoints.append((m.group(1) or m.group(2), int(m.group(3))))
+    errors = []
+    for host, port in endpoints:
+        try:
+            with socket.create_connection((host, port), timeout=MASTER_CONNECT_TIMEOUT):
+                return
+        except OSError as e:
+            errors.append(f"{host}:{port}: {e.strerror or e or type(e).__name__}")
+    raise ReoptError(
+        f"cannot reach the Spark master at {url} ({'; '.join(errors)}); check --master / "
+        f"${MASTER_ENV} and that the master is running"
+    )
+
+
+# -- the JVM's stderr ---------------------------------------------------------------------------
+_HOLD_LIMIT = 1 << 20
+
+
+def _write_stderr(data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(2, data):]
+    except OSError:  # stderr closed: drop the JVM's output, keep draining its pipe
+        pass
+
+
+class _JvmStderr:
+    """The stderr of the JVM reopt started, copied to this process's stderr by a daemon thread.
+
+    While Spark starts the output is held back (up to 1 MiB), so that a failed start-up can be
+    reported as one line instead of Java's stack traces; a successful one releases it as is.
+    """
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._held: bytearray | None = bytearray()
+        self._closed = threading.Event()
+        threading.Thread(target=self._pump, name="reopt-jvm-stderr", daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 65536):
+                with self._lock:
+                    if self._held is not None:
+                        self._held += chunk
+                        if len(self._held) <= _HOLD_LIMIT:
+                            continue
+                        chunk, self._held = bytes(self._held), None  # too much to hold back
+                    _write_stderr(chunk)
+        finally:
+            os.close(self._fd)
+            self._closed.set()
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._held is None:
+                self._held = bytearray()
+
+    def release(self, forward: bool, wait: float = 0.0) -> str:
+        """Stop holding back; write what was held if ``forward``; return it as text.
+
+        ``wait``: seconds to wait first for the JVM to close its stderr (after it exited)."""
+        if wait:
+            self._closed.wait(wait)
+        with self._lock:
+            held, self._held = bytes(self._held or b""), None
+            if forward:
+                _write_stderr(held)
+        return held.decode(errors="replace")
+
+
+_jvm_stderr: _JvmStderr | None = None
+
+
+def _start_gateway(options: dict[str, str]) -> None:
+    """Launch Spark's JVM with its stderr through :class:`_JvmStderr`, unless PySpark already
+    has a gateway (a stopped session's JVM, or the one ``spark-submit``/``pyspark`` gave us).
+    """
+    global _jvm_stderr
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        if _jvm_stderr is not None:
+            _jvm_stderr.hold()
+        return
+    read, write = os.pipe()
+    _jvm_stderr = _JvmStderr(read)
+    try:
+        gateway = launch_gateway(SparkConf().setAll(options.items()),
+                                 popen_kwargs={"stderr": write})
+    finally:
+        os.close(write)  # the JVM has its copy; EOF once it exits
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
 # -- sessions -----------------------------------------------------------------------------------
+FORCED_SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+}
+"""Settings of a session reopt creates that win over the user's (reopt's results depend on them;
+see :func:`get_spark`)."""
+
+STARTUP_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.cleaner.referenceTracking.cleanCheckpoints": "true",
+}
+"""Defaults fixed when the JVM starts, applied unless the user configured them (see
+:func:`_user_configured`)."""
+
 SMALL_PLAN_SETTINGS = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.adaptive.enabled": "false",
 }
 """Spark SQL settings for many small plans (see :func:`get_spark`), unless the user set them."""
+
+SESSION_DEFAULTS = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.constraintPropagation.enabled": "false",
+    **SMALL_PLAN_SETTINGS,
+}
+"""Runtime SQL defaults, set on the new session unless its configuration (which holds what
+``PYSPARK_SUBMIT_ARGS`` and ``spark-defaults.conf`` said) has them."""
 
 
 def get_spark(
@@ -213,42 +513,57 @@ def get_spark(
     If a session already exists it is returned as is (never a second one); only an explicit
     ``shuffle_partitions`` is applied to it, and it gets a checkpoint directory if it has none.
 
-    Settings of a new session, and why:
+    A session that cannot start raises :class:`ReoptError` with one line naming the master and
+    what Spark said (``Master must either be yarn or start with spark, k8s, or local``); a
+    ``spark://`` master that accepts no TCP connection within :data:`MASTER_CONNECT_TIMEOUT`
+    seconds fails before the JVM starts (Spark itself would retry for a minute).  Java's
+    output during start-up is held back for that; once the session is up it is passed on.
+
+    Settings of a new session, and why.  Everything below is a default that the user's own
+    configuration (``--conf`` in ``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf``, the
+    variables named) overrides, except the master, the app name and the time zone:
 
     * ``master``: the argument, else ``$REOPT_SPARK_MASTER``, else ``local[*]`` (all cores of
       this machine; reopt's data sets are laptop-sized).
+    * ``spark.sql.session.timeZone=UTC``, **always** (it wins over the user's): ``reopt stats``
+      reads timestamps without an offset (CSV, Parquet's ``TIMESTAMP_NTZ``) in the session's
+      time zone and writes them to the catalog as UTC, which the catalog reads at day
+      granularity; in any other zone a timestamp near midnight would land on another day
+      than the one written in the data, and the same files would give different catalogs on
+      different machines.  A session you created yourself keeps its own zone.
     * ``spark.ui.enabled=false``: the web UI costs a thread pool and a port per session and is
-      of no use in a batch tool or test run.
-    * Log level ERROR (``setLogLevel("ERROR")`` plus an ERROR-level log4j2 profile passed to
-      the driver JVM via ``spark.driver.defaultJavaOptions``): Spark's INFO/WARN chatter and
-      start-up banner would bury reopt's own output.  A user's ``extraJavaOptions`` still
-      apply and can point log4j elsewhere.
+      of no use in a batch tool or test run; ``spark.ui.showConsoleProgress=false``: progress
+      bars would interleave with reopt's output.
+    * Log level ERROR (an ERROR-level log4j2 profile passed to the driver JVM via
+      ``spark.driver.defaultJavaOptions``, plus ``setLogLevel("ERROR")``): Spark's INFO/WARN
+      chatter and start-up banner would bury reopt's own output.  A log4j configuration in
+      the user's ``spark.driver.extraJavaOptions`` or ``defaultJavaOptions``, or a
+      ``spark.log.level``, is left in charge.
     * ``spark.sql.shuffle.partitions``: Spark's default of 200 makes every join/aggregation
       of a small table schedule 200 tiny tasks; reopt uses ``2 x defaultParallelism`` (at
       least 2) unless ``shuffle_partitions`` is given or the user configured it.
     * ``spark.sql.execution.arrow.pyspark.enabled=true``: ``toPandas``/``createDataFrame``
-      from pandas go through Arrow, an order of magnitude faster than row pickling.
+      from pandas go through Arrow, an order of magnitude faster than row pickling.  Only
+      speed: the engines' ``mapInPandas`` calls use Arrow whatever this says.
     * ``spark.driver.memory=2g`` (unless set via ``PYSPARK_SUBMIT_ARGS``,
       ``SPARK_DRIVER_MEMORY`` or ``spark-defaults.conf``): in local mode the driver is also
       the executor; Spark's 1g default is tight, more would crowd small machines.
     * A checkpoint directory under a fresh temp directory (removed by :func:`stop_spark` or
-      at exit): iterative evaluation checkpoints DataFrames to cut their lineage, which
-      fails without one.  ``spark.cleaner.referenceTracking.cleanCheckpoints=true`` deletes
-      checkpoint files once their DataFrame is garbage-collected, so long runs don't fill
-      the disk.
-    * ``spark.sql.session.timeZone=UTC``: dates/timestamps in statistics and results do not
-      depend on the machine's time zone.
+      at exit) unless the session has one: iterative evaluation checkpoints DataFrames to cut
+      their lineage, which fails without one.
+      ``spark.cleaner.referenceTracking.cleanCheckpoints=true`` deletes checkpoint files once
+      their DataFrame is garbage-collected, so long runs don't fill the disk.
     * ``spark.sql.constraintPropagation.enabled=false``: the optimizer otherwise infers the
       constraints (predicates, aliases) of every operator to prune filters; on the ``spark``
       engine's plans (unions, windows and ``inline`` generators over many columns) that
       inference grows exponentially and planning one small frame took up to a minute.  The
       engine filters exactly what it needs; nothing is lost.
-    * ``spark.sql.codegen.wholeStage=false`` and ``spark.sql.adaptive.enabled=false`` (unless
-      configured): the engines run thousands of Spark plans over relations of thousands of
-      tuples, so compiling each plan to Java (whole-stage code generation) and re-planning at
-      every stage boundary (adaptive execution) cost more than they save. Measured on TPC-H
-      Q5 with pruning ``all``, one process per setting: initial optimization 91 s → 66 s,
-      an incremental update 23 s → 17 s. With large relations, set them back.
+    * ``spark.sql.codegen.wholeStage=false`` and ``spark.sql.adaptive.enabled=false``: the
+      engines run thousands of Spark plans over relations of thousands of tuples, so
+      compiling each plan to Java (whole-stage code generation) and re-planning at every
+      stage boundary (adaptive execution) cost more than they save. Measured on TPC-H Q5 with
+      pruning ``all``, one process per setting: initial optimization 91 s → 66 s, an
+      incremental update 23 s → 17 s. With large relations, set them back.
     * For ``local`` masters, ``spark.driver.host``/``bindAddress=127.0.0.1``: avoids
       hostname-resolution warnings and firewall prompts; nothing outside this machine talks
       to a local driver.
@@ -265,6 +580,8 @@ def get_spark(
         _ensure_checkpoint_dir(existing)
         return existing
 
+    url = _resolve_master(master)
+    _check_standalone_master(url)
     require_java()
     # pyproject deliberately allows pandas 3; PySpark warns about it on every session start.
     warnings.filterwarnings(
@@ -278,43 +595,48 @@ def get_spark(
         atexit.register(_cleanup_scratch)
     log4j = _scratch / "log4j2.properties"
     log4j.write_text(_LOG4J2)
+    log4j_option = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    url = _resolve_master(master)
-    builder = (
-        SparkSession.builder.master(url)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.constraintPropagation.enabled", "false")
-        .config("spark.cleaner.referenceTracking.cleanCheckpoints", "true")
-    )
+    options = {"spark.master": url, "spark.app.name": app_name, **FORCED_SETTINGS}
+    options.update((k, v) for k, v in STARTUP_DEFAULTS.items() if not _user_configured(k))
     if not _user_configured("spark.driver.defaultJavaOptions"):
-        builder = builder.config(
-            "spark.driver.defaultJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}"
-        )
+        options["spark.driver.defaultJavaOptions"] = log4j_option
     if not (
         os.environ.get("SPARK_DRIVER_MEMORY")
         or _user_configured("spark.driver.memory", "--driver-memory")
     ):
-        builder = builder.config("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
+        options["spark.driver.memory"] = DEFAULT_DRIVER_MEMORY
     if url.startswith("local") and not url.startswith("local-cluster"):
-        if not _user_configured("spark.driver.host"):
-            builder = builder.config("spark.driver.host", "127.0.0.1")
-        if not _user_configured("spark.driver.bindAddress"):
-            builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+        for key in ("spark.driver.host", "spark.driver.bindAddress"):
+            if not _user_configured(key):
+                options[key] = "127.0.0.1"
     if shuffle_partitions is not None:
-        builder = builder.config("spark.sql.shuffle.partitions", str(int(shuffle_partitions)))
+        options["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
 
-    spark = builder.getOrCreate()
+    try:
+        _start_gateway(options)
+        spark = SparkSession.builder.config(map=options).getOrCreate()
+    except Exception as e:
+        if not (is_spark_error(e) or isinstance(e, OSError)):
+            raise
+        exited = "[JAVA_GATEWAY_EXITED]" in _exception_text(e)
+        held = "" if _jvm_stderr is None else _jvm_stderr.release(False, 5.0 if exited else 0)
+        raise ReoptError(_startup_failure(url, e, held)) from None
+    if _jvm_stderr is not None:
+        _jvm_stderr.release(True)
     sc = spark.sparkContext
-    sc.setLogLevel("ERROR")
-    if shuffle_partitions is None and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+    conf = sc.getConf()
+    java_options = " ".join(conf.get(k, "") for k in ("spark.driver.defaultJavaOptions",
+                                                      "spark.driver.extraJavaOptions"))
+    if not conf.contains("spark.log.level") and "log4j" not in java_options.replace(
+        log4j_option, ""
+    ):
+        sc.setLogLevel("ERROR")
+    if shuffle_partitions is None and not conf.contains("spark.sql.shuffle.partitions"):
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 2 * sc.defaultParallelism)))
-    for key, value in SMALL_PLAN_SETTINGS.items():
-        if not sc.getConf().contains(key):
+    for key, value in SESSION_DEFAULTS.items():
+        if not conf.contains(key):
             spark.conf.set(key, value)
     _ensure_checkpoint_dir(spark)
     return spark
