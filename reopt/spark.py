@@ -197,6 +197,36 @@ def _cleanup_scratch() -> None:
         _scratch = None
 
 
+_SCRATCH_PREFIX = "reopt-spark-"
+
+
+def _scratch_dir() -> Path:
+    """This process's scratch directory (log4j profile, checkpoints), made on first use and
+    removed at exit. Its name carries the process id, so the directories of processes that
+    were killed (a notebook kernel, a benchmark worker past its time limit: no exit handler
+    runs) are removed here, by the next process that starts Spark."""
+    global _scratch
+    if _scratch is None:
+        base = Path(tempfile.gettempdir())
+        for old in base.glob(f"{_SCRATCH_PREFIX}*-*"):
+            pid = old.name.removeprefix(_SCRATCH_PREFIX).split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)) and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+        _scratch = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-"))
+        atexit.register(_cleanup_scratch)
+    return _scratch
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _existing_session() -> SparkSession | None:
     from pyspark.sql import SparkSession
 
@@ -211,14 +241,10 @@ def _existing_session() -> SparkSession | None:
 
 def _ensure_checkpoint_dir(spark: SparkSession) -> None:
     """Give the session a checkpoint directory unless it has one (needed to cut lineage)."""
-    global _scratch
     sc = spark.sparkContext
     if sc.getCheckpointDir() is not None:
         return
-    if _scratch is None:
-        _scratch = Path(tempfile.mkdtemp(prefix="reopt-spark-"))
-        atexit.register(_cleanup_scratch)
-    ckpt = _scratch / "checkpoints"
+    ckpt = _scratch_dir() / "checkpoints"
     ckpt.mkdir(exist_ok=True)
     sc.setCheckpointDir(str(ckpt))
 
@@ -589,11 +615,7 @@ def get_spark(
     )
     from pyspark.sql import SparkSession
 
-    global _scratch
-    if _scratch is None:
-        _scratch = Path(tempfile.mkdtemp(prefix="reopt-spark-"))
-        atexit.register(_cleanup_scratch)
-    log4j = _scratch / "log4j2.properties"
+    log4j = _scratch_dir() / "log4j2.properties"
     log4j.write_text(_LOG4J2)
     log4j_option = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
 

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +331,30 @@ def test_get_spark_settings(spark):
     assert conf.get("spark.sql.adaptive.enabled") == "false"
     assert spark.sparkContext.getCheckpointDir() is not None
     assert spark.sparkContext.master == "local[2]"
+
+
+def test_scratch_directories_of_killed_processes_are_removed(tmp_path, monkeypatch):
+    """A killed process leaves its scratch directory (no exit handler runs); the next process
+    that needs one removes those whose process is gone, and only those."""
+    import os
+    import sys
+
+    import reopt.spark as rs
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(rs, "_scratch", None)
+    dead = tmp_path / f"reopt-spark-{gone.pid}-abc"
+    live = tmp_path / f"reopt-spark-{os.getppid()}-def"
+    unnamed = tmp_path / "reopt-spark-xyz"  # an older layout without a process id: kept
+    for d in (dead, live, unnamed):
+        (d / "checkpoints").mkdir(parents=True)
+    mine = rs._scratch_dir()
+    try:
+        assert not dead.exists() and live.exists() and unnamed.exists()
+        assert mine.parent == tmp_path and mine.name.startswith(f"reopt-spark-{os.getpid()}-")
+        assert rs._scratch_dir() == mine
+    finally:
+        rs._cleanup_scratch()
+    assert not mine.exists()
