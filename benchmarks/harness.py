@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from reopt.api import ENGINES, Optimizer
-from reopt.costmodel.errors import ReoptError, UsageParser
+from reopt.cliargs import UsageParser, name_list
+from reopt.costmodel.errors import ReoptError
 
 MODEL = "io"
 """The paper's physical cost model; every figure is measured under it."""
@@ -68,17 +69,6 @@ def parser(doc: str | None, prog: str | None = None) -> UsageParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def positive_int(text: str) -> int:
-    """``type=`` of a count (``--repeat``): a whole number ≥ 1; 0 rounds measure nothing."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
 def positive_seconds(text: str) -> float:
     """``type=`` of a time limit: a finite number of seconds > 0."""
     try:
@@ -90,20 +80,8 @@ def positive_seconds(text: str) -> float:
     return x
 
 
-def engine_list(text: str) -> tuple[str, ...]:
-    """``type=`` of ``--engines``: a comma-separated list of reopt's engines, each once; an
-    unknown name would otherwise fail only when its first optimizer is built."""
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' names no engine (choose from {', '.join(ENGINES)})")
-    for n in names:
-        if n not in ENGINES:
-            raise argparse.ArgumentTypeError(
-                f"unknown engine '{n}' (choose from {', '.join(ENGINES)})")
-    if len(set(names)) < len(names):
-        raise argparse.ArgumentTypeError(f"'{text}' names an engine twice")
-    return tuple(names)
+engine_list = name_list("engine", ENGINES)
+"""``type=`` of ``--engines``."""
 
 
 def out_file(text: str) -> str:

@@ -42,10 +42,11 @@ from harness import (
     measure,
     out_file,
     parser,
-    positive_int,
     script,
     today,
 )
+
+from reopt.cliargs import positive_int
 
 
 def row(label: str, r: dict) -> str:

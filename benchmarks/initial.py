@@ -29,13 +29,13 @@ from harness import (
     out_file,
     parser,
     plan_trees,
-    positive_int,
     script,
     timed,
     today,
 )
 
 from reopt.api import Optimizer
+from reopt.cliargs import positive_int
 
 WORKLOAD = [
     ("tpch:q3", "io"), ("tpch:q3", "cout"), ("tpch:q10", "io"), ("tpch:q10", "cout"),

@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import MODEL, machine, parser, positive_int, round_robin, script, today
+from harness import MODEL, machine, parser, round_robin, script, today
 
 from reopt.api import Optimizer
+from reopt.cliargs import positive_int
 from reopt.evaluator.driver import load_program
 
 QUERIES = ("tpch:q5", "tpch:q5s", "tpch:q10", "tpch:q8join", "tpch:q8joins")

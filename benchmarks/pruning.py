@@ -25,13 +25,13 @@ from harness import (
     ms,
     out_file,
     parser,
-    positive_int,
     script,
     timed,
     today,
 )
 
 from reopt.api import Optimizer
+from reopt.cliargs import positive_int
 
 QUERIES = ("tpch:q5", "tpch:q5s", "tpch:q10", "tpch:q8join", "tpch:q8joins")
 

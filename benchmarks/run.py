@@ -59,7 +59,6 @@ from harness import (
     ms,
     parser,
     plan_trees,
-    positive_int,
     positive_seconds,
     round_robin,
     same_cost,
@@ -69,6 +68,7 @@ from harness import (
 from sparkrun import available, run_spark
 
 from reopt.api import Optimizer
+from reopt.cliargs import name_list, positive_int
 from reopt.costmodel.errors import ReoptError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1138,17 +1138,8 @@ def is_full(cfg: Config) -> bool:
             and cfg.spark_timeout == SPARK_TIMEOUT and cfg.spark_budget == SPARK_BUDGET)
 
 
-def _sections(text: str) -> tuple[str, ...]:
-    """``type=`` of ``--only``: known section keys, at least one (they run in FIGURES order)."""
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' names no section (choose from {', '.join(FIGURES)})")
-    for n in names:
-        if n not in FIGURES:
-            raise argparse.ArgumentTypeError(
-                f"unknown section '{n}' (choose from {', '.join(FIGURES)})")
-    return tuple(k for k in FIGURES if k in names)
+_sections = name_list("section", FIGURES)
+"""``type=`` of ``--only`` (the sections run in FIGURES order)."""
 
 
 def _writable(path: Path, option: str, directory: bool) -> None:

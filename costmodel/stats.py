@@ -61,8 +61,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reopt.cliargs import UsageParser, positive_int
 from reopt.costmodel.catalog import Catalog
-from reopt.costmodel.errors import CatalogError, UsageParser
+from reopt.costmodel.errors import CatalogError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -482,16 +483,6 @@ def compute_catalog(
 
 
 # -- command line -------------------------------------------------------------------------------
-def _positive_int(s: str) -> int:
-    try:
-        n = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{s}'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
 def _parser() -> argparse.ArgumentParser:
     ap = UsageParser(
         prog="reopt stats",
@@ -500,7 +491,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("paths", nargs="+", metavar="PATH", help="data file or folder")
     ap.add_argument("-o", "--output", required=True, metavar="CATALOG.json")
     ap.add_argument(
-        "--buckets", type=_positive_int, default=20, help="histogram buckets (default 20)"
+        "--buckets", type=positive_int, default=20, help="histogram buckets (default 20)"
     )
     ap.add_argument(
         "--histogram-columns",

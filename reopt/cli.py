@@ -21,9 +21,10 @@ from reopt.api import (
     optimize_batch,
     update_batch,
 )
+from reopt.cliargs import UsageParser
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
-from reopt.costmodel.errors import DeltaError, ReoptError, UsageParser
+from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
 
 

@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reopt.costmodel.errors import ReoptError, UsageParser
+from reopt.cliargs import UsageParser
+from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import ANY, Alt, PlanSpace, plan_cost
 from reopt.plan import PlanNode, build_plan
 

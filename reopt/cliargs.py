@@ -1,0 +1,55 @@
+"""What reopt's command lines share: usage errors as one line, and the argument types they check.
+
+``reopt optimize``, ``reopt stats``, ``python -m reopt.graph`` and the benchmark scripts parse
+with :class:`UsageParser`, so a usage error is a :class:`ReoptError` like any other bad input:
+one line ``reopt: …``, exit 2 (the usage text would bury it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+
+from reopt.costmodel.errors import ReoptError
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse whose usage errors are a :class:`ReoptError` instead of the usage text followed
+    by the error; ``--help`` still prints the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        where = self.prog.removeprefix("reopt").strip()  # the caller prints "reopt: " first
+        raise ReoptError(f"{where + ': ' if where else ''}{message} (see '{self.prog} --help')")
+
+
+def positive_int(text: str) -> int:
+    """``type=`` of a count (``--repeat``, ``--buckets``): a whole number ≥ 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def name_list(what: str, choices: Iterable[str]) -> Callable[[str], tuple[str, ...]]:
+    """``type=`` of a comma-separated list of ``what`` names (``--engines``, ``--only``): at
+    least one, each among ``choices`` and named once; in the order of ``choices``. An unknown
+    name would otherwise fail only when it is first used, possibly minutes into a run."""
+    known = tuple(choices)
+
+    def names(text: str) -> tuple[str, ...]:
+        got = [s.strip() for s in text.split(",") if s.strip()]
+        if not got:
+            raise argparse.ArgumentTypeError(
+                f"'{text}' names no {what} (choose from {', '.join(known)})")
+        for n in got:
+            if n not in known:
+                raise argparse.ArgumentTypeError(
+                    f"unknown {what} '{n}' (choose from {', '.join(known)})")
+        if len(set(got)) < len(got):
+            raise argparse.ArgumentTypeError(f"'{text}' names the same {what} twice")
+        return tuple(k for k in known if k in got)
+
+    return names
