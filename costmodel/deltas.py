@@ -80,7 +80,8 @@ def _number(text: str, raw: Any) -> float:
     try:
         v = float(raw)
     except (TypeError, ValueError):
-        raise DeltaError(f"delta '{text}': '{raw}' is not a number") from None
+        shown = "null" if raw is None else repr(raw) if not isinstance(raw, str) else f"'{raw}'"
+        raise DeltaError(f"delta '{text}': value {shown} is not a number") from None
     if not math.isfinite(v) or v <= 0:
         raise DeltaError(f"delta '{text}': the number must be finite and positive, got {raw}")
     return v

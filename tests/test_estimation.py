@@ -164,6 +164,7 @@ def test_json_deltas():
         ("sel a.x=b.x =2", "must be in (0, 1]"),
         ('{"kind": "card", "target": "a", "op": "*"}', "missing 'value'"),
         ('{"kind": "card", "target": "a", "op": "*", "value": true}', "not a number"),
+        ('{"kind": "card", "target": "a", "op": "*", "value": null}', "value null is not a number"),
         ("[{", "invalid JSON"),
     ],
 )
