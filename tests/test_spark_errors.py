@@ -237,7 +237,7 @@ def test_bad_master_one_line(tmp_path):
         "start with spark, k8s, or local"], proc.stderr
 
 
-def _python_without_reopt(tmp_path: Path) -> str | None:
+def _python_without_reopt(tmp_path: Path) -> str:
     """A Python of this version that cannot import reopt (from a directory without it)."""
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for exe in dict.fromkeys([getattr(sys, "_base_executable", None), "/usr/bin/python3",
@@ -249,14 +249,16 @@ def _python_without_reopt(tmp_path: Path) -> str | None:
             cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=60)
         if probe.stdout.strip() == version and "No module named 'reopt'" in probe.stderr:
             return exe
-    return None
+    # none installed: a bare virtual environment of this interpreter has no reopt either
+    venv = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   env=_clean_env(), capture_output=True, timeout=120)
+    return str(venv / "bin" / "python")
 
 
 @pytest.mark.spark
 def test_worker_python_without_reopt_one_line(tmp_path):
     exe = _python_without_reopt(tmp_path)
-    if exe is None:
-        pytest.skip("no Python of this version without reopt on this machine")
     proc = _cli(tmp_path, "optimize", "tpch:q3", "--engine", "spark", "--master", "local[1]",
                 PYSPARK_PYTHON=exe)
     assert proc.returncode == 2, proc.stderr
