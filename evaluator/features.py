@@ -127,6 +127,11 @@ def read_features(
             r, s = relation(d, d.args[0]), relation(d, d.args[1])
             if arity[s] >= arity[r]:
                 raise _err(d, f"{s}'s columns must be a proper prefix of {r}'s")
+            for rule in rules if "suppress" in enabled else ():
+                if rule.head.pred == r and not _embeds_in_front(rule, s, arity[s]):
+                    # a tuple without its source could be neither suppressed nor revived
+                    raise _err(d, f"{rule.pos}: every rule of {r} must read a {s} tuple whose "
+                                  f"columns are the first {arity[s]} of its head")
             if "suppress" in enabled:
                 out.suppress[r] = s
         elif d.name == "refcount":
@@ -152,6 +157,15 @@ def read_features(
             raise DirectiveError(f".bound {r} {b}: {b} must have the group columns of "
                                  f"{sel.agg} and one value")
     return out
+
+
+def _embeds_in_front(rule: Rule, source: str, width: int) -> bool:
+    """Whether ``rule``'s head starts with the variables of a ``source`` atom of its body,
+    all of them, in order (the head tuple names the source tuple it came from)."""
+    lead = rule.head.args[:width]
+    return any(isinstance(a, Atom) and a.pred == source and not a.negated
+               and all(isinstance(t, Var) for t in a.args) and tuple(a.args) == tuple(lead)
+               for a in rule.body)
 
 
 def aggregate_input(rule: Rule) -> AggSel | None:

@@ -117,6 +117,11 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                                  f"{key} columns")
             aggs[rule.head.pred] = sel.value
     for s in strata[:idx]:
+        for agg in (p for p in s.preds if p in program.aggregates):
+            # its groups would have to follow pruning in the live layer; only the maintained
+            # stratum's aggregates do (a session over such rules re-evaluates instead)
+            raise ReoptError(f"incremental maintenance: {agg} aggregates before the maintained "
+                             f"stratum {{{', '.join(st.preds)}}}")
         for v in (*s.base, *s.deltas):
             for op in v.ops:
                 if isinstance(op, Call) and program.builtins[op.name].statistics:
@@ -280,8 +285,8 @@ class MaintainedEngine(PythonEngine):
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
             work: deque[tuple[str, Iterable[tuple]]] = deque()
-            for p in prog.inputs:
-                self._spread(p, list(self.full[p].rows), work)
+            for p in (*prog.inputs, *sorted(self._kept)):  # kept ones are live whole: their
+                self._spread(p, list(self.full[p].rows), work)  # derivations count too
             self._revive_all(work)
         else:
             self._count_and_suppress()

@@ -572,7 +572,11 @@ class PythonEngine:
                 if not left:
                     out.append(t)
                 elif (min if func == "min" else max)(left) != t[pos]:
-                    raise ReoptError(f"internal: pruning changed the value of {pred}{t}")
+                    raise ReoptError(
+                        f"{pred}{t}: pruning deleted the inputs that carried this aggregate's "
+                        "value; an aggregate over a relation that suppression or reference "
+                        "counting deletes from is not supported (aggregate a relation pruning "
+                        "keeps, or use --pruning evita)")
         return out
 
     def _group_inputs(self, pred: str, group: tuple) -> list[tuple]:

@@ -134,8 +134,8 @@ class SparkMaintainedEngine(SparkEngine):
             self.counts = {g: _sel(self._frame(g, []), "*", f"1L AS {self._cnt[g]}")
                            for g in prog.features.refcount}
             work: dict[str, list[DataFrame]] = {}
-            for p in prog.inputs:
-                self._spread(p, self.full[p], work)
+            for p in (*prog.inputs, *sorted(self._kept)):  # kept ones are live whole: their
+                self._spread(p, self.full[p], work)  # derivations count too
             self._revive_all(work)
         else:
             self._count_and_suppress()

@@ -312,6 +312,8 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
         seconds = time.perf_counter() - t0
         for q, i in enumerate(members):
             o = opts[i]
+            if o._session is not None and o in o._session.members:
+                o._session.members.remove(o)  # its old batch's updates must not reach it
             o._evaluation, o._session, o._qid = ev, session, q
             metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
             metrics["batch_queries"] = len(members)

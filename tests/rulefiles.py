@@ -29,9 +29,13 @@ def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "",
 # Relations a user adds (README, "Python API": ``rules="my_rules/"``): one from the input and
 # one from the enumeration, evaluated before the maintained stratum (strata are ordered by
 # name where dependencies allow: hence the names) and neither counted, aggregated nor
-# embedding their source, so revival cannot rebuild them; one from the best costs, after it.
+# embedding their source, so revival cannot rebuild them; one inside the enumeration's
+# recursion that feeds Goal (its Goal derivations count: such a Goal is never pruned); one
+# from the best costs, after the maintained stratum.
 USER_RULES = """
 Asked(q) :- Expr(q, _, _).
 Alts(q, e) :- SearchSpace(q, e, _, _, _, _, _, _, _, _).
+Inputs(q, e, p) :- SearchSpace(q, _, _, _, _, _, e, p, _, _), e != 0.
+Goal(q, e, p) :- Inputs(q, e, p).
 Priced(q, e, c) :- BestCost(q, e, _, c).
 """

@@ -275,16 +275,60 @@ def test_user_relations_are_maintained_like_the_rest(tmp_path, mode):
     where = {p: i for i, s in enumerate(program.strata) for p in s.preds}
     maintained = maintenance_plan(program).stratum
     assert where["Asked"] < maintained and where["Alts"] < maintained < where["Priced"]
+    assert where["Inputs"] == where["Goal"]
     q, cat = make_query("star", 3 if mode == "none" else 4, 7)
     m = cost_model("io")
     session = Session(program, [PlanSpace(q, cat, m)], "python")
     assert session.incremental, session.reason
     session.optimize()
     expected = from_scratch(program, [PlanSpace(q, cat, m)])
-    assert all(expected[p] for p in ("Asked", "Alts", "Priced"))
+    assert all(expected[p] for p in ("Asked", "Alts", "Inputs", "Priced"))
     assert_same(session, expected)
     adj = session.ctx[0].adjustments
     for text in random_deltas(q, random.Random(3), 4, m.operators):
         adj = apply_deltas(list(parse_deltas(text)), q, cat, adj, m.operators)
         session.update({0: adj})
         assert_same(session, from_scratch(program, [PlanSpace(q, cat, m, adj)]))
+
+
+def test_an_aggregate_before_the_maintained_stratum_is_evaluated_not_maintained(tmp_path):
+    """Revival does not rebuild an aggregate of the enumeration (its groups would follow
+    pruning): the session says why it re-evaluates instead, and its relations are exact."""
+    rules = edited_rules(tmp_path, extra="AaMinGoal(q, min<e>) :- Goal(q, e, _).\n")
+    program = load_program(rules, pruning="all")
+    with pytest.raises(ReoptError, match="AaMinGoal aggregates before the maintained"):
+        maintenance_plan(program)
+    q, cat = make_query("chain", 3, 2)
+    m = cost_model("io")
+    session = Session(program, [PlanSpace(q, cat, m)], "python")
+    assert not session.incremental and "AaMinGoal" in session.reason
+    session.optimize()
+    assert_same(session, from_scratch(program, [PlanSpace(q, cat, m)]))
+
+
+def test_suppression_needs_every_costed_tuple_to_name_its_source(tmp_path):
+    """A PlanCost rule not reading the SearchSpace tuple in front of its head: suppression
+    could neither delete nor revive what it derives, so the rules are rejected where they are
+    pruned (evita does not suppress and takes them)."""
+    rules = edited_rules(tmp_path, extra=(
+        'PlanCost(q, e, p, 99, "scan", "magic", 0, "", 0, "", 1.0, 5.0) :- '
+        'Goal(q, e, p), Fn_isleaf(q, e, true), p = "any".\n'))
+    with pytest.raises(ReoptError, match=r"extra.dl:1:1: every rule of PlanCost must read a "
+                                         r"SearchSpace tuple whose columns are the first 10"):
+        load_program(rules, pruning="aggsel")
+    load_program(rules, pruning="evita")
+
+
+def test_a_member_that_re_optimized_alone_leaves_its_old_batch():
+    """After optimize_batch([a, b]) and a.optimize() alone, b's updates must not hand a the
+    old batch's evaluation."""
+    from reopt.api import optimize_batch
+
+    program = load_program(pruning="all")
+    a, b = (Optimizer(q, cost_model="io", engine="python", program=program)
+            for q in ("tpch:q3", "tpch:q10"))
+    optimize_batch([a, b])
+    a.optimize()
+    b.update("card nation *2")
+    assert {r[0] for r in a._evaluation.rows("BestCost")} == {0}
+    assert len(a.relations()["BestCost"]) == len(from_scratch(program, [a.space()])["BestCost"])
