@@ -19,4 +19,3 @@ class DeltaError(ReoptError):
 
 class OptimizerError(ReoptError):
     """An optimizer cannot handle the request (e.g. exhaustive search over too many trees)."""
-

@@ -694,7 +694,6 @@ def _write(fig: Any, path: str, suffix: str, dpi: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m reopt.graph QUERY -o FILE``: draw a query's and-or graph (python engine).
     ``docs/and-or-graph.png`` is ``python -m reopt.graph tpch:q5 -o docs/and-or-graph.png``."""
-
     from reopt.api import Optimizer
 
     ap = UsageParser(prog="python -m reopt.graph", description=main.__doc__)
