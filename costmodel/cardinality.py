@@ -109,6 +109,21 @@ def _clamp01(s: float) -> float:
     return 0.0 if s < 0 else 1.0 if s > 1 else s
 
 
+def not_a_date(value: object, ref: ColumnRef, table: str,
+               stats: ColumnStats | None) -> str | None:
+    """Why ``value`` cannot be compared with column ``ref`` (of ``table``), or None.
+
+    A column whose statistics are dates takes only ISO dates (``NULL`` aside): ``'yesterday'``,
+    ``'1995-13-45'`` or a number has no place on its day axis, and the estimate would silently
+    fall back to a default selectivity.
+    """
+    if value is None or iso_date(value) is not None or stats is None or stats.kind != "date":
+        return None
+    written = f"'{value}'" if isinstance(value, str) else str(value)
+    column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
+    return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
+
+
 class Estimator:
     """Cardinalities of relation sets of one query under given statistics (memoized)."""
 
@@ -121,6 +136,11 @@ class Estimator:
         self.catalog = catalog
         self.adj = adjustments or Adjustments()
         self._card: dict[int, float] = {}
+        derived = previous is not None and previous.query is query and previous.catalog is catalog
+        self._check_dates = not derived
+        """Check the filters' literals against date columns (:meth:`_check_literals`): they
+        depend on the query and the catalog only, so an estimator derived from one under
+        earlier statistics does not check them again."""
         n = query.n
         self._leaf = [self._leaf_card(i) for i in range(n)]
         self._preds = [
@@ -132,7 +152,8 @@ class Estimator:
         the same factors multiplied in the same order — corrections keep their insertion
         order, and deltas only add them)."""
         self._moved: list[int] = []
-        if previous is not None and previous.query is query and previous.catalog is catalog:
+        if derived:
+            assert previous is not None
             self._earlier, self._moved = previous._card, self.moved_masks(previous)
 
     # -- base relations ----------------------------------------------------------------------
@@ -197,20 +218,16 @@ class Estimator:
         raise TypeError(f"unknown predicate {p!r}")
 
     def _check_literals(self, ref: ColumnRef, values: tuple[object, ...]) -> None:
-        """Literals compared with a date column must be ISO dates (``NULL`` aside).
-
-        ``'yesterday'`` or ``'1995-13-45'`` has no place on the column's day axis, so the
-        estimate would silently be a default. The SQL front-end rejects them first, with their
-        position; this covers queries built otherwise, or estimated under another catalog.
-        """
-        bad = [v for v in values if v is not None and iso_date(v) is None]
-        if bad and self.column(ref).kind == "date":
-            table = self.query.table_of(ref.alias)
-            column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
-            raise QueryError(
-                f"query {self.query.name}: {bad[0]!r} is not a valid ISO date (YYYY-MM-DD), "
-                f"but column {column} holds dates"
-            )
+        """Literals compared with a date column must be ISO dates (:func:`not_a_date`). The
+        SQL front-end rejects them first, with their position; this covers queries built
+        otherwise, or estimated under another catalog."""
+        if not self._check_dates:
+            return
+        table = self.query.table_of(ref.alias)
+        for v in values:
+            why = not_a_date(v, ref, table, self.column(ref))
+            if why is not None:
+                raise QueryError(f"query {self.query.name}: {why}")
 
     def _compare(self, p: Compare) -> float:
         if p.op in ("=", "<>"):

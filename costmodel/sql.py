@@ -30,7 +30,8 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.simplify import simplify
 from sqlglot.tokens import Token, TokenType
 
-from reopt.costmodel.catalog import Catalog, iso_date
+from reopt.costmodel.cardinality import not_a_date
+from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import QueryError
 from reopt.costmodel.query import (
     And,
@@ -602,22 +603,13 @@ class _Parser:
         return None
 
     def _literal(self, ref: ColumnRef, e: exp.Expression) -> Value:
-        """The constant ``e`` compared with column ``ref``; raises :class:`_NotConstant`.
-
-        A column whose statistics are dates takes only ISO dates (``NULL`` aside): anything
-        else (``'yesterday'``, ``'1995-13-45'``, a number) has no place on its axis, and the
-        estimate would silently fall back to a default selectivity.
-        """
+        """The constant ``e`` compared with column ``ref``; raises :class:`_NotConstant`, and
+        for a literal a date column cannot take (:func:`not_a_date`) an error at its position."""
         value = _constant(e)
-        if value is None or iso_date(value) is not None:
-            return value
         table = self.by_alias[ref.alias].table
-        stats = self.catalog.tables[table].columns.get(ref.column)
-        if stats is not None and stats.kind == "date":
-            written = f"'{value}'" if isinstance(value, str) else str(value)
-            column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
-            message = f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column}"
-            raise self._error(f"{message} holds dates", _anchor(e))
+        why = not_a_date(value, ref, table, self.catalog.tables[table].columns.get(ref.column))
+        if why is not None:
+            raise self._error(why, _anchor(e))
         return value
 
     # -- SELECT / GROUP BY / ORDER BY --------------------------------------------------------
