@@ -16,6 +16,7 @@ from reopt.costmodel.deltas import apply_delta, apply_deltas, parse_delta, parse
 from reopt.costmodel.errors import CatalogError, DeltaError, QueryError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.query import (
+    And,
     Between,
     ColumnRef,
     Compare,
@@ -84,6 +85,12 @@ def sel(p) -> float:
         (Opaque("a", "a.x = a.h"), card.DEFAULT_OPAQUE),
         (Not(Compare(C("a", "x"), "<", 25)), 0.75),
         (Or((Compare(C("a", "x"), "=", 1), Compare(C("a", "x"), "=", 2))), 0.02 + 0.02 - 0.0004),
+        (And((Compare(C("a", "x"), "=", 3), Compare(C("a", "x"), "<", 25))), 0.02 * 0.25),
+        # AND nested inside OR: a product inside the OR's s1 + s2 − s1·s2
+        (Or((And((Compare(C("a", "x"), "=", 3), Compare(C("a", "x"), "<", 25))),
+             Compare(C("a", "x"), "=", 1))), 0.005 + 0.02 - 0.005 * 0.02),
+        (Not(And((Compare(C("a", "x"), "<", 25), Compare(C("a", "x"), ">=", 25)))),
+         1 - 0.25 * 0.75),
         (Compare(C("a", "x"), "<", 500), 1.0),  # clamped
     ],
 )
@@ -130,6 +137,19 @@ def test_card_deltas_on_tables_and_aliases():
     assert est.base_rows("a1") == 10 and est.base_rows("a2") == 10
     adj = apply_delta(parse_delta("card a1 =7"), q, CAT, adj)
     assert Estimator(q, CAT, adj).base_rows("a1") == 7
+
+
+def test_card_factors_compose():
+    # "scale the rows": a second factor scales what the first left, on a table (every alias)
+    # and on one alias alike
+    q = Query("t", (Relation("a1", "a"), Relation("a2", "a"), Relation("b", "b")))
+    adj = apply_deltas(parse_deltas("card a *2; card a *2; card a2 *3; card b *0.5; card b *0.5"),
+                       q, CAT, Adjustments())
+    est = Estimator(q, CAT, adj)
+    assert est.base_rows("a1") == 4000 and est.base_rows("a2") == 12000
+    assert est.base_rows("b") == 50
+    adj = apply_delta(parse_delta("card a2 *0.5"), q, CAT, adj)
+    assert Estimator(q, CAT, adj).base_rows("a2") == 6000
 
 
 def test_sel_and_cost_deltas():
