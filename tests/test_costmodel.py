@@ -19,8 +19,9 @@ import math
 
 import pytest
 
-from reopt.costmodel.cardinality import Estimator
+from reopt.costmodel.cardinality import Adjustments, Estimator
 from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.models import cost_model, sort_cost
 from reopt.costmodel.query import ColumnRef, Compare, JoinPredicate, Query, Relation
 from reopt.costmodel.space import ANY, PlanSpace
@@ -103,3 +104,15 @@ def test_final_operators_and_groups():
     assert cost_of(sp, top, "sortagg") == pytest.approx(sort_cost(T) + 0.0025 * T + 0.01 * 10)
     ordered = space(order_by=(C("a", "x"),))
     assert cost_of(ordered, ordered.top, "topsort") == pytest.approx(sort_cost(T))
+
+
+def test_an_operator_factor_scales_that_operator_only():
+    sp = space()
+    adj = apply_deltas(parse_deltas("cost hashjoin *2; cost hashjoin *1.5; cost tablescan *0.5"),
+                       sp.query, sp.catalog, Adjustments(), sp.model.operators)
+    scaled = PlanSpace(sp.query, sp.catalog, sp.model, adj)
+    assert cost_of(scaled, 0b11, "hashjoin", left=0b01) == pytest.approx(
+        3 * (2 * 0.01 * R + 0.0025 * L + 0.01 * T))
+    assert cost_of(scaled, 0b01, "tablescan") == pytest.approx(0.5 * 20)
+    assert cost_of(scaled, 0b11, "sortmerge", left=0b01) == pytest.approx(
+        0.0025 * (L + R) + 0.01 * T)
