@@ -22,6 +22,7 @@ from reopt.costmodel.query import (
     Query,
     Relation,
 )
+from reopt.costmodel.space import PlanSpace
 
 SHAPES = ("chain", "star", "cycle", "clique", "random")
 
@@ -127,3 +128,18 @@ def random_deltas(q: Query, rng: random.Random, k: int, operators: tuple[str, ..
         else:
             out.append(f"cost {rng.choice(operators)} *{f}")
     return out
+
+
+def tie_deltas(space: PlanSpace) -> tuple[str, str]:
+    """A cost delta that makes some leaf's index scan cost exactly what its table scan costs
+    (two alternatives of one OR node, different operators, tied for best), and the delta
+    undoing it. Exact cost ties are what a cost model like ``cout`` never produces and what
+    re-optimization must still follow: a group then changes by losing or gaining tuples of
+    equal cost."""
+    for node in space.or_nodes():
+        costs = {a.phy_op: space.local_cost(a) for a in space.alternatives(*node)}
+        if {"tablescan", "indexscan"} <= costs.keys():
+            f = costs["tablescan"] / costs["indexscan"]
+            if costs["indexscan"] * f == costs["tablescan"]:
+                return f"cost indexscan *{f!r}", f"cost indexscan *{1 / f!r}"
+    raise AssertionError(f"{space.query.name}: no leaf with both scans to tie")

@@ -221,3 +221,17 @@ def test_relations_say_why_they_are_missing():
         Optimizer("tpch:q3", optimizer="topdown").relations()
     with pytest.raises(ReoptError, match=r"^relations\(\): optimize\(\) first$"):
         Optimizer("tpch:q3", engine="python").relations()
+
+
+@pytest.mark.parametrize("query, model", [("tpch:q5", "cout"), ("tpch:q5", "io")])
+def test_ties_are_broken_by_the_smallest_alternative(query, model):
+    """Several best plans of one OR node (cout's commuted joins tie): the plan tree takes the
+    smallest alternative at every node, so every engine and every run returns the same plan."""
+    space = Optimizer(query, cost_model=model).space()
+    ev = evaluate([space], program=load_program(pruning="evita"))  # keeps every tied plan
+    best: dict[tuple, list[tuple]] = {}
+    for r in ev.rows("BestPlan"):
+        best.setdefault((r[1], r[2]), []).append(tuple(r[1:10]))
+    assert any(len(v) > 1 for v in best.values())  # the query has ties to break
+    for node in ev.best_plan(0).walk():
+        assert tuple(node.alt) == min(best[(node.alt.expr, node.alt.prop)])

@@ -14,7 +14,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from randq import SHAPES, make_query, random_deltas
+from randq import SHAPES, make_query, random_deltas, tie_deltas
 from rulefiles import USER_RULES, edited_rules
 
 from reopt.api import Optimizer
@@ -205,20 +205,10 @@ def test_updated_counts_the_nodes_whose_tuples_changed(mode):
 
 @pytest.mark.parametrize("mode", PRUNING_MODES)
 def test_a_delta_making_two_plans_cost_exactly_the_same(mode):
-    """Exact cost ties: a cost factor that makes a leaf's index scan cost exactly what its
-    table scan costs (the group then changes by losing or gaining tuples of equal cost)."""
+    """Exact cost ties (``tie_deltas``): made by one cost delta, then undone."""
     q, cat = make_query("chain", 2, 0)
-    m = cost_model("io")
-    space = PlanSpace(q, cat, m)
-    for node in space.or_nodes():
-        costs = {a.phy_op: space.local_cost(a) for a in space.alternatives(*node)}
-        if {"tablescan", "indexscan"} <= costs.keys():
-            f = costs["tablescan"] / costs["indexscan"]
-            if costs["indexscan"] * f == costs["tablescan"]:
-                break
-    else:
-        raise AssertionError("the query has no leaf with both scans to tie")
-    run_sequence(mode, q, cat, "io", [[f"cost indexscan *{f!r}"], [f"cost indexscan *{1 / f!r}"]])
+    tie, untie = tie_deltas(PlanSpace(q, cat, cost_model("io")))
+    run_sequence(mode, q, cat, "io", [[tie], [untie]])
 
 
 def test_a_session_update_leaving_some_queries_unchanged():

@@ -22,7 +22,7 @@ from reopt.costmodel.space import Alt, PlanSpace, plan_cost
 from reopt.evaluator.compiler import compile_program
 from reopt.evaluator.driver import INPUTS, PRUNING_MODES, evaluate, load_program, rule_files
 from reopt.evaluator.features import DirectiveError
-from reopt.evaluator.parser import parse_files
+from reopt.evaluator.parser import parse, parse_files
 from reopt.evaluator.python_engine import PythonEngine
 from reopt.optimizers.topdown import topdown
 
@@ -200,6 +200,16 @@ def test_bad_directives(tmp_path, extra, message):
     with pytest.raises(DirectiveError, match=message) as e:
         load_program(edited_rules(tmp_path, extra=extra), pruning="all")
     assert ".dl:" in str(e.value)
+
+
+@pytest.mark.parametrize("body", ["R(k, v), v > 1", "R(k, v), S(k, _)", "!S(k, v), R(k, v)"])
+def test_aggsel_needs_an_aggregate_of_one_atom(body):
+    """Aggregate selection compares candidates with the aggregate of ONE input relation; an
+    aggregate whose rule also filters or joins is not that relation's min and is refused."""
+    text = f"S(1, 1). S(1, 5). R(k, v) :- S(k, v). A(k, min<v>) :- {body}. .aggsel A."
+    with pytest.raises(DirectiveError, match="min<>/max<> over a single relation"):
+        compile_program(parse(text), BUILTINS, {}, frozenset({"aggsel"}))
+    compile_program(parse(text.replace(" .aggsel A.", "")), BUILTINS, {}, frozenset({"aggsel"}))
 
 
 def test_aggregate_in_recursion_needs_a_schedule(tmp_path):
