@@ -141,6 +141,20 @@ def test_names_in_another_case_still_load() -> None:
     assert Catalog.from_dict(doc).tables["orders"].columns["o_date"].min == "1992-01-01"
 
 
+def test_index_and_sort_columns_in_another_case_load() -> None:
+    doc = {"tables": {"Orders": {"rows": 1, "columns": {"O_OrderKey": {}},
+                                 "indexes": ["O_OrderKey"], "sorted_on": "O_ORDERKEY"}}}
+    t = Catalog.from_dict(doc).tables["orders"]
+    assert t.indexes == ("o_orderkey",) and t.sorted_on == "o_orderkey"
+
+
+def test_histogram_bounds_may_repeat() -> None:
+    # an equi-depth histogram of skewed data repeats a bound: non-decreasing is enough
+    h = {"bounds": [0, 5, 5, 10], "counts": [40, 20, 40]}
+    loaded = Catalog.from_dict(column(min=0, max=10, histogram=h))
+    assert loaded.tables["orders"].columns["o_date"].histogram.bounds == (0, 5, 5, 10)
+
+
 def test_file_errors_name_the_file(tmp_path: Path) -> None:
     p = tmp_path / "cat.json"
     p.write_text(json.dumps(column(min=10, max=5)))

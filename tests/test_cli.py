@@ -176,3 +176,11 @@ def test_text_output_of_every_optimizer(capsys):
     assert f"costed {int(trees):,} plan trees" in out
     assert out.count("-- after card orders *2: cost=") == 5
     assert "incremental: updated" in out
+
+
+def test_scale_factor_option_scales_the_builtin_catalog(capsys):
+    sql = "SELECT * FROM lineitem, orders WHERE l_orderkey = o_orderkey"
+    rows = {sf: run_json(capsys, "optimize", sql, "--optimizer", "topdown", "--sf", str(sf))
+            ["queries"][0]["initial"]["estimates"]["relations"] for sf in (1, 10)}
+    assert rows[10] == {"lineitem": 60_000_000, "orders": 15_000_000}  # 6M·SF, 1.5M·SF
+    assert rows[1] == {"lineitem": 6_001_215, "orders": 1_500_000}

@@ -354,6 +354,12 @@ def test_group_by_select_alias_and_ordinal() -> None:
     assert query.group_by == (O_CUST, O_DATE)
 
 
+def test_group_by_prefers_an_input_column_over_a_select_alias() -> None:
+    # as PostgreSQL: GROUP BY o_orderkey names the table's column, not the alias
+    query = q("SELECT o_custkey AS o_orderkey, count(*) FROM orders o GROUP BY o_orderkey")
+    assert query.group_by == (O_KEY,)
+
+
 def test_group_by_expression_records_its_columns() -> None:
     query = q("SELECT count(*) FROM orders o GROUP BY o_custkey + o_orderkey, o_custkey")
     assert query.group_by == (O_CUST, O_KEY)
@@ -804,6 +810,10 @@ _NOT_A_DATE = "is not a valid ISO date (YYYY-MM-DD), but column"
         (
             "SELECT * FROM orders WHERE o_orderdate BETWEEN '1995-01-01' AND DATE '1995-13-45'",
             f"line 1, column 70: '1995-13-45' {_NOT_A_DATE} 'orders.o_orderdate'",
+        ),
+        (
+            "SELECT * FROM orders WHERE o_orderdate BETWEEN 'yesterday' AND '1995-01-01'",
+            f"line 1, column 48: 'yesterday' {_NOT_A_DATE} 'orders.o_orderdate'",
         ),
         (
             "SELECT * FROM orders WHERE o_orderdate IN ('1995-01-01', 19950101)",

@@ -98,6 +98,8 @@ def test_spec_statistics_sf1(cat: Catalog) -> None:
         return c.distinct, c.min, c.max
 
     assert stats("orders", "o_custkey")[0] == 99_996
+    # the largest customer key not a multiple of 3 (clause 4.2.3): 150000 = 3·50000 never orders
+    assert stats("orders", "o_custkey")[1:] == (1, 149_999)
     assert stats("orders", "o_orderkey") == (1_500_000, 1, 6_000_000)
     assert stats("orders", "o_orderdate") == (2406, "1992-01-01", "1998-08-02")
     assert stats("lineitem", "l_shipdate") == (2526, "1992-01-02", "1998-12-01")
@@ -205,3 +207,16 @@ def test_bad_scale_factor() -> None:
     for sf in [0, -1, float("nan"), float("inf")]:
         with pytest.raises(CatalogError):
             tpch_catalog(sf)
+
+
+def test_q3_predicates_are_the_specification_s() -> None:
+    """TPC-H Q3 (clause 2.4.3): o_orderdate < date '[DATE]' and l_shipdate > date '[DATE]',
+    [DATE] = 1995-03-15 by default, and one market segment."""
+    from reopt.api import Optimizer
+    from reopt.costmodel.query import ColumnRef, Compare
+
+    filters = Optimizer("tpch:q3").query.filters
+    assert Compare(ColumnRef("orders", "o_orderdate"), "<", "1995-03-15") in filters
+    assert Compare(ColumnRef("lineitem", "l_shipdate"), ">", "1995-03-15") in filters
+    assert [(f.column, f.op) for f in filters if f.column.column == "c_mktsegment"] == [
+        (ColumnRef("customer", "c_mktsegment"), "=")]
