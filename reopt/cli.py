@@ -6,7 +6,9 @@ Bad input of any kind ends with one line ``reopt: <what is wrong>`` on stderr an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 
@@ -223,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
+    except BrokenPipeError:
+        # The reader went away (`reopt … --json | head`): stop quietly, as other Unix tools
+        # do, and point stdout at /dev/null so the interpreter's last flush cannot fail again.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
     except Exception as e:
         # A Spark or Py4J error that escaped the run (the workers' Python cannot import reopt,
         # the master went away, ...): one line; exit 2 when the set-up is at fault, 1 when

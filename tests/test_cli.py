@@ -184,3 +184,18 @@ def test_scale_factor_option_scales_the_builtin_catalog(capsys):
             ["queries"][0]["initial"]["estimates"]["relations"] for sf in (1, 10)}
     assert rows[10] == {"lineitem": 60_000_000, "orders": 15_000_000}  # 6M·SF, 1.5M·SF
     assert rows[1] == {"lineitem": 6_001_215, "orders": 1_500_000}
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(monkeypatch, capsys):
+    """`reopt … --json | head`: the pipe closes before the output is written; no traceback,
+    the exit status a shell gives a command killed by SIGPIPE."""
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert main(["optimize", "tpch:q3", "--optimizer", "topdown", "--json"]) == 141
+    assert capsys.readouterr().err == ""
