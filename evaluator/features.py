@@ -127,12 +127,12 @@ def read_features(
             r, s = relation(d, d.args[0]), relation(d, d.args[1])
             if arity[s] >= arity[r]:
                 raise _err(d, f"{s}'s columns must be a proper prefix of {r}'s")
-            for rule in rules if "suppress" in enabled else ():
-                if rule.head.pred == r and not _embeds_in_front(rule, s, arity[s]):
-                    # a tuple without its source could be neither suppressed nor revived
-                    raise _err(d, f"{rule.pos}: every rule of {r} must read a {s} tuple whose "
-                                  f"columns are the first {arity[s]} of its head")
             if "suppress" in enabled:
+                for rule in rules:
+                    if rule.head.pred == r and not _embeds_in_front(rule, s, arity[s]):
+                        # a tuple without its source could be neither suppressed nor revived
+                        raise _err(d, f"{rule.pos}: every rule of {r} must read a {s} tuple "
+                                      f"whose columns are the first {arity[s]} of its head")
                 out.suppress[r] = s
         elif d.name == "refcount":
             if len(d.args) != 1:

@@ -117,7 +117,8 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                                  f"{key} columns")
             aggs[rule.head.pred] = sel.value
     for s in strata[:idx]:
-        for agg in (p for p in s.preds if p in program.aggregates):
+        agg = next((p for p in s.preds if p in program.aggregates), None)
+        if agg is not None:
             # its groups would have to follow pruning in the live layer; only the maintained
             # stratum's aggregates do (a session over such rules re-evaluates instead)
             raise ReoptError(f"incremental maintenance: {agg} aggregates before the maintained "
@@ -194,6 +195,9 @@ class Layers:
     tuples are the complete layer's; revival, which follows embedded sources and counts,
     could not rebuild them. No statistics built-in runs before the maintained stratum, so an
     update never changes them either."""
+    seeds: tuple[str, ...]
+    """Relations live whole, whose tuples seed revival of the live layer under reference
+    counting: the inputs, and the kept relations (their derivations count too)."""
 
 
 def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
@@ -226,7 +230,7 @@ def layers(compiled: CompiledProgram, plan: MaintenancePlan) -> Layers:
     kept = frozenset(p for p in layer if p in derived and p not in f.refcount
                      and p not in compiled.aggregates and p not in embedded)
     return Layers(complete, layer, post, {s: r for r, s in f.suppress.items()}, embedded,
-                  frozenset(alternatives), kept)
+                  frozenset(alternatives), kept, (*compiled.inputs, *sorted(kept)))
 
 
 class MaintainedEngine(PythonEngine):
@@ -243,6 +247,7 @@ class MaintainedEngine(PythonEngine):
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
         self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
+        self._seeds = shape.seeds
         self._suppressing = shape.suppressing
         self._embedded: dict[str, list[list[tuple[str, Callable[[tuple], tuple]]]]] = {
             head: [[(s, key_of(c)) for s, c in atoms] for atoms in rules]
@@ -285,8 +290,8 @@ class MaintainedEngine(PythonEngine):
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
             work: deque[tuple[str, Iterable[tuple]]] = deque()
-            for p in (*prog.inputs, *sorted(self._kept)):  # kept ones are live whole: their
-                self._spread(p, list(self.full[p].rows), work)  # derivations count too
+            for p in self._seeds:
+                self._spread(p, list(self.full[p].rows), work)
             self._revive_all(work)
         else:
             self._count_and_suppress()

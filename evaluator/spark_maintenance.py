@@ -97,7 +97,7 @@ class SparkMaintainedEngine(SparkEngine):
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank_fn = compiled.builtins[st.schedule.rank].fn
         self._layer, self._post = shape.layer, shape.post
-        self._kept = shape.kept
+        self._kept, self._seeds = shape.kept, shape.seeds
         self._suppressing, self._embedded = shape.suppressing, shape.embedded
         self._alternatives = shape.alternatives
         target = self.plan.target
@@ -134,8 +134,8 @@ class SparkMaintainedEngine(SparkEngine):
             self.counts = {g: _sel(self._frame(g, []), "*", f"1L AS {self._cnt[g]}")
                            for g in prog.features.refcount}
             work: dict[str, list[DataFrame]] = {}
-            for p in (*prog.inputs, *sorted(self._kept)):  # kept ones are live whole: their
-                self._spread(p, self.full[p], work)  # derivations count too
+            for p in self._seeds:
+                self._spread(p, self.full[p], work)
             self._revive_all(work)
         else:
             self._count_and_suppress()

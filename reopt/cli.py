@@ -229,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`reopt … --json | head`): stop quietly, as other Unix tools
         # do, and point stdout at /dev/null so the interpreter's last flush cannot fail again.
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            out = sys.stdout.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out)
+            os.close(devnull)
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
     except Exception as e:
         # A Spark or Py4J error that escaped the run (the workers' Python cannot import reopt,
