@@ -1,20 +1,32 @@
 """The built-in functions the rules call (``Fn_*`` atoms), registered by name.
 
-Each is a Python callable ``fn(ctx, *inputs) -> iterable of output tuples`` with declared input
-and output types, so an engine can bind inputs, expand outputs (a function may return zero,
-one or many rows) and build typed columns (Spark). ``ctx`` maps a query id to its
-:class:`~reopt.costmodel.space.PlanSpace`; the functions are thin adapters over it, so the
+Each comes in two forms with declared input and output types, so an engine can bind inputs,
+expand outputs (a function may return zero, one or many rows) and build typed columns:
+
+* tuple at a time, ``fn(ctx, *inputs) -> iterable of output tuples``;
+* a batch, ``batch(ctx, *input_columns) -> (row, *output_columns)``: given one column per
+  input (numpy arrays or sequences; relation sets as ``int64`` bitsets), every output row of
+  every input row at once, ``row[k]`` naming the input row output ``k`` came from. This is
+  the interface a set-at-a-time engine calls; columns are numpy arrays (``int64``,
+  ``float64``, ``bool``; strings as ``object``).
+
+``ctx`` maps a query id to its :class:`~reopt.costmodel.space.PlanSpace`; both forms are thin
+adapters over it (the batch form over its per-node columns, :class:`AltColumns`), so the
 declarative optimizer costs plans with exactly the code the procedural ones use, and the ``io``
-and ``cout`` models plug in without touching the rules.
+and ``cout`` models plug in without touching the rules. Bitsets are ``int64``, which bounds a
+query at :data:`~reopt.costmodel.joingraph.MAX_RELATIONS` relations (the plan space refuses
+more, with one line).
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
-from reopt.costmodel.space import Alt, PlanSpace, plan_cost
+import numpy as np
+
+from reopt.costmodel.space import ANY, Alt, PlanSpace, plan_cost
 
 LONG, DOUBLE, STRING, BOOLEAN = "long", "double", "string", "boolean"
 
@@ -27,10 +39,17 @@ class Builtin:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     fn: Callable[..., Iterable[tuple]]
+    batch: Callable[..., tuple[np.ndarray, ...]] | None = None
+    """The batch form: input columns → ``(row, *output columns)`` (module doc); by default
+    the tuple form applied row by row."""
     doc: str = ""
     statistics: bool = False
     """Whether results depend on the statistics (summaries, costs): after a delta, only
     these can answer differently, and only for the OR nodes :func:`stale_keys` names."""
+
+    def __post_init__(self) -> None:
+        if self.batch is None:
+            object.__setattr__(self, "batch", _rowwise(self.fn, self.outputs))
 
     @property
     def arity(self) -> int:
@@ -41,12 +60,10 @@ def _isleaf(ctx: Context, q: int, e: int):
     return [(ctx[q].is_leaf(e),)]
 
 
-_SPLIT = operator.itemgetter(2, 5, 6, 7, 8)
-"""An :class:`Alt`'s index, left, left_prop, right, right_prop (what ``Fn_split`` answers)."""
-
-
 def _split(ctx: Context, q: int, e: int, p: str, m: str):
-    return list(map(_SPLIT, ctx[q].join_alternatives(e, p, m)))
+    """An alternative's index, left, left_prop, right, right_prop, per join of method m."""
+    c = ctx[q].join_columns(e, p, m)
+    return list(zip(c.index, c.left, c.left_prop, c.right, c.right_prop, strict=True))
 
 
 def _phyop(ctx: Context, q: int, e: int, p: str, m: str):
@@ -90,6 +107,125 @@ def _sum(ctx: Context, local: float, lcost: float, rcost: float):
     return [(plan_cost(local, lcost, rcost),)]
 
 
+# -- batch forms ------------------------------------------------------------------------------
+Column = Sequence | np.ndarray
+_DTYPES = {LONG: np.int64, DOUBLE: np.float64, BOOLEAN: np.bool_, STRING: object}
+
+
+def _columns(types: tuple[str, ...], values: list[list]) -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(v, dtype=_DTYPES[t]) if t != STRING else _strings(v)
+                 for t, v in zip(types, values, strict=True))
+
+
+def _strings(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _each_row(q: Column) -> np.ndarray:
+    return np.arange(len(q), dtype=np.int64)
+
+
+def _by_query(ctx: Context, q: Column, e: Column) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row constants of each row's query: its ``top`` (the final operator's
+    pseudo-expression) as an ``int64`` column, and the rows' expressions as one."""
+    q = np.asarray(q, dtype=np.int64)
+    tops = np.zeros(len(q), dtype=np.int64)
+    for qid in np.unique(q).tolist():
+        tops[q == qid] = ctx[qid].top
+    return tops, np.asarray(e, dtype=np.int64)
+
+
+def _isleaf_batch(ctx: Context, q: Column, e: Column):
+    tops, e = _by_query(ctx, q, e)
+    return _each_row(q), (e != tops) & (e & (e - 1) == 0)
+
+
+def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
+    """Every split of every (expression, property, method) row: the node's join columns,
+    memoized per OR node, concatenated with a row index back to the input."""
+    rows: list[int] = []
+    out: list[list] = [[], [], [], [], []]
+    for k, (qid, expr, prop, method) in enumerate(zip(
+            np.asarray(q).tolist(), np.asarray(e).tolist(), list(p), list(m), strict=True)):
+        cols = ctx[qid].join_columns(expr, prop, method)
+        n = cols.count
+        if n:
+            rows += repeat(k, n)
+            out[0] += cols.index
+            out[1] += cols.left
+            out[2] += cols.left_prop
+            out[3] += cols.right
+            out[4] += cols.right_prop
+    return (np.asarray(rows, dtype=np.int64),
+            *_columns((LONG, LONG, STRING, LONG, STRING), out))
+
+
+def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
+    """The batch form of a built-in with few rows per evaluation (scans, enforcers, the
+    final operator): its tuple form applied row by row."""
+    def batch(ctx: Context, *cols: Column):
+        rows: list[int] = []
+        out: list[list] = [[] for _ in outputs]
+        inputs = [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
+                  for c in cols]
+        for k, args in enumerate(zip(*inputs, strict=True)):
+            for t in fn(ctx, *args):
+                rows.append(k)
+                for j, v in enumerate(t):
+                    out[j].append(v)
+        return (np.asarray(rows, dtype=np.int64), *_columns(outputs, out))
+    return batch
+
+
+def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
+    md = np.fromiter((ctx[qid].summary(x) for qid, x in zip(
+        np.asarray(q).tolist(), np.asarray(e).tolist(), strict=True)),
+        dtype=np.float64, count=len(q))
+    return _each_row(q), md
+
+
+def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
+                       lo: Column, m: Column, l: Column, lp: Column, r: Column,  # noqa: E741
+                       rp: Column, md: Column):
+    """Local costs of many alternatives, query by query (:meth:`PlanSpace.local_costs_of`)."""
+    q = np.asarray(q, dtype=np.int64)
+    out = np.empty(len(q), dtype=np.float64)
+    fields = [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
+              for c in (e, p, i, lo, m, l, lp, r, rp)]
+    for qid in np.unique(q).tolist():
+        at = np.flatnonzero(q == qid)
+        pick = at.tolist()
+        alts = list(map(tuple.__new__, repeat(Alt), zip(
+            *([f[k] for k in pick] for f in fields), strict=True)))
+        out[at] = ctx[qid].local_costs_of(alts)
+    return _each_row(q), out
+
+
+def _scancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column, m: Column,
+                    md: Column):
+    n = len(q)
+    return _nonscancost_batch(ctx, q, e, p, i, _strings(["scan"] * n), m,
+                              np.zeros(n, np.int64), _strings([""] * n),
+                              np.zeros(n, np.int64), _strings([""] * n), md)
+
+
+def _rank_batch(ctx: Context, q: Column, e: Column, p: Column):
+    """``2·|expr| + (prop != any)`` (:meth:`PlanSpace.rank`), vectorized."""
+    e = np.asarray(e, dtype=np.int64)
+    sorted_ = np.asarray(list(p), dtype=object) != ANY
+    return _each_row(q), 2 * np.bitwise_count(e).astype(np.int64) + sorted_.astype(np.int64)
+
+
+def _sum_batch(ctx: Context, local: Column, lcost: Column, rcost: Column):
+    """:func:`plan_cost`, vectorized: ``(local + left) + right`` in float64, the same IEEE
+    additions in the same order, so the same bits."""
+    local = np.asarray(local, dtype=np.float64)
+    return _each_row(local), (local + np.asarray(lcost, dtype=np.float64)
+                              ) + np.asarray(rcost, dtype=np.float64)
+
+
 def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
     """The OR nodes ``(q, expr, prop)`` among ``keys`` for which a built-in marked
     ``statistics`` may answer differently under ``new`` than under ``old`` (a query's
@@ -109,36 +245,42 @@ def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
 BUILTINS: dict[str, Builtin] = {
     b.name: b
     for b in (
-        Builtin("Fn_isleaf", (LONG, LONG), (BOOLEAN,), _isleaf,
+        Builtin("Fn_isleaf", (LONG, LONG), (BOOLEAN,), _isleaf, _isleaf_batch,
                 "Fn_isleaf(q, expr, isLeaf): whether expr is a single base relation"),
         Builtin("Fn_split", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING, LONG, STRING),
-                _split, "Fn_split(q, expr, prop, method, index, lExpr, lProp, rExpr, rProp): "
+                _split, _split_batch,
+                "Fn_split(q, expr, prop, method, index, lExpr, lProp, rExpr, rProp): "
                 "the join alternatives of one physical method"),
         Builtin("Fn_phyop", (LONG, LONG, STRING, STRING), (LONG,), _phyop,
+                _rowwise(_phyop, (LONG,)),
                 "Fn_phyop(q, expr, prop, method, index): scans of a leaf delivering prop"),
         Builtin("Fn_enforce", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING), _enforce,
+                _rowwise(_enforce, (LONG, LONG, STRING)),
                 "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
+                _rowwise(_final, (LONG, STRING, LONG, STRING)),
                 "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
-        Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary,
+        Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary, _summary_batch,
                 "Fn_scansummary(q, expr, md): estimated rows of a base relation",
                 statistics=True),
         Builtin("Fn_nonscansummary", (LONG, LONG, DOUBLE, DOUBLE), (DOUBLE,), _nonscansummary,
+                _summary_batch,
                 "Fn_nonscansummary(q, expr, lMd, rMd, md): estimated rows of an operator",
                 statistics=True),
         Builtin("Fn_scancost", (LONG, LONG, STRING, LONG, STRING, DOUBLE), (DOUBLE,), _scancost,
+                _scancost_batch,
                 "Fn_scancost(q, expr, prop, index, method, md, cost): local cost of a scan",
                 statistics=True),
         Builtin("Fn_nonscancost",
                 (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING, DOUBLE),
-                (DOUBLE,), _nonscancost,
+                (DOUBLE,), _nonscancost, _nonscancost_batch,
                 "Fn_nonscancost(q, expr, prop, index, logOp, method, lExpr, lProp, rExpr, rProp, "
                 "md, cost): local cost of a join, enforcer or final operator",
                 statistics=True),
-        Builtin("Fn_rank", (LONG, LONG, STRING), (LONG,), _rank,
+        Builtin("Fn_rank", (LONG, LONG, STRING), (LONG,), _rank, _rank_batch,
                 "Fn_rank(q, expr, prop, rank): the OR node's bottom-up rank (children below "
                 "parents), the order scheduled strata follow"),
-        Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum,
+        Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum, _sum_batch,
                 "Fn_sum(localCost, lCost, rCost, cost): a plan's cost"),
     )
 }

@@ -17,6 +17,16 @@ The rules, also in the README (tests depend on them):
 * ``card(S) = Π card(r ∈ S) × Π sel(p with both sides in S) × Π correction(T) for T ⊆ S``.
 * A literal compared with a column whose statistics are dates must be an ISO date; anything
   else is a :class:`~reopt.costmodel.errors.QueryError`, not a default selectivity.
+* Every estimate is clamped (:meth:`Estimator.card`, :meth:`Estimator.leaf_card`,
+  :meth:`Estimator.groups`): at least 1 row, as PostgreSQL clamps its row estimates — a plan
+  for a 1e-58-row join is no cheaper than for a 1-row one, and products of tiny selectivities
+  would otherwise underflow to 0 — and at most the product of the relations' rows before
+  filters (the cross product) and :data:`~reopt.costmodel.numeric.MAX_ROWS`, so estimates and
+  costs stay finite whatever corrections are in force. The product is computed with a separate
+  binary exponent (:func:`scaled_product`): bit for bit the plain product while that stays in
+  the float range, and never an overflow, underflow or NaN where it does not. A ``card {…} =N``
+  correction is solved against the unclamped product (:meth:`Estimator.raw_card`), so the
+  set's estimate is N exactly.
 
 Deltas (:mod:`reopt.costmodel.deltas`) change the inputs through :class:`Adjustments`, an
 immutable value: applying a delta builds a new one, so a rejected delta cannot leave a
@@ -26,13 +36,15 @@ half-applied state behind.
 from __future__ import annotations
 
 import copyreg
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from reopt.costmodel.catalog import Catalog, ColumnStats, as_number, iso_date
+from reopt.costmodel.catalog import Catalog, ColumnStats, as_number, iso_date, share
 from reopt.costmodel.errors import QueryError
+from reopt.costmodel.numeric import MAX_ROWS, short_text
 from reopt.costmodel.query import (
     And,
     Between,
@@ -109,6 +121,45 @@ def _clamp01(s: float) -> float:
     return 0.0 if s < 0 else 1.0 if s > 1 else s
 
 
+Scaled = tuple[float, int]
+"""A positive number as ``(m, e)``, meaning ``m · 2**e`` with ``0.5 <= m < 1`` (or ``m == 0``):
+the range of a float's exponent is not enough for products of many estimates."""
+
+
+def scaled_product(factors: Iterable[float]) -> Scaled:
+    """``Π factors`` (each finite, >= 0) as a :data:`Scaled` number. Renormalizing by powers of
+    two is exact, so the mantissa is the plain float product's bit for bit as long as that stays
+    normal; beyond, it neither overflows nor underflows."""
+    m, e = 1.0, 0
+    frexp = math.frexp
+    for f in factors:
+        fm, fe = frexp(f)
+        m, me = frexp(m * fm)
+        e += fe + me
+    return m, e
+
+
+def scaled_float(x: Scaled) -> float:
+    """A :data:`Scaled` number as a float: ``inf`` above the float range, 0 below it."""
+    m, e = x
+    if m == 0 or e < -1100:
+        return 0.0
+    if e > 1024:
+        return math.inf
+    return math.ldexp(m, e)
+
+
+def clamp_rows(x: Scaled, ceiling: float) -> float:
+    """An estimate within ``[1, ceiling]`` (``ceiling >= 1``)."""
+    return min(max(scaled_float(x), 1.0), ceiling)
+
+
+def _ceiling(rows: Iterable[float]) -> float:
+    """The most rows a join of relations with ``rows`` (before filters) can have: their cross
+    product, at least 1 and at most :data:`MAX_ROWS`."""
+    return clamp_rows(scaled_product(rows), MAX_ROWS)
+
+
 def not_a_date(value: object, ref: ColumnRef, table: str,
                stats: ColumnStats | None) -> str | None:
     """Why ``value`` cannot be compared with column ``ref`` (of ``table``), or None.
@@ -119,7 +170,7 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     """
     if value is None or iso_date(value) is not None or stats is None or stats.kind != "date":
         return None
-    written = f"'{value}'" if isinstance(value, str) else str(value)
+    written = f"'{short_text(value, 40)}'" if isinstance(value, str) else short_text(str(value))
     column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
 
@@ -162,10 +213,12 @@ class Estimator:
         return t.columns.get(ref.column) or ColumnStats()
 
     def base_rows(self, alias: str) -> float:
-        """Row count of a relation before its filters (catalog, then ``card`` deltas)."""
+        """Row count of a relation before its filters (catalog, then ``card`` deltas). Inputs
+        are checked against :data:`MAX_ROWS` where they enter; the ``min`` keeps an
+        :class:`Adjustments` built by hand from making a cost infinite."""
         table = self.query.table_of(alias)
         rows = self.adj.table_rows.get(table, self.catalog.table(table).rows)
-        return rows * self.adj.alias_factors.get(alias, 1.0)
+        return min(rows * self.adj.alias_factors.get(alias, 1.0), MAX_ROWS)
 
     def filter_selectivity(self, alias: str) -> float:
         s = 1.0
@@ -174,8 +227,10 @@ class Estimator:
         return s
 
     def _leaf_card(self, i: int) -> float:
+        """Rows after filters, clamped to ``[1, rows before filters]`` (see the module doc)."""
         alias = self.query.relations[i].alias
-        return self.base_rows(alias) * self.filter_selectivity(alias)
+        rows = self.base_rows(alias)
+        return min(max(rows * self.filter_selectivity(alias), 1.0), max(rows, 1.0))
 
     def leaf_card(self, alias: str) -> float:
         return self._leaf[self.query.index(alias)]
@@ -252,7 +307,7 @@ class Estimator:
             return None
         if hi <= lo:
             return 0.0 if x <= lo else 1.0
-        return _clamp01((x - lo) / (hi - lo))
+        return _clamp01(share(x, lo, hi))
 
     # -- joins -------------------------------------------------------------------------------
     def column_distinct(self, ref: ColumnRef) -> float:
@@ -269,40 +324,39 @@ class Estimator:
         return self.adj.selectivities.get(p.key, self.estimated_join_selectivity(p))
 
     # -- sets of relations -------------------------------------------------------------------
-    def card(self, mask: int, *, without_correction: int | None = None) -> float:
-        """Estimated rows of the join of the relations in ``mask``.
-
-        ``without_correction`` leaves out the correction on exactly that set (used to solve
-        ``card {…} =N`` for its factor).
-        """
-        if without_correction is None:
-            hit = self._card.get(mask)
-            if hit is not None:
+    def card(self, mask: int) -> float:
+        """Estimated rows of the join of the relations in ``mask``: :meth:`raw_card` clamped to
+        ``[1, cross product of their rows before filters]`` (module doc; memoized)."""
+        hit = self._card.get(mask)
+        if hit is not None:
+            return hit
+        hit = self._earlier.get(mask)
+        if hit is not None:
+            for m in self._moved:
+                if m & mask == m:
+                    break
+            else:
+                self._card[mask] = hit
                 return hit
-            hit = self._earlier.get(mask)
-            if hit is not None:
-                for m in self._moved:
-                    if m & mask == m:
-                        break
-                else:
-                    self._card[mask] = hit
-                    return hit
-        c = 1.0
-        i, m = 0, mask
-        while m:
-            if m & 1:
-                c *= self._leaf[i]
-            m >>= 1
-            i += 1
-        for both, sel in self._preds:
-            if both & mask == both:
-                c *= sel
-        for t, f in self.adj.corrections.items():
-            if t & mask == t and t != without_correction:
-                c *= f
-        if without_correction is None:
-            self._card[mask] = c
+        c = clamp_rows(self.raw_card(mask), self.ceiling(mask))
+        self._card[mask] = c
         return c
+
+    def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:
+        """``Π card(r) × Π sel(p) × Π correction(T)`` over ``mask``, unclamped, as a
+        :data:`Scaled` number. ``without_correction`` leaves out the correction on exactly
+        that set (used to solve ``card {…} =N`` for its factor)."""
+        factors = [leaf for i, leaf in enumerate(self._leaf) if mask >> i & 1]
+        factors += [sel for both, sel in self._preds if both & mask == both]
+        factors += [f for t, f in self.adj.corrections.items()
+                    if t & mask == t and t != without_correction]
+        return scaled_product(factors)
+
+    def ceiling(self, mask: int) -> float:
+        """The largest estimate of ``mask``: the cross product of its relations' rows before
+        filters, within ``[1, MAX_ROWS]``."""
+        rels = self.query.relations
+        return _ceiling(self.base_rows(rels[i].alias) for i in range(len(rels)) if mask >> i & 1)
 
     def moved_masks(self, old: Estimator) -> list[int]:
         """What differs from ``old`` (the same query under earlier adjustments), as relation
@@ -327,7 +381,6 @@ class Estimator:
         rows = self.card(self.query.all_mask)
         if not self.query.group_by:
             return 1.0 if self.query.aggregates else rows
-        g = 1.0
-        for ref in self.query.group_by:
-            g *= self.column(ref).distinct or rows
-        return min(rows, g)
+        g = scaled_float(scaled_product(self.column(ref).distinct or rows
+                                        for ref in self.query.group_by))
+        return max(1.0, min(rows, g))

@@ -21,6 +21,10 @@ at day granularity), or text and booleans (``reopt stats`` writes them for strin
 columns; estimation does not use them); both of one kind, ``min <= max``. A string that starts
 like a date (``1995-13-45``, ``1995-1-5``) must be a valid ISO date. Names are case-insensitive,
 so two tables (or two columns of a table) whose names differ only in case are an error.
+Counts (rows, distinct, histogram counts) are finite, ``>= 0`` and at most
+:data:`~reopt.costmodel.numeric.MAX_ROWS`; numbers no float holds are errors naming where
+(:func:`~reopt.costmodel.numeric.load_json`). ``"histogram": null`` and ``{}`` both mean none.
+Files are UTF-8 (a leading byte-order mark is dropped, :func:`decode_utf8`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reopt.costmodel.errors import CatalogError
+from reopt.costmodel.numeric import (
+    MAX_ROWS,
+    JsonDepthError,
+    NumberError,
+    Unrepresentable,
+    compact,
+    finite_value,
+    is_finite_number,
+    load_json,
+    parse_number,
+    shown,
+)
 
 _ISO_DATE = re.compile(
     r"\d{4}-\d{2}-\d{2}"
@@ -68,7 +84,7 @@ def value_kind(v: Any) -> ValueKind | None:
     if isinstance(v, bool):
         return "boolean"
     if isinstance(v, (int, float)):
-        return "number" if math.isfinite(v) else None
+        return "number" if is_finite_number(v) else None
     if isinstance(v, str):
         if iso_date(v) is not None:
             return "date"
@@ -77,20 +93,31 @@ def value_kind(v: Any) -> ValueKind | None:
 
 
 def as_number(v: Any) -> float | None:
-    """A value on a numeric axis for range interpolation: numbers, and ISO dates as day numbers."""
+    """A value on a numeric axis for range interpolation: finite numbers, numeric strings in
+    strict syntax (:func:`~reopt.costmodel.numeric.parse_number`: ``'nan'``, ``'1_000'`` are
+    not numbers) and ISO dates as day numbers."""
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
+        return float(v) if is_finite_number(v) else None
     if isinstance(v, str):
         try:
             return float(_dt.date.fromisoformat(v.strip()[:10]).toordinal())
         except ValueError:
             try:
-                return float(v)
-            except ValueError:
+                return parse_number(v)
+            except NumberError:
                 return None
     return None
+
+
+def share(x: float, lo: float, hi: float) -> float:
+    """``(x - lo) / (hi - lo)`` for ``lo < hi``, never NaN: with bounds near the float range's
+    ends the differences overflow (``1e308 - -1e308``), so they are taken on halved values."""
+    span = hi - lo
+    if math.isfinite(span) and math.isfinite(x - lo):
+        return (x - lo) / span
+    return (x / 2 - lo / 2) / (hi / 2 - lo / 2)
 
 
 @dataclass(frozen=True)
@@ -116,7 +143,7 @@ class Histogram:
                 acc += c
                 continue
             if hi > lo:
-                acc += c * (x - lo) / (hi - lo)
+                acc += c * share(x, lo, hi)
             break
         return min(1.0, max(0.0, acc / total))
 
@@ -168,7 +195,7 @@ class Catalog:
         tables: dict[str, TableStats] = {}
         written: dict[str, str] = {}
         for name, t in data["tables"].items():
-            key = name.lower()
+            key = _name(source, "table", name).lower()
             if key in written:
                 raise CatalogError(
                     f"{source}: tables '{written[key]}' and '{name}' differ only in case "
@@ -191,13 +218,16 @@ class Catalog:
             )
         p = Path(path)
         try:
-            text = p.read_text()
+            raw = p.read_bytes()
         except OSError as e:
             raise CatalogError(f"{p}: cannot read catalog: {e.strerror}") from None
+        text = decode_utf8(raw, f"{p}: cannot read catalog", CatalogError)
         try:
-            data = json.loads(text)
+            data = load_json(text)
         except json.JSONDecodeError as e:
             raise CatalogError(f"{p}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except JsonDepthError:
+            raise CatalogError(f"{p}: invalid JSON: nested too deeply") from None
         return Catalog.from_dict(data, str(p))
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,16 +259,55 @@ class Catalog:
         return {"tables": out}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
+
+
+def decode_utf8(raw: bytes, what: str, error: type[Exception]) -> str:
+    """A file's bytes as UTF-8 text, a leading byte-order mark dropped (editors on Windows write
+    one). Anything else is ``error`` with one line starting ``what``: ``not UTF-8 text``, and
+    for UTF-16 (a byte-order mark and text that decodes as such) what to do about it."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) and _decodes(raw, "utf-16"):
+        raise error(f"{what}: not UTF-8 text but UTF-16; save it as UTF-8")
+    raise error(f"{what}: not UTF-8 text")
+
+
+def _decodes(raw: bytes, encoding: str) -> bool:
+    try:
+        raw.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _positive(source: str, where: str, v: Any, *, allow_zero: bool = True) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise CatalogError(f"{source}: {where} must be a finite number, got {v!r}")
-    if v < 0 or (v == 0 and not allow_zero):
+    """A count (rows, distinct values, a histogram bucket): a JSON number, finite, at least 0
+    (above 0 unless ``allow_zero``) and at most :data:`~reopt.costmodel.numeric.MAX_ROWS`."""
+    if not isinstance(v, (int, float, Unrepresentable)) or isinstance(v, bool):
+        raise CatalogError(f"{source}: {where} must be a finite number, got {shown(v)}")
+    try:
+        x = finite_value(v)
+    except NumberError as e:
+        raise CatalogError(f"{source}: {where} must be a finite number: {e}") from None
+    if x < 0 or (x == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise CatalogError(f"{source}: {where} must be {bound}, got {v!r}")
-    return float(v)
+        raise CatalogError(f"{source}: {where} must be {bound}, got {shown(v)}")
+    if x > MAX_ROWS:
+        raise CatalogError(
+            f"{source}: {where} is {compact(x)}, above the limit of {compact(MAX_ROWS)} rows "
+            "(estimates and costs must stay finite)"
+        )
+    return x
+
+
+def _name(source: str, what: str, name: Any) -> str:
+    """A table or column name: a string (JSON keys are; a dict built in Python may not be)."""
+    if not isinstance(name, str):
+        raise CatalogError(f"{source}: {what} names must be strings, got {shown(name)}")
+    return name
 
 
 def _parse_table(source: str, name: str, t: Any) -> TableStats:
@@ -257,7 +326,7 @@ def _parse_table(source: str, name: str, t: Any) -> TableStats:
     columns: dict[str, ColumnStats] = {}
     written: dict[str, str] = {}
     for c, s in cols_in.items():
-        if c.lower() in written:
+        if _name(source, f"{where} column", c).lower() in written:
             raise CatalogError(
                 f"{source}: {where}: columns '{written[c.lower()]}' and '{c}' differ only in "
                 "case (column names are case-insensitive)"
@@ -291,7 +360,7 @@ def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:
     lo, hi = s.get("min"), s.get("max")
     kind = _check_min_max(source, where, lo, hi)
     hist = None
-    if s.get("histogram") is not None:
+    if s.get("histogram") not in (None, {}):  # null and {} alike: no histogram
         hist = _parse_histogram(source, where, s["histogram"], kind)
     return ColumnStats(distinct, lo, hi, hist)
 
@@ -305,9 +374,14 @@ def _value_kind(source: str, where: str, what: str, v: Any) -> ValueKind:
     if kind is not None:
         return kind
     if isinstance(v, str):
-        raise CatalogError(f"{source}: {where} {what} {v!r} is not a valid ISO date (YYYY-MM-DD)")
+        raise CatalogError(
+            f"{source}: {where} {what} {shown(v)} is not a valid ISO date (YYYY-MM-DD)"
+        )
+    if isinstance(v, Unrepresentable):  # 1e400, 400 digits, NaN in the JSON text
+        raise CatalogError(f"{source}: {where} {what} must be a finite number: {v.reason()}")
     raise CatalogError(
-        f"{source}: {where} {what} must be a number, an ISO date, text or a boolean, got {v!r}"
+        f"{source}: {where} {what} must be a number, an ISO date, text or a boolean, "
+        f"got {shown(v)}"
     )
 
 
@@ -321,14 +395,16 @@ def _check_min_max(source: str, where: str, lo: Any, hi: Any) -> ValueKind | Non
     }
     if len(set(kinds.values())) > 1:
         raise CatalogError(
-            f"{source}: {where} min {lo!r} is {_A_KIND[kinds['min']]} but max {hi!r} is "
-            f"{_A_KIND[kinds['max']]} (min and max must be of one kind)"
+            f"{source}: {where} min {shown(lo)} is {_A_KIND[kinds['min']]} but max {shown(hi)} "
+            f"is {_A_KIND[kinds['max']]} (min and max must be of one kind)"
         )
     kind = next(iter(kinds.values()), None)
     if len(kinds) == 2:
         key = as_number if kind in ("number", "date") else (lambda v: v)
         if key(lo) > key(hi):
-            raise CatalogError(f"{source}: {where} min {lo!r} is greater than max {hi!r}")
+            raise CatalogError(
+                f"{source}: {where} min {shown(lo)} is greater than max {shown(hi)}"
+            )
     return kind
 
 

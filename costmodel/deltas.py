@@ -20,6 +20,9 @@ validation leaves every optimizer exactly as it was. A delta naming something th
 not have raises :class:`DeltaNotApplicable` (a :class:`DeltaError`): one query of a
 multi-query run may legitimately lack what another has, so the CLI skips the query and
 rejects the delta only when no query can use it.
+
+Values are read strictly (:mod:`reopt.costmodel.numeric`), and a delta that cannot be honoured
+within the limits that keep every estimate and cost finite is refused (:func:`apply_delta`).
 """
 
 from __future__ import annotations
@@ -27,17 +30,30 @@ from __future__ import annotations
 import json
 import math
 import re
-import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from reopt.costmodel.cardinality import Adjustments, Estimator
+from reopt.costmodel.cardinality import Adjustments, Estimator, scaled_float
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import DeltaError
+from reopt.costmodel.numeric import (
+    MAX_COST_FACTOR,
+    MAX_ROWS,
+    JsonDepthError,
+    NumberError,
+    OutOfRange,
+    compact,
+    finite_value,
+    load_json,
+    short_text,
+    shown,
+)
 from reopt.costmodel.query import ColumnRef, JoinPredicate, Query
 
 KINDS = ("card", "sel", "cost")
+KEYS = ("kind", "target", "op", "value")
+"""The keys of a delta's JSON object; any other is an error, as in the catalog."""
 _TEXT = re.compile(r"^\s*(\w+)\s+(.+?)\s*([*=])\s*(\S+)\s*$")
 _COLUMN = re.compile(r"^\s*(\w+)\.(\w+)\s*$")
 _SEL_SLACK = 1e-9
@@ -76,41 +92,79 @@ class Delta:
         return "relation set" if self.target.startswith("{") else "table or alias"
 
 
+_NOT_FINITE = ("nan", "inf", "infinity")
+
+
 def _number(text: str, raw: Any) -> float:
+    """The delta's value: a finite positive number in strict syntax
+    (:func:`~reopt.costmodel.numeric.finite_value`: ``1_000``, ``١٠``, ``nan`` are refused)."""
     try:
-        v = float(raw)
-    except (TypeError, ValueError):
-        shown = "null" if raw is None else repr(raw) if not isinstance(raw, str) else f"'{raw}'"
-        raise DeltaError(f"delta '{text}': value {shown} is not a number") from None
-    if not math.isfinite(v) or v <= 0:
+        v = finite_value(raw)
+    except OutOfRange as e:
+        raise DeltaError(f"delta '{text}': the number must be finite and positive: {e}") from None
+    except NumberError:
+        if isinstance(raw, str) and raw.strip().lower().lstrip("+-") in _NOT_FINITE:
+            raise DeltaError(
+                f"delta '{text}': the number must be finite and positive, got {raw.strip()}"
+            ) from None
+        if isinstance(raw, str):
+            raise DeltaError(f"delta '{text}': value '{raw}' is not a number (expected "
+                             "ASCII digits, e.g. 2, 0.5 or 1e6)") from None
+        got = "null" if raw is None else shown(raw)
+        raise DeltaError(f"delta '{text}': value {got} is not a number") from None
+    if v <= 0:
         raise DeltaError(f"delta '{text}': the number must be finite and positive, got {raw}")
     return v
 
 
+def _dict_text(spec: dict) -> str:
+    """A delta's JSON object as one line for messages; never fails (keys that do not sort,
+    values JSON cannot write, nesting too deep for the encoder)."""
+    try:
+        return short_text(json.dumps(spec, sort_keys=True, allow_nan=False, default=shown,
+                                     ensure_ascii=False), 200)
+    except (TypeError, ValueError, RecursionError):
+        return shown(spec)
+
+
+def _from_dict(spec: dict[Any, Any]) -> tuple[str, Any, Any, Any, Any]:
+    """The text and the four fields of a delta's JSON object: every key known, none missing,
+    a string target and a value that is not a boolean."""
+    text = _dict_text(spec)
+    unknown = [k for k in spec if k not in KEYS]
+    if unknown:
+        raise DeltaError(
+            f"delta {text}: unknown key {shown(unknown[0])} (expected {', '.join(KEYS)})"
+        )
+    missing = [k for k in KEYS if k not in spec]
+    if missing:
+        raise DeltaError(f"delta {text}: missing '{missing[0]}'")
+    kind, target, op, raw = spec["kind"], spec["target"], spec["op"], spec["value"]
+    if not isinstance(target, str):
+        raise DeltaError(f"delta {text}: 'target' must be a string")
+    if not isinstance(kind, str) or not isinstance(op, str):
+        raise DeltaError(f"delta {text}: 'kind' and 'op' must be strings")
+    if isinstance(raw, bool):
+        raise DeltaError(f"delta {text}: 'value' is not a number")
+    return text, kind, target, op, raw
+
+
 def parse_delta(spec: str | dict[str, Any]) -> Delta:
     """Parse one delta from its text form or a JSON object
-    ``{"kind": "card", "target": "orders", "op": "*", "value": 2}``."""
+    ``{"kind": "card", "target": "orders", "op": "*", "value": 2}`` (exactly these keys)."""
     if isinstance(spec, dict):
-        text = json.dumps(spec, sort_keys=True)
-        missing = [k for k in ("kind", "target", "op", "value") if k not in spec]
-        if missing:
-            raise DeltaError(f"delta {text}: missing '{missing[0]}'")
-        kind, target, op, raw = spec["kind"], spec["target"], spec["op"], spec["value"]
-        if not isinstance(target, str):
-            raise DeltaError(f"delta {text}: 'target' must be a string")
-        if isinstance(raw, bool):
-            raise DeltaError(f"delta {text}: 'value' is not a number")
+        text, kind, target, op, raw = _from_dict(spec)
     elif isinstance(spec, str):
-        text = spec.strip()
-        m = _TEXT.match(text)
+        text = short_text(spec, 200)  # for messages: a 5,000-digit factor stays readable
+        m = _TEXT.match(spec.strip())
         if not m:
             raise DeltaError(
                 f"delta '{text}': expected 'card|sel|cost TARGET *F' or 'card|sel TARGET =N'"
             )
         kind, target, op, raw = m.groups()
     else:
-        raise DeltaError(f"delta {spec!r}: expected text or a JSON object")
-    kind = str(kind).lower()
+        raise DeltaError(f"delta {shown(spec)}: expected text or a JSON object")
+    kind = kind.lower()
     if kind not in KINDS:
         raise DeltaError(f"delta '{text}': unknown kind '{kind}' (expected card, sel or cost)")
     if op not in ("*", "="):
@@ -120,7 +174,7 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
     value = _number(text, raw)
     if kind == "sel" and op == "=" and value > 1:
         raise DeltaError(f"delta '{text}': a selectivity must be in (0, 1], got {raw}")
-    return Delta(kind, target.strip(), op, value, text)
+    return Delta(kind, target.strip(), op, value, spec.strip() if isinstance(spec, str) else text)
 
 
 def _no_delta(what: str) -> DeltaError:
@@ -134,7 +188,7 @@ def _no_delta(what: str) -> DeltaError:
 def _not_deltas(value: Any) -> DeltaError:
     """Anything else is refused by name rather than failing deep inside parsing (bytes would
     be iterated as integers, None is not iterable)."""
-    got = "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+    got = "None" if value is None else f"{type(value).__name__} {shown(value)}"
     return DeltaError(f"deltas must be a string, a dict, a Delta or a list of them, got {got}")
 
 
@@ -152,9 +206,11 @@ def parse_deltas(spec: Any) -> list[Delta]:
                 raise _no_delta(f"delta text '{s}'")
             return out
         try:
-            spec = json.loads(s)
+            spec = load_json(s)
         except json.JSONDecodeError as e:
             raise DeltaError(f"deltas: invalid JSON: {e.msg} at column {e.colno}") from None
+        except JsonDepthError:
+            raise DeltaError("deltas: invalid JSON: nested too deeply") from None
         if spec == []:
             raise _no_delta(f"delta text '{s}'")
     if isinstance(spec, (dict, Delta)):
@@ -264,39 +320,92 @@ def apply_delta(
     (:class:`DeltaNotApplicable` when ``query`` does not contain what the delta names).
 
     ``operators`` are the physical operators of the cost model in use (for ``cost`` deltas).
+    A delta that cannot be honoured within the limits that keep estimates and costs finite
+    (README, "Cardinality estimation") is refused: rows above
+    :data:`~reopt.costmodel.numeric.MAX_ROWS`, an operator factor above
+    :data:`~reopt.costmodel.numeric.MAX_COST_FACTOR`, a factor that overflows or underflows.
     """
-    f, setting = delta.value, delta.op == "="
     if delta.kind == "cost":
-        op = delta.target.lower()
-        if op not in operators:
-            raise DeltaError(
-                f"delta '{delta}': unknown operator '{op}' (choose from {', '.join(operators)})"
-            )
-        factors = dict(adj.op_factors)
-        factors[op] = factors.get(op, 1.0) * f
-        return adj.replace(op_factors=factors)
+        return _cost(delta, adj, operators)
     if delta.kind == "sel":
-        p = _join_predicate(delta, query, catalog)
-        est = Estimator(query, catalog, adj)
-        sels = dict(adj.selectivities)
-        sels[p.key] = _selectivity(delta, p, f if setting else est.join_selectivity(p) * f)
-        return adj.replace(selectivities=sels)
-    # card
+        return _sel(delta, query, catalog, adj)
     target = delta.target.strip()
     if target.startswith("{"):
-        if not target.endswith("}"):
-            raise DeltaError(f"delta '{delta}': unterminated relation set '{target}'")
-        mask = query.mask(_aliases_in_set(delta, query))
-        corr = dict(adj.corrections)
-        if setting:
-            base = Estimator(query, catalog, adj).card(mask, without_correction=mask)
-            if base <= 0:
-                raise DeltaError(f"delta '{delta}': the estimate without correction is 0")
-            corr[mask] = f / base
-        else:
-            corr[mask] = corr.get(mask, 1.0) * f
-        return adj.replace(corrections=corr)
-    name = target.lower()
+        return _correction(delta, query, catalog, adj)
+    after = _card(delta, query, catalog, adj)
+    _check_rows(delta, query, catalog, adj, after)
+    return after
+
+
+def _cost(delta: Delta, adj: Adjustments, operators: tuple[str, ...]) -> Adjustments:
+    op = delta.target.lower()
+    if op not in operators:
+        raise DeltaError(
+            f"delta '{delta}': unknown operator '{op}' (choose from {', '.join(operators)})"
+        )
+    factors = dict(adj.op_factors)
+    factors[op] = f = factors.get(op, 1.0) * delta.value
+    if f > MAX_COST_FACTOR:
+        raise DeltaError(
+            f"delta '{delta}': the factor on {op} would be {compact(f)}, above the limit of "
+            f"{compact(MAX_COST_FACTOR)} (costs must stay finite)"
+        )
+    if f == 0:
+        raise DeltaError(f"delta '{delta}': the factor on {op} would underflow to 0")
+    return adj.replace(op_factors=factors)
+
+
+def _sel(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:
+    p = _join_predicate(delta, query, catalog)
+    f = delta.value
+    if delta.op == "*":
+        f = Estimator(query, catalog, adj).join_selectivity(p) * f
+        if f == 0:
+            raise DeltaError(f"delta '{delta}': the selectivity of {p.key} would underflow to 0")
+    sels = dict(adj.selectivities)
+    sels[p.key] = _selectivity(delta, p, f)
+    return adj.replace(selectivities=sels)
+
+
+def _correction(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:
+    """``card {…} *F`` multiplies the set's correction; ``card {…} =N`` solves for the factor
+    that makes the set's estimate N against the unclamped estimate without it, so N must be
+    an estimate the set can have: within ``[1, cross product of its rows]``."""
+    target = delta.target.strip()
+    if not target.endswith("}"):
+        raise DeltaError(f"delta '{delta}': unterminated relation set '{target}'")
+    mask = query.mask(_aliases_in_set(delta, query))
+    corr = dict(adj.corrections)
+    if delta.op == "*":
+        f = corr.get(mask, 1.0) * delta.value
+    else:
+        est = Estimator(query, catalog, adj)
+        n, ceiling = delta.value, est.ceiling(mask)
+        if n < 1:
+            raise DeltaError(f"delta '{delta}': {compact(n)} rows is below 1, the least estimate")
+        if n > ceiling:
+            raise DeltaError(
+                f"delta '{delta}': {compact(n)} rows is above {compact(ceiling)}, the most the "
+                "set can have (the product of its relations' rows)"
+            )
+        m, e = est.raw_card(mask, without_correction=mask)
+        if m == 0:
+            raise DeltaError(f"delta '{delta}': the estimate without correction is 0")
+        fm, fe = math.frexp(n / m)  # n / (m · 2**e), exactly as n / base while in range
+        f = scaled_float((fm, fe - e))
+    if not 0 < f < math.inf:
+        raise DeltaError(
+            f"delta '{delta}': the correction on the set would be {compact(f)}, beyond the "
+            "float range"
+        )
+    corr[mask] = f
+    return adj.replace(corrections=corr)
+
+
+def _card(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:
+    """``card NAME *F`` / ``=N`` on an alias (its factor) or a table (its rows)."""
+    f, setting = delta.value, delta.op == "="
+    name = delta.target.strip().lower()
     if name in query.aliases:
         factors = dict(adj.alias_factors)
         if setting:
@@ -323,6 +432,31 @@ def apply_delta(
     if name in catalog.tables:
         raise DeltaNotApplicable(delta, f"query {query.name} does not use table '{name}'")
     raise DeltaNotApplicable(delta, f"no table or alias '{name}' in query {query.name}")
+
+
+def _rows(query: Query, catalog: Catalog, adj: Adjustments, alias: str) -> float:
+    """An alias's rows before filters under ``adj``, unclamped (what a delta asks for)."""
+    table = query.table_of(alias)
+    rows = adj.table_rows.get(table, catalog.table(table).rows)
+    return rows * adj.alias_factors.get(alias, 1.0)
+
+
+def _check_rows(delta: Delta, query: Query, catalog: Catalog, before: Adjustments,
+                after: Adjustments) -> None:
+    """Refuse a ``card`` delta that takes a relation above
+    :data:`~reopt.costmodel.numeric.MAX_ROWS` rows, or to 0 rows from a positive count (a
+    factor that underflows)."""
+    for alias in query.aliases:
+        rows = _rows(query, catalog, after, alias)
+        where = f"'{alias}'" + (f" (table {query.table_of(alias)})"
+                                if alias != query.table_of(alias) else "")
+        if not rows <= MAX_ROWS:
+            raise DeltaError(
+                f"delta '{delta}': {where} would have {compact(rows)} rows, above the limit of "
+                f"{compact(MAX_ROWS)} (estimates and costs must stay finite)"
+            )
+        if rows == 0 and _rows(query, catalog, before, alias) > 0:
+            raise DeltaError(f"delta '{delta}': {where} would have 0 rows (the factor underflows)")
 
 
 def apply_deltas(

@@ -27,7 +27,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
 
 if TYPE_CHECKING:
-    from reopt.costmodel.space import Alt, PlanSpace
+    from reopt.costmodel.space import Alt, AltColumns, PlanSpace
 
 # --- io constants (documented in the README) ---------------------------------------------------
 PAGE_ROWS = 100.0
@@ -83,6 +83,19 @@ class CostModel:
     ) -> list[Alt]:
         raise NotImplementedError
 
+    def joins(self, space: PlanSpace, expr: int, prop: str, method: str,
+              lefts: list[int]) -> AltColumns:
+        """The joins of ``method`` over all splits of an OR node (given by their left sides,
+        sorted; the right side is ``expr ^ left``), in split order, as columns: the batch
+        form of :meth:`join_alternatives` (a model may answer it without a call per split,
+        with the same alternatives)."""
+        from reopt.costmodel.space import AltColumns
+
+        out: list[Alt] = []
+        for left in lefts:
+            out += self.join_alternatives(space, expr, prop, left, expr ^ left, method)
+        return AltColumns.of(out)
+
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         return []
 
@@ -91,6 +104,15 @@ class CostModel:
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         raise NotImplementedError
+
+    def local_costs_of(self, space: PlanSpace, alts: list[Alt]) -> list[float]:
+        """:meth:`local_cost` of many alternatives of any OR nodes (the batch form)."""
+        return [self.local_cost(space, a) for a in alts]
+
+    def local_costs(self, space: PlanSpace, expr: int, prop: str, cols: AltColumns
+                    ) -> list[float]:
+        """:meth:`local_cost` of each of one OR node's alternatives (the batch form)."""
+        return [self.local_cost(space, a) for a in space.alternatives(expr, prop)]
 
 
 class CoutModel(CostModel):
@@ -112,8 +134,25 @@ class CoutModel(CostModel):
             return []
         return [Alt(expr, prop, left, "join", "join", left, ANY, right, ANY)]
 
+    def joins(self, space, expr, prop, method, lefts):
+        from reopt.costmodel.space import ANY, NO_COLUMNS, AltColumns
+
+        if method != "join" or prop != ANY or not lefts:
+            return NO_COLUMNS
+        k = len(lefts)
+        joins, anys = ["join"] * k, [ANY] * k
+        return AltColumns(lefts, joins, joins, lefts, anys, [expr ^ left for left in lefts], anys)
+
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         return 0.0 if alt.log_op == "scan" else space.summary(alt.expr)
+
+    def local_costs_of(self, space, alts):
+        summary = space.summary
+        return [0.0 if a[3] == "scan" else summary(a[0]) for a in alts]
+
+    def local_costs(self, space, expr, prop, cols):
+        # a leaf's OR node holds only its scan, any other only joins
+        return [0.0 if space.is_leaf(expr) else space.summary(expr)] * cols.count
 
 
 class IOModel(CostModel):

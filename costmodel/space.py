@@ -33,10 +33,13 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.errors import QueryError
+from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
 from reopt.costmodel.query import ColumnRef, Query
 
 if TYPE_CHECKING:
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 ANY = "any"
 NONE = ""
 """The property of an absent child."""
+_NO_LEFTS: list[int] = []
 
 
 class Alt(NamedTuple):
@@ -68,6 +72,53 @@ class Alt(NamedTuple):
         if self.right:
             out.append((self.right, self.right_prop))
         return tuple(out)
+
+
+class AltColumns(NamedTuple):
+    """One OR node's alternatives as columns: every field of :class:`Alt` but the node's own
+    ``expr`` and ``prop``, one list each, in the order of :meth:`PlanSpace.alternatives`.
+
+    The batch form the optimizers loop over and the built-ins answer from: a node's joins
+    are built as a few lists, not an object per alternative; :meth:`rows` makes the
+    :class:`Alt` objects when a caller wants them."""
+
+    index: list[int]
+    log_op: list[str]
+    phy_op: list[str]
+    left: list[int]
+    left_prop: list[str]
+    right: list[int]
+    right_prop: list[str]
+
+    @staticmethod
+    def of(alts: list[Alt]) -> AltColumns:
+        """The columns of a list of alternatives (of one OR node)."""
+        if not alts:
+            return NO_COLUMNS
+        return AltColumns(*map(list, list(zip(*alts, strict=True))[2:]))
+
+    @staticmethod
+    def concat(parts: list[AltColumns]) -> AltColumns:
+        parts = [p for p in parts if p.index]
+        if not parts:
+            return NO_COLUMNS
+        if len(parts) == 1:
+            return parts[0]
+        return AltColumns(*([x for p in parts for x in p[f]] for f in range(7)))
+
+    @property
+    def count(self) -> int:
+        return len(self.index)
+
+    def rows(self, expr: int, prop: str) -> list[Alt]:
+        """The alternatives as :class:`Alt` objects (built in C: zip makes the fields,
+        ``tuple.__new__`` the Alt, without the Python-level ``__new__`` of a NamedTuple)."""
+        k = len(self.index)
+        return list(map(tuple.__new__, repeat(Alt, k),
+                        zip(repeat(expr, k), repeat(prop, k), *self, strict=False)))
+
+
+NO_COLUMNS = AltColumns([], [], [], [], [], [], [])
 
 
 def plan_cost(local: float, left: float | None = None, right: float | None = None) -> float:
@@ -117,6 +168,10 @@ class PlanSpace:
         model: CostModel,
         adjustments: Adjustments | None = None,
     ):
+        if query.n > MAX_RELATIONS:
+            raise QueryError(
+                f"query {query.name}: it joins {query.n} relations; reopt plans at most "
+                f"{MAX_RELATIONS} (relation sets are 64-bit bitsets)")
         self.query = query
         self.catalog = catalog
         self.model = model
@@ -125,11 +180,13 @@ class PlanSpace:
         n = query.n
         self.all = query.all_mask
         self.top = self.all | (1 << n)
-        self._neighbors = [0] * n
+        neighbors = [0] * n
         for p in query.joins:
             a, b = query.index(p.left.alias), query.index(p.right.alias)
-            self._neighbors[a] |= 1 << b
-            self._neighbors[b] |= 1 << a
+            neighbors[a] |= 1 << b
+            neighbors[b] |= 1 << a
+        self.graph = JoinGraph(n, neighbors)
+        """The join graph's csgs and csg-cmp pairs (statistics-independent, enumerated once)."""
         self.classes = self._column_classes()
         self.predicates = [
             CrossingPredicate(
@@ -138,17 +195,18 @@ class PlanSpace:
             )
             for p in query.joins
         ]
-        self.components = self._components()
+        self.components = self.graph.components
         self._component_of = {}
         for c in self.components:
             for i in range(n):
                 if c >> i & 1:
                     self._component_of[i] = c
         # structure (statistics-independent): shared by with_adjustments()
-        self._splits: dict[int, list[tuple[int, int]]] = {}
         self._alts: dict[tuple[int, str], list[Alt]] = {}
+        self._cols: dict[tuple[int, str], AltColumns] = {}
+        self._join_alts: dict[tuple[int, str, str], list[Alt]] = {}
         self._scans: dict[tuple[int, str], list[Alt]] = {}
-        self._joins: dict[tuple[int, str], dict[str, list[Alt]]] = {}
+        self._joins: dict[tuple[int, str], dict[str, AltColumns]] = {}
         self._readers: dict[int | str, set[tuple[int, str]]] = {}
         """What local costs read → the OR nodes reading it (:meth:`stale_nodes`): an
         expression → the nodes whose summary or alternatives' local costs read its estimate
@@ -158,6 +216,7 @@ class PlanSpace:
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
+        self._node_local: dict[tuple[int, str], list[float]] = {}
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -171,6 +230,7 @@ class PlanSpace:
         out.adjustments = adjustments
         out.estimator = Estimator(self.query, self.catalog, adjustments, previous=self.estimator)
         out._local = {}
+        out._node_local = {}
         return out
 
     # -- join graph --------------------------------------------------------------------------
@@ -189,41 +249,12 @@ class PlanSpace:
                 parent[max(ra, rb)] = min(ra, rb)
         return {c: str(find(c)) for c in parent}
 
-    def _components(self) -> list[int]:
-        seen, out = 0, []
-        for i in range(self.query.n):
-            if not seen >> i & 1:
-                c = self._closure(1 << i, self.all)
-                out.append(c)
-                seen |= c
-        return out
-
-    def _closure(self, start: int, within: int) -> int:
-        reach, frontier = start, start
-        while frontier:
-            nxt = 0
-            m, i = frontier, 0
-            while m:
-                if m & 1:
-                    nxt |= self._neighbors[i]
-                m >>= 1
-                i += 1
-            frontier = nxt & within & ~reach
-            reach |= frontier
-        return reach
-
     def is_connected(self, mask: int) -> bool:
-        low = mask & -mask
-        return self._closure(low, mask) == mask
+        return self.graph.is_connected(mask)
 
     def neighbors(self, mask: int) -> int:
-        out, m, i = 0, mask, 0
-        while m:
-            if m & 1:
-                out |= self._neighbors[i]
-            m >>= 1
-            i += 1
-        return out & ~mask
+        """Relations joined to some relation of ``mask``, outside ``mask``."""
+        return self.graph.neighborhood(mask)
 
     def _within_one_component(self, mask: int) -> bool:
         low = (mask & -mask).bit_length() - 1
@@ -240,43 +271,22 @@ class PlanSpace:
         return all(mask & c in (0, c) for c in self.components)
 
     def expressions(self) -> list[int]:
-        """All valid expressions, smaller ones first (the bottom-up order)."""
-        out = [m for m in range(1, self.all + 1) if self.is_expression(m)]
-        out.sort(key=lambda m: (popcount(m), m))
-        return out
+        """All valid expressions, smaller ones first (the bottom-up order): the join graph's
+        connected subsets, enumerated (:class:`~reopt.costmodel.joingraph.JoinGraph`)."""
+        return self.graph.expressions()
 
     # -- Fn_isleaf / Fn_split ---------------------------------------------------------------
     def is_leaf(self, expr: int) -> bool:
         return expr != self.top and expr & (expr - 1) == 0
 
     def splits(self, expr: int) -> list[tuple[int, int]]:
-        """Logical splits (left, right) of an expression, both orders (memoized).
+        """Logical splits (left, right) of an expression, both orders, sorted.
 
-        Inside one component both sides must be connected and joined by a predicate; across
-        components both sides are unions of whole components (cross products).
-        """
-        hit = self._splits.get(expr)
-        if hit is not None:
-            return hit
-        out: list[tuple[int, int]] = []
-        if expr != self.top and not self.is_leaf(expr):
-            within = self._within_one_component(expr)
-            sub = (expr - 1) & expr
-            while sub:
-                rest = expr ^ sub
-                if within:
-                    if (
-                        self.is_connected(sub)
-                        and self.is_connected(rest)
-                        and self.neighbors(sub) & rest
-                    ):
-                        out.append((sub, rest))
-                elif all(sub & c in (0, c) for c in self.components):
-                    out.append((sub, rest))
-                sub = (sub - 1) & expr
-        out.sort()
-        self._splits[expr] = out
-        return out
+        Inside one component both sides are connected and joined by a predicate (the csg-cmp
+        pairs whose union is ``expr``); across components both sides are unions of whole
+        components (cross products). Enumerated once for the whole query, in proportion to
+        the pairs (:meth:`JoinGraph.lefts`)."""
+        return self.graph.splits(expr)
 
     def crossing(self, left: int, right: int) -> list[CrossingPredicate]:
         """Join predicates with one side in ``left`` and the other in ``right`` (memoized:
@@ -310,18 +320,25 @@ class PlanSpace:
         return hit
 
     def join_alternatives(self, expr: int, prop: str, method: str) -> list[Alt]:
-        """The joins of ``method`` for an OR node (memoized with :meth:`alternatives`)."""
-        return self._joins_by_method(expr, prop).get(method, [])
+        """The joins of ``method`` for an OR node (``Fn_split``; memoized)."""
+        key = (expr, prop, method)
+        hit = self._join_alts.get(key)
+        if hit is None:
+            cols = self._joins_by_method(expr, prop).get(method, NO_COLUMNS)
+            hit = self._join_alts[key] = cols.rows(expr, prop)
+        return hit
 
-    def _joins_by_method(self, expr: int, prop: str) -> dict[str, list[Alt]]:
+    def join_columns(self, expr: int, prop: str, method: str) -> AltColumns:
+        """The joins of ``method`` for an OR node as columns (the batch ``Fn_split``)."""
+        return self._joins_by_method(expr, prop).get(method, NO_COLUMNS)
+
+    def _joins_by_method(self, expr: int, prop: str) -> dict[str, AltColumns]:
         key = (expr, prop)
         hit = self._joins.get(key)
         if hit is None:
-            hit = {}
-            for m in self.model.join_methods:
-                for left, right in self.splits(expr):
-                    hit.setdefault(m, []).extend(
-                        self.model.join_alternatives(self, expr, prop, left, right, m))
+            lefts = self.graph.lefts().get(expr, _NO_LEFTS) if expr != self.top else _NO_LEFTS
+            hit = {m: self.model.joins(self, expr, prop, m, lefts)
+                   for m in self.model.join_methods}
             self._joins[key] = hit
         return hit
 
@@ -333,18 +350,28 @@ class PlanSpace:
             return []
         return self.model.final_alternatives(self, prop)
 
+    def columns(self, expr: int, prop: str) -> AltColumns:
+        """Every AND node of an OR node as columns, in the order of :meth:`alternatives`
+        (memoized): scans, enforcers, the final operator, then the joins by method."""
+        key = (expr, prop)
+        hit = self._cols.get(key)
+        if hit is None:
+            leaf = self.is_leaf(expr)
+            parts = [AltColumns.of(self.scan_alternatives(expr, prop) if leaf else []),
+                     AltColumns.of(self.enforcer_alternatives(expr, prop)),
+                     AltColumns.of(self.final_alternatives(expr, prop))]
+            if not leaf:
+                parts += self._joins_by_method(expr, prop).values()
+            hit = self._cols[key] = AltColumns.concat(parts)
+        return hit
+
     def alternatives(self, expr: int, prop: str) -> list[Alt]:
         """Every AND node of an OR node, in a fixed order (memoized)."""
         key = (expr, prop)
         hit = self._alts.get(key)
-        if hit is not None:
-            return hit
-        out = self.scan_alternatives(expr, prop) + self.enforcer_alternatives(expr, prop)
-        out += self.final_alternatives(expr, prop)
-        for m in self.model.join_methods:
-            out += self.join_alternatives(expr, prop, m)
-        self._alts[key] = out
-        return out
+        if hit is None:
+            hit = self._alts[key] = self.columns(expr, prop).rows(expr, prop)
+        return hit
 
     # -- summaries and costs ----------------------------------------------------------------
     def summary(self, expr: int) -> float:
@@ -360,6 +387,30 @@ class PlanSpace:
                 alt.phy_op, 1.0
             )
             self._local[alt] = hit
+        return hit
+
+    def local_costs_of(self, alts: list[Alt]) -> list[float]:
+        """:meth:`local_cost` of many alternatives of any OR nodes (the batch
+        ``Fn_nonscancost``): the same values, without an entry per alternative in the memo."""
+        costs = self.model.local_costs_of(self, alts)
+        factors = self.adjustments.op_factors
+        if factors:  # x * 1.0 == x: no factors, nothing to multiply
+            costs = [c * factors.get(a[4], 1.0) for c, a in zip(costs, alts, strict=True)]
+        return costs
+
+    def local_costs(self, expr: int, prop: str) -> list[float]:
+        """The local cost of each of the OR node's :meth:`alternatives`, in their order
+        (memoized per node): the batch form of :meth:`local_cost`, same values bit for bit,
+        without a dictionary entry per alternative."""
+        key = (expr, prop)
+        hit = self._node_local.get(key)
+        if hit is None:
+            cols = self.columns(expr, prop)
+            hit = self.model.local_costs(self, expr, prop, cols)
+            factors = self.adjustments.op_factors
+            if factors:  # x * 1.0 == x: no factors, nothing to multiply
+                hit = [c * factors.get(op, 1.0) for c, op in zip(hit, cols.phy_op, strict=True)]
+            self._node_local[key] = hit
         return hit
 
     def changed_inputs(self, old: PlanSpace) -> tuple[Callable[[int], bool], set[str]]:

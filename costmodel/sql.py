@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal, DivisionByZero, InvalidOperation
 from functools import cached_property
 from typing import TypeVar
@@ -33,6 +35,7 @@ from sqlglot.tokens import Token, TokenType
 from reopt.costmodel.cardinality import not_a_date
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import QueryError
+from reopt.costmodel.numeric import NumberError, OutOfRange, compact, exact_number, short_text
 from reopt.costmodel.query import (
     And,
     Between,
@@ -82,11 +85,49 @@ def parse_query(
     A literal compared with a column whose statistics are dates must be an ISO date: with
     ``o_orderdate < 'yesterday'`` the estimate would silently fall back to a default selectivity.
 
+    Numbers are read strictly (:mod:`reopt.costmodel.numeric`): a literal, or a constant
+    expression, beyond the float range (``1e400``, 400 digits) is an error at its position. A
+    UTF-8 byte-order mark at the start of the text is ignored. Deep nesting is parsed with
+    :data:`RECURSION_FRAMES` of Python recursion (sqlglot recurses per parenthesis and per
+    ``NOT``); deeper text, and a condition nested more than :data:`MAX_CONDITION_DEPTH` deep
+    after flattening ``AND``/``OR`` chains, parentheses and double negations, is an error
+    naming its depth — everything downstream (estimation, hashing, pickling to Spark) then
+    works within Python's default recursion limit.
+
     Raises :class:`QueryError` (one line, with the position where known) for syntax errors,
     unknown/ambiguous names, invalid date literals and every construct outside the supported
     subset.
     """
-    return _Parser(sql, catalog, name, source).parse()
+    parser = _Parser(sql.removeprefix("\ufeff"), catalog, name, source)
+    with _recursion_frames(RECURSION_FRAMES):
+        try:
+            return parser.parse()
+        except RecursionError:
+            raise parser.too_deep() from None
+
+
+RECURSION_FRAMES = 50_000
+"""Python frames a parse may use. sqlglot's parser takes about 20 frames per nested parenthesis
+and 9 per ``NOT``, so the default limit of 1000 fails at some 50 parentheses; Python 3.11 runs
+pure-Python recursion without growing the C stack, so this many frames (some 2,500
+parentheses) is safe. Deeper text is a :class:`QueryError` naming its depth."""
+MAX_CONDITION_DEPTH = 100
+"""How deep a filter's ``AND``/``OR``/``NOT`` tree may nest (chains of one operator are flat,
+parentheses and double negations vanish): the estimator, ``hash`` and ``pickle`` recurse
+over it within Python's default limit."""
+
+
+@contextmanager
+def _recursion_frames(frames: int) -> Iterator[None]:
+    """Allow at least ``frames`` Python frames inside the block, then restore the limit."""
+    old = sys.getrecursionlimit()
+    if old < frames:
+        sys.setrecursionlimit(frames)
+    try:
+        yield
+    finally:
+        if old < frames:
+            sys.setrecursionlimit(old)
 
 
 # --- constants ------------------------------------------------------------------------------
@@ -232,6 +273,27 @@ class _Parser:
 
     def _unsupported(self, construct: str, offset: int | None) -> QueryError:
         return self._error(f"unsupported construct {construct}", offset)
+
+    def too_deep(self) -> QueryError:
+        """The error for text nested deeper than :data:`RECURSION_FRAMES` allow, naming how
+        deep its parentheses and ``NOT`` chains go (the tokenizer does not recurse)."""
+        depth = deepest = nots = longest = 0
+        at: int | None = None
+        try:
+            tokens = self._tokens
+        except Exception:  # untokenizable text cannot have parsed this far; be safe anyway
+            tokens = []
+        for token in tokens:
+            kind = token.token_type
+            depth += kind == TokenType.L_PAREN
+            depth -= kind == TokenType.R_PAREN
+            nots = nots + 1 if kind == TokenType.NOT else 0
+            if depth > deepest or nots > longest:
+                at = token.start
+            deepest, longest = max(deepest, depth), max(longest, nots)
+        return self._error(
+            f"the query is nested too deeply to parse ({deepest} levels of parentheses, "
+            f"{longest} NOTs in a row)", at)
 
     @cached_property
     def _tokens(self) -> list[Token]:
@@ -522,12 +584,23 @@ class _Parser:
                     construct = f"constant condition '{conjunct.sql()}'"
                     raise self._unsupported(construct, _anchor(conjunct))
                 if len(aliases) == 1:
-                    filters.append(self._predicate(conjunct, aliases[0]))
+                    filters.append(self._checked_depth(
+                        self._predicate(conjunct, aliases[0]), conjunct))
                     continue
                 join = self._join_predicate(conjunct)
                 if join not in joins:
                     joins.append(join)
         return filters, joins
+
+    def _checked_depth(self, p: Predicate, conjunct: exp.Expression) -> Predicate:
+        """``p``, unless it nests deeper than :data:`MAX_CONDITION_DEPTH` (an error at the
+        condition naming its depth)."""
+        depth = _depth(p)
+        if depth > MAX_CONDITION_DEPTH:
+            raise self._error(
+                f"condition nested {depth} levels deep (AND, OR and NOT within each other; "
+                f"the limit is {MAX_CONDITION_DEPTH})", _anchor(conjunct))
+        return p
 
     def _reject_aggregate(self, e: exp.Expression, clause: str) -> None:
         aggregate = e.find(exp.AggFunc)
@@ -551,23 +624,38 @@ class _Parser:
         raise self._unsupported(f"non-equi join predicate '{e.sql()}'", offset)
 
     def _predicate(self, e: exp.Expression, alias: str) -> Predicate:
-        """Map a condition over the single relation ``alias`` to a filter predicate."""
+        """Map a condition over the single relation ``alias`` to a filter predicate.
+
+        Parentheses and chains of ``NOT`` are read in a loop, not by recursion, and an even
+        number of negations cancels (``NOT NOT c`` is ``c``), so 2,000 ``NOT``s are one level.
+        """
+        negated = False
         e = _unparen(e)
+        while isinstance(e, exp.Not):
+            negated, e = not negated, _unparen(e.this)
+        p = self._positive_predicate(e, alias)
+        return _negation(p) if negated else p
+
+    def _positive_predicate(self, e: exp.Expression, alias: str) -> Predicate:
+        """:meth:`_predicate` of a condition that is not a ``NOT``."""
         if e.args.get("negate"):  # sqlglot writes ``x NOT LIKE p`` as Like(negate=True)
             positive = e.copy()
             positive.set("negate", None)
             inner = self._predicate(positive, alias)
-            return Opaque(alias, e.sql()) if isinstance(inner, Opaque) else Not(inner)
+            return Opaque(alias, e.sql()) if isinstance(inner, Opaque) else _negation(inner)
         if isinstance(e, exp.And):
             return And(tuple(self._predicate(c, alias) for c in _flatten(e, exp.And)))
         if isinstance(e, exp.Or):
             return Or(tuple(self._predicate(c, alias) for c in _flatten(e, exp.Or)))
-        if isinstance(e, exp.Not):
-            return Not(self._predicate(e.this, alias))
         try:
             leaf = self._leaf(e)
         except _NotConstant:
             leaf = None
+        except _OutOfRange as big:
+            raise self._error(
+                f"{big.text} is out of range (a float holds at most "
+                f"±{compact(sys.float_info.max)})", _first(_anchor(big.node), _anchor(e))
+            ) from None
         return leaf if leaf is not None else Opaque(alias, e.sql())
 
     def _leaf(self, e: exp.Expression) -> Predicate | None:
@@ -635,9 +723,9 @@ class _Parser:
         input columns (as PostgreSQL does).
         """
         if isinstance(e, exp.Literal) and not e.is_string and e.is_int:
-            position = int(e.this)
+            position = int(e.this) if len(e.this) < 20 else 0  # a long one is out of range too
             if not 1 <= position <= len(self.items):
-                message = f"{clause} position {position} is not in the select list"
+                message = f"{clause} position {short_text(e.this)} is not in the select list"
                 raise self._error(message, _anchor(e))
             target = self.items[position - 1]
             return None if isinstance(target, exp.Star) else target
@@ -717,13 +805,35 @@ def _unparen(e: exp.Expression) -> exp.Expression:
 
 
 def _flatten(e: exp.Expression, kind: type[exp.Expression]) -> Iterator[exp.Expression]:
-    """The operands of a chain of ``kind`` (And/Or), looking through parentheses."""
-    e = _unparen(e)
-    if isinstance(e, kind):
-        yield from _flatten(e.this, kind)
-        yield from _flatten(e.expression, kind)
-    else:
-        yield e
+    """The operands of a chain of ``kind`` (And/Or), looking through parentheses, in text
+    order. A loop over an explicit stack: sqlglot builds a chain of 2,000 ``OR``s as a tree
+    2,000 deep."""
+    stack = [e]
+    while stack:
+        node = _unparen(stack.pop())
+        if isinstance(node, kind):
+            stack.append(node.expression)
+            stack.append(node.this)
+        else:
+            yield node
+
+
+def _negation(p: Predicate) -> Predicate:
+    """``NOT p``, cancelling a double negation."""
+    return p.item if isinstance(p, Not) else Not(p)
+
+
+def _depth(p: Predicate) -> int:
+    """How deep ``And``/``Or``/``Not`` nest in ``p`` (a leaf is 1), without recursion."""
+    deepest, stack = 0, [(p, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(node, (And, Or)):
+            stack.extend((item, d + 1) for item in node.items)
+        elif isinstance(node, Not):
+            stack.append((node.item, d + 1))
+    return deepest
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
@@ -802,18 +912,30 @@ class _NotConstant(Exception):
     """Raised while folding an expression that is not a literal constant."""
 
 
+class _OutOfRange(Exception):
+    """A literal or folded constant no float holds (``1e400``, 400 digits, ``1e300 * 1e300``):
+    ``text`` names it, short, for the message; ``node`` is where it was written."""
+
+    def __init__(self, text: str, node: exp.Expression):
+        super().__init__(text)
+        self.text = text
+        self.node = node
+
+
 _Number = int | Decimal
+_LARGEST = Decimal(sys.float_info.max)
 
 
 def _constant(e: exp.Expression) -> Value:
-    """The literal value of ``e``; raises :class:`_NotConstant` if it has none.
+    """The literal value of ``e``; raises :class:`_NotConstant` if it has none, and
+    :class:`_OutOfRange` for a number no float holds.
 
     Numbers fold exactly (``0.06 - 0.01`` is 0.05, not 0.049999...), integers stay int,
     everything else numeric becomes float; ``DATE '1994-01-01'`` is the string ``'1994-01-01'``.
     Date arithmetic (``DATE '1994-01-01' + INTERVAL '3' MONTH``) is left to sqlglot's simplifier.
     """
     try:
-        return _value(_fold(e))
+        return _value(_fold(e), e)
     except _NotConstant:
         if e.find(exp.Column) is not None:
             raise
@@ -821,11 +943,16 @@ def _constant(e: exp.Expression) -> Value:
         simplified = simplify(e.copy())
     except Exception:  # the simplifier is best effort; failing just means "not constant"
         raise _NotConstant from None
-    return _value(_fold(simplified))
+    return _value(_fold(simplified), e)
 
 
-def _value(v: _Number | str | None) -> Value:
-    return float(v) if isinstance(v, Decimal) else v
+def _value(v: _Number | str | None, e: exp.Expression) -> Value:
+    if isinstance(v, Decimal):
+        f = float(v)
+        if abs(f) == float("inf"):  # just above the largest float, rounded up
+            raise _OutOfRange(short_text(str(v)), e)
+        return f
+    return v
 
 
 def _fold(e: exp.Expression) -> _Number | str | None:
@@ -834,7 +961,7 @@ def _fold(e: exp.Expression) -> _Number | str | None:
     if isinstance(e, exp.Null):
         return None
     if isinstance(e, exp.Literal):
-        return e.this if e.is_string else _number(e.this)
+        return e.this if e.is_string else _number(e.this, e)
     if isinstance(e, exp.Neg):
         return -_numeric(_fold(e.this))
     if isinstance(e, exp.Cast):
@@ -846,24 +973,23 @@ def _fold(e: exp.Expression) -> _Number | str | None:
 
 def _fold_cast(e: exp.Cast) -> _Number | str:
     """``CAST('1994-01-01' AS DATE)`` (and ``DATE '...'``) is the date string; numeric casts
-    of a constant are its number."""
+    of a constant are its number (a string in strict number syntax only: not ``'1_000'``)."""
     inner = _fold(e.this)
     if e.to.is_type(*exp.DataType.TEMPORAL_TYPES, *exp.DataType.TEXT_TYPES):
         if isinstance(inner, str):
             return inner
     elif e.to.is_type(*exp.DataType.NUMERIC_TYPES) and inner is not None:
-        return inner if not isinstance(inner, str) else _number(inner.strip())
+        return inner if not isinstance(inner, str) else _number(inner, e)
     raise _NotConstant
 
 
-def _number(text: str) -> _Number:
+def _number(text: str, e: exp.Expression) -> _Number:
+    """A number literal, exactly (:func:`~reopt.costmodel.numeric.exact_number`)."""
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return Decimal(text)
-    except InvalidOperation:
+        return exact_number(text)
+    except OutOfRange:
+        raise _OutOfRange(short_text(text), e) from None
+    except NumberError:
         raise _NotConstant from None
 
 
@@ -874,14 +1000,20 @@ def _numeric(v: object) -> _Number:
 
 
 def _arithmetic(e: exp.Expression, a: _Number, b: _Number) -> _Number:
-    """``a OP b``; integer results stay int except for division, which is always fractional."""
+    """``a OP b``; integer results stay int except for division, which is always fractional.
+    A result no float holds is :class:`_OutOfRange` at once, so a long chain of products
+    never builds a huge integer."""
     try:
         if isinstance(e, exp.Add):
-            return a + b
-        if isinstance(e, exp.Sub):
-            return a - b
-        if isinstance(e, exp.Mul):
-            return a * b
-        return Decimal(a) / Decimal(b)
+            v = a + b
+        elif isinstance(e, exp.Sub):
+            v = a - b
+        elif isinstance(e, exp.Mul):
+            v = a * b
+        else:
+            v = Decimal(a) / Decimal(b)
     except (ZeroDivisionError, DivisionByZero, InvalidOperation):
         raise _NotConstant from None
+    if abs(v) > _LARGEST:
+        raise _OutOfRange(f"the value of {short_text(e.sql(), 60)}", e)
+    return v

@@ -70,6 +70,7 @@ from typing import Any
 
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import CatalogError, QueryError
+from reopt.costmodel.numeric import MAX_ROWS, compact, is_finite_number
 
 __all__ = ["QUERIES", "builtin_query_names", "builtin_sql", "tpch_catalog"]
 
@@ -160,9 +161,14 @@ def _is_sf1(sf: float) -> bool:
 
 def tpch_catalog(sf: float = 1.0) -> Catalog:
     """The TPC-H catalog at scale factor ``sf`` (see the module docstring for every number)."""
-    if isinstance(sf, bool) or not isinstance(sf, (int, float)) or not math.isfinite(sf) or sf <= 0:
+    if not is_finite_number(sf) or sf <= 0:
         raise CatalogError(f"tpch: scale factor must be a finite number > 0, got {sf!r}")
     sf = float(sf)
+    if 6_000_000 * sf > MAX_ROWS:  # lineitem, the largest table; round() would overflow
+        raise CatalogError(
+            f"tpch: scale factor {compact(sf)} gives lineitem {compact(6e6 * sf)} rows, above "
+            f"the limit of {compact(MAX_ROWS)} (estimates and costs must stay finite)"
+        )
     P = _scaled(200_000, sf)
     S = _scaled(10_000, sf)
     PS = 4 * P

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -17,17 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from reopt.costmodel.cardinality import Adjustments
-from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.catalog import Catalog, decode_utf8
 from reopt.costmodel.deltas import Delta, apply_deltas, parse_deltas
-from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.errors import DeltaError, OptimizerError, ReoptError
 from reopt.costmodel.models import cost_model as get_cost_model
 from reopt.costmodel.query import Query
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.exhaustive import exhaustive
-from reopt.optimizers.incremental import BottomUpInc, TopDownInc
-from reopt.optimizers.memo import IncrementalMemo
+from reopt.optimizers.incremental import BottomUpInc, Incremental, TopDownInc
 from reopt.optimizers.topdown import topdown
 from reopt.plan import PlanNode
 
@@ -37,7 +37,7 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
     "exhaustive": exhaustive,
 }
 DECLARATIVE = "declarative"
-INCREMENTAL: dict[str, type[IncrementalMemo]] = {
+INCREMENTAL: dict[str, type[Incremental]] = {
     "topdown-inc": TopDownInc,
     "bottomup-inc": BottomUpInc,
 }
@@ -104,11 +104,10 @@ def _query_file(p: Path, catalog: Catalog) -> Query:
     from reopt.costmodel.sql import parse_query
 
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise ReoptError(f"{p}: cannot read query: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ReoptError(f"{p}: cannot read query: not UTF-8 text") from None
+    text = decode_utf8(raw, f"{p}: cannot read query", ReoptError)  # a BOM is dropped
     return parse_query(text, catalog, name=p.stem, source=p)
 
 
@@ -188,7 +187,7 @@ class Optimizer:
         self.model = get_cost_model(cost_model)
         self.adjustments = Adjustments()
         self._space_size: dict[str, int] | None = None
-        self._incremental: IncrementalMemo | None = None
+        self._incremental: Incremental | None = None
         self._program = None
         self._evaluation = None
         self._session = None
@@ -235,13 +234,17 @@ class Optimizer:
         The declarative optimizer keeps its state since the last optimize() and maintains it
         incrementally (either engine; README, "Incremental re-optimization"); the result
         is the plan a from-scratch optimization would return. A delta that fails validation
-        raises before anything changes."""
+        raises before anything changes; any other failure while re-optimizing (see
+        :func:`update_steps`) is a one-line :class:`DeltaError` naming the query and the
+        deltas, with the optimizer restored to exactly its state before the call."""
         if self.optimizer == DECLARATIVE and self._session is None:
             raise ReoptError("update(): optimize() first: the declarative optimizer maintains "
                              "the state of its last optimize()")
         items = _listify(deltas)
-        step = update_batch([self], [self.check(items)])[0]
-        step.deltas = [str(d) for d in items]
+        texts = [str(d) for d in items]
+        adjustments = _guarded(self, texts, lambda: self.check(items))
+        step = update_steps([self], [adjustments], texts)[0]
+        step.deltas = texts
         return step
 
     def _incremental_step(self, session: Any, adjustments: Adjustments) -> Step:
@@ -299,7 +302,8 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
                        "or": _ratio(explored.get("or_nodes", 0), full["or_nodes"]),
                        "and": _ratio(explored.get("and_nodes", 0), full["and_nodes"]),
                    }}
-        steps[i] = Step(result.cost, result.plan, metrics, estimates=estimates(space))
+        steps[i] = _finite(o, Step(result.cost, result.plan, metrics,
+                                   estimates=estimates(space)))
     for (engine, _), members in groups.items():
         from reopt.incremental.session import Session
 
@@ -317,8 +321,8 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
             o._evaluation, o._session, o._qid = ev, session, q
             metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
             metrics["batch_queries"] = len(members)
-            steps[i] = Step(ev.best_cost(q), ev.best_plan(q), metrics,
-                            estimates=estimates(spaces[q]))
+            steps[i] = _finite(o, Step(ev.best_cost(q), ev.best_plan(q), metrics,
+                                       estimates=estimates(spaces[q])))
     return [steps[i] for i in range(len(opts))]
 
 
@@ -338,6 +342,98 @@ def update_batch(opts: list[Optimizer], adjustments: list[Adjustments]) -> list[
         step.estimates = None
         steps[i] = step
     return [steps[i] for i in range(len(opts))]
+
+
+def update_steps(opts: list[Optimizer], adjustments: list[Adjustments],
+                 deltas: list[str]) -> list[Step]:
+    """:func:`update_batch`, atomic per optimizer: what ``Optimizer.update()`` and each CLI
+    delta step run. ``deltas`` are the batch's texts, for messages.
+
+    Validation already refuses deltas that cannot be honoured (README, "Deltas"), so a failure
+    here is a bug — but it must not leave an optimizer half-updated: any exception (and a
+    cost that is not finite) restores the optimizer that failed (:class:`_Saved`) and
+    becomes a one-line :class:`DeltaError` naming its query and the deltas. Spark's own
+    errors pass through unchanged (after the restore) for the CLI to describe."""
+    steps = []
+    for o, adj in zip(opts, adjustments, strict=True):
+
+        def step(o: Optimizer = o, adj: Adjustments = adj) -> Step:
+            return _finite(o, update_batch([o], [adj])[0])
+
+        steps.append(_guarded(o, deltas, step, on_failure=_Saved(o).restore))
+    return steps
+
+
+def _guarded(o: Optimizer, deltas: list[str], work: Callable[[], Any],
+             on_failure: Callable[[], None] | None = None) -> Any:
+    """``work()``; when it raises, ``on_failure()`` and then the error as one line: a
+    :class:`DeltaError` as it is, anything else (Spark's errors aside) as a DeltaError naming
+    the query and the deltas, the original chained. An interrupt (Ctrl-C) restores too, and
+    stays an interrupt."""
+    try:
+        return work()
+    except BaseException as e:
+        if on_failure is not None:
+            on_failure()
+        if not isinstance(e, Exception) or isinstance(e, DeltaError) or _is_spark_error(e):
+            raise
+        what = str(e) if isinstance(e, ReoptError) else f"{type(e).__name__}: {e}"
+        batch = "; ".join(deltas)
+        raise DeltaError(
+            f"query {o.query.name}: deltas '{batch}' could not be applied, nothing changed: "
+            f"{' '.join(what.split()) or type(e).__name__}"
+        ) from e
+
+
+def _is_spark_error(e: BaseException) -> bool:
+    """Whether ``e`` comes from Spark or Py4J (the CLI describes those itself)."""
+    from reopt.spark import is_spark_error  # imports neither
+
+    return is_spark_error(e)
+
+
+def _finite(o: Optimizer, step: Step) -> Step:
+    """``step``, if its cost is finite. Inputs are bounded so that it always is (README,
+    "Cardinality estimation"); an infinite or NaN cost would be printed as invalid JSON."""
+    if not math.isfinite(step.cost):
+        raise OptimizerError(f"query {o.query.name}: the best plan's cost is {step.cost}, "
+                             "not a finite number")
+    return step
+
+
+class _Saved:
+    """An optimizer's state before an update, to put back if the update fails.
+
+    Statistics and the declarative session are saved here; the incremental memo
+    (``topdown-inc``/``bottomup-inc``) restores itself (``Incremental.update`` is atomic). A
+    declarative session is not copied — its engine's state is large — but re-derived on
+    failure: a fresh evaluation under the saved statistics of every query of its batch, which
+    is exactly the relations incremental maintenance keeps (README, "Incremental
+    re-optimization")."""
+
+    def __init__(self, o: Optimizer):
+        self.o = o
+        self.adjustments = o.adjustments
+        self.session = o._session
+        self.ctx = dict(o._session.ctx) if o._session is not None else None
+
+    def restore(self) -> None:
+        o = self.o
+        o.adjustments = self.adjustments
+        if self.session is not None and self.ctx is not None:
+            _rebuild(self.session, self.ctx)
+
+
+def _rebuild(session: Any, ctx: dict[int, PlanSpace]) -> None:
+    """Put a declarative session back to the statistics ``ctx`` (query id → plan space) by
+    evaluating them afresh, and hand its members the new evaluation."""
+    from reopt.incremental.session import Session
+
+    fresh = Session(session.program, [ctx[q] for q in sorted(ctx)], session.engine_name)
+    session.ctx, session.engine, session.reason = fresh.ctx, fresh.engine, fresh.reason
+    ev = session.optimize()
+    for m in session.members:
+        m._evaluation = ev
 
 
 def _declarative_metrics(o: Optimizer, ev: Any, q: int, seconds: float,
@@ -368,8 +464,10 @@ def _incremental(o: Optimizer, space: PlanSpace) -> Result:
     statistics changed since, with the same result as from scratch; ``explored`` then counts
     what that update touched."""
     if o._incremental is None:
-        o._incremental = INCREMENTAL[o.optimizer](space)
-        return o._incremental.optimize()
+        memo = INCREMENTAL[o.optimizer](space)
+        result = memo.optimize()
+        o._incremental = memo  # only once complete: a failed first optimize() leaves none
+        return result
     return o._incremental.update(space)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -21,13 +20,14 @@ from reopt.api import (
     load_catalog,
     load_query,
     optimize_batch,
-    update_batch,
+    update_steps,
 )
-from reopt.cliargs import UsageParser
+from reopt.cliargs import UsageParser, scale_factor
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
+from reopt.costmodel.numeric import dumps_strict
 
 
 def _optimizer_list(text: str) -> list[str]:
@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize", help="optimize queries; optionally push cost deltas")
     o.add_argument("queries", nargs="+", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
     o.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics)")
-    o.add_argument("--sf", type=float, help="TPC-H scale factor of the built-in catalog "
-                   "(default 1; not with --catalog)")
+    o.add_argument("--sf", type=scale_factor, help="TPC-H scale factor of the built-in "
+                   "catalog (default 1; not with --catalog)")
     o.add_argument("--cost-model", default="io", choices=sorted(MODELS))
     o.add_argument(
         "--optimizer", default=DECLARATIVE,
@@ -56,10 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--engine", default="spark", choices=ENGINES,
                    help="engine of the declarative optimizer (default: spark)")
-    o.add_argument("--pruning", default="all", choices=PRUNING_MODES,
-                   help="pruning inside the datalog evaluation (default: all)")
-    o.add_argument("--rules", metavar="DIR", help="load the *.dl rule files of DIR instead of "
-                   "the installed ones")
+    o.add_argument("--pruning", choices=PRUNING_MODES,
+                   help="pruning inside the datalog evaluation of the declarative optimizer "
+                   "(default: all)")
+    o.add_argument("--rules", metavar="DIR", help="the declarative optimizer loads the *.dl "
+                   "rule files of DIR instead of the installed ones")
     o.add_argument("--master", help="Spark master URL (default: local[*], or "
                    "$REOPT_SPARK_MASTER)")
     o.add_argument(
@@ -122,6 +123,20 @@ def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustmen
     return out
 
 
+def _declarative_only(args: argparse.Namespace, names: list[str]) -> None:
+    """``--pruning`` and ``--rules`` configure the datalog evaluation: given to a run of
+    procedural optimizers only they would change nothing, so they are an error (as
+    ``--master`` is without the spark engine), not silently ignored."""
+    if DECLARATIVE in names:
+        return
+    for flag, value in (("--pruning", args.pruning), ("--rules", args.rules)):
+        if value is not None:
+            raise ReoptError(
+                f"{flag} applies to the declarative optimizer; this run uses only "
+                f"{', '.join(names)} (add declarative to --optimizer, or drop {flag})"
+            )
+
+
 def optimize_main(args: argparse.Namespace) -> int:
     if args.catalog is not None and args.sf is not None:
         raise ReoptError("--sf scales the built-in TPC-H catalog; a --catalog file has its own "
@@ -131,6 +146,8 @@ def optimize_main(args: argparse.Namespace) -> int:
     if args.master is not None and not (DECLARATIVE in names and args.engine == "spark"):
         raise ReoptError("--master applies to the spark engine of the declarative optimizer; "
                          "nothing in this run uses Spark")
+    _declarative_only(args, names)
+    args.pruning = args.pruning or "all"
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
     program = None
@@ -158,9 +175,10 @@ def optimize_main(args: argparse.Namespace) -> int:
             step.metrics["setup_seconds"] = setup_seconds
     history: list[list] = []
     for batch, adjs in zip(steps, planned, strict=True):
-        results = update_batch(sessions, adjs)  # declarative: incremental maintenance
+        texts = [str(d) for d in batch]
+        results = update_steps(sessions, adjs, texts)  # declarative: incremental maintenance
         for r in results:
-            r.deltas = [str(d) for d in batch]
+            r.deltas = texts
         history.append(results)
     out = [
         {"query": s.query.name, "optimizer": s.optimizer, "cost_model": args.cost_model,
@@ -175,8 +193,11 @@ def optimize_main(args: argparse.Namespace) -> int:
                 for e in out
             ]
         }
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        try:
+            text = dumps_strict(doc, indent=2)
+        except ValueError as e:  # a bug: every cost and estimate is checked finite before
+            raise ReoptError(f"cannot write the result as JSON: {e}") from None
+        sys.stdout.write(text + "\n")
         return 0
     for e in out:
         init = e["initial"]

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable, Iterable
 
 from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.numeric import NumberError, is_integer_text, parse_number
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -23,14 +24,30 @@ class UsageParser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
-    """``type=`` of a count (``--repeat``, ``--buckets``): a whole number ≥ 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    """``type=`` of a count (``--repeat``, ``--buckets``): a whole number ≥ 1, in ASCII digits
+    (``int()`` would also take ``1_000`` and ``١٠``)."""
+    if not is_integer_text(text):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'")
+    if len(text.strip()) > 18:
+        raise argparse.ArgumentTypeError(f"too large: '{text.strip()[:20]}…'")
+    n = int(text)
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def scale_factor(text: str) -> float:
+    """``type=`` of ``--sf``: a finite number > 0 in strict syntax
+    (:func:`~reopt.costmodel.numeric.parse_number`; ``float()`` would take ``nan``, ``inf``
+    and ``1_000``). Whether the tables it scales stay within the row limit is
+    :func:`~reopt.costmodel.tpch.tpch_catalog`'s to say."""
+    try:
+        sf = parse_number(text)
+    except NumberError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if sf <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text.strip()}")
+    return sf
 
 
 def name_list(what: str, choices: Iterable[str]) -> Callable[[str], tuple[str, ...]]:

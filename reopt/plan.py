@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class PlanNode:
 
 
 def _num(x: float) -> str:
+    if not math.isfinite(x):  # never for a checked step; a tree printed for debugging may
+        return str(x)
     if x == int(x) and abs(x) < 1e15:
         return f"{int(x)}"
     return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.4e}"

@@ -119,7 +119,7 @@ def test_sql_file_and_catalog_file(tmp_path, capsys):
         # usage errors: argparse's own, as one line too
         (["optimize", "tpch:q5", "--pruning", "nope"],
          "optimize: argument --pruning: invalid choice: 'nope'"),
-        (["optimize", "tpch:q5", "--sf", "abc"], "argument --sf: invalid float value: 'abc'"),
+        (["optimize", "tpch:q5", "--sf", "abc"], "argument --sf: 'abc' is not a number"),
         (["optimize"], "the following arguments are required: QUERY"),
         ([], "the following arguments are required: command (see 'reopt --help')"),
         (["optimize", "tpch:q5", "--bogus"], "unrecognized arguments: --bogus"),

@@ -127,6 +127,27 @@ def test_join_cardinality_and_corrections():
     assert math.isclose(est3.card(0b111), 1000 * 200 * 40 / 200 / 40 * (500 / 1000) * (10 / 200))
 
 
+def test_estimates_are_clamped_to_one_row_and_the_cross_product():
+    """README, "Cardinality estimation": at least 1 row, at most the product of the rows before
+    filters; a ``card {…} =N`` is solved against the unclamped product, so N is exact."""
+    ab = JoinPredicate.of(C("a", "x"), C("b", "x"))
+    bc = JoinPredicate.of(C("b", "y"), C("c", "y"))
+    three = tuple(Compare(C("a", "x"), "=", v) for v in (5, 6, 7))
+    q = query(*three, joins=(ab, bc))
+    est = Estimator(q, CAT)
+    assert est.leaf_card("a") == 1.0  # 1000 / 50**3 = 0.008 rows
+    assert est.card(0b011) == 1.0  # 1 × 200 / 200
+    adj = apply_delta(parse_delta("sel a.x=b.x =1e-9"), q, CAT, Adjustments())
+    assert Estimator(q, CAT, adj).card(0b111) == 1.0  # 1 × 200 × 40 × 1e-9 / 40 = 2e-7
+    adj = apply_delta(parse_delta("card {a,b} =7"), q, CAT, adj)  # against 2e-7, not 1
+    assert math.isclose(Estimator(q, CAT, adj).card(0b011), 7, rel_tol=1e-12)
+    assert math.isclose(Estimator(q, CAT, adj).card(0b111), 7, rel_tol=1e-12)
+    adj = apply_delta(parse_delta("card {b,c} *1e12"), query(joins=(ab, bc)), CAT, Adjustments())
+    big = Estimator(query(joins=(ab, bc)), CAT, adj)
+    assert big.card(0b110) == 200 * 40  # 200 × 40 / 40 × 1e12, above the cross product
+    assert big.card(0b111) == 1000 * 200 * 40
+
+
 def test_card_deltas_on_tables_and_aliases():
     q = Query("t", (Relation("a1", "a"), Relation("a2", "a"), Relation("b", "b")))
     adj = apply_deltas(parse_deltas("card a *2; card a2 *0.5"), q, CAT, Adjustments())
@@ -186,6 +207,13 @@ def test_json_deltas():
         ('{"kind": "card", "target": "a", "op": "*", "value": true}', "not a number"),
         ('{"kind": "card", "target": "a", "op": "*", "value": null}', "value null is not a number"),
         ("[{", "invalid JSON"),
+        # numbers are read strictly (issue 22): what float() would take is not a number here
+        ("card a *1_000", "value '1_000' is not a number"),
+        ("card a *١٠", "value '١٠' is not a number"),
+        ("card a *1e400", "1e400 is out of range"),
+        ('{"kind": "card", "target": "a", "op": "*", "value": 2, "vlaue": 3}',
+         "unknown key 'vlaue'"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
     ],
 )
 def test_malformed_deltas_are_rejected_with_the_delta_named(text, message):

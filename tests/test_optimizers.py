@@ -108,12 +108,13 @@ def independent_cout(q: Query, cat, plan) -> float:
         c = 1.0
         for a in aliases:
             c *= cat.tables[q.table_of(a)].rows
+        cross = c
         for p in q.joins:
             if p.left.alias in aliases and p.right.alias in aliases:
                 dl = cat.tables[q.table_of(p.left.alias)].columns[p.left.column].distinct
                 dr = cat.tables[q.table_of(p.right.alias)].columns[p.right.column].distinct
                 c /= max(dl, dr)
-        return c
+        return min(max(c, 1.0), cross)  # README: estimates within [1 row, cross product]
 
     def cost(node) -> float:
         if not node.children:

@@ -1,8 +1,13 @@
-"""What a procedural optimizer returns."""
+"""What a procedural optimizer returns, and how it runs."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import wraps
+from typing import ParamSpec, TypeVar
 
 from reopt.plan import PlanNode
 
@@ -19,3 +24,34 @@ class Result:
     cost: float
     plan: PlanNode
     explored: dict[str, int] = field(default_factory=dict)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector for the duration of a search.
+
+    A search allocates hundreds of thousands of small, acyclic objects (alternatives, memo
+    entries) that live as long as the memo; every 700 allocations the collector would scan
+    the young ones and, every so often, the whole growing heap again — about a third of a
+    large query's search time, to free nothing (reference counting frees what dies).
+    Re-enabled on exit, also after an exception; nested pauses are harmless."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def without_gc(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` under :func:`paused_gc`."""
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with paused_gc():
+            return fn(*args, **kwargs)
+    return run

@@ -1,43 +1,85 @@
-"""Bottom-up (System R style) dynamic programming over connected subsets (DPsub order).
+"""Bottom-up (System R style) dynamic programming over the connected sub-expressions.
 
-Expressions are visited smallest first; for each, the best plan is kept per interesting
-property (``any``, every sort order a parent merge join could ask for, index probes for base
-tables), ``any`` first because a sort enforcer builds on it. Every alternative's children are
-then already in the table.
+Expressions are visited smallest first (the join graph's csgs, enumerated in proportion to the
+csg-cmp pairs: :mod:`reopt.costmodel.joingraph`); for each, the best plan is kept per
+interesting property (``any``, every sort order a parent merge join could ask for, index probes
+for base tables), ``any`` first because a sort enforcer builds on it. Every alternative's
+children are then already in the table.
 """
 
 from __future__ import annotations
 
 import math
 
-from reopt.costmodel.space import ANY, Alt, PlanSpace, plan_cost
-from reopt.optimizers.base import Result
+from reopt.costmodel.space import ANY, PlanSpace, plan_cost
+from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
+
+Group = tuple[int, str]
+
+
+class BottomUp:
+    """The DP table and how one entry is computed (shared with ``bottomup-inc``)."""
+
+    def __init__(self, space: PlanSpace):
+        self.space = space
+        self.best: dict[Group, tuple[float, int]] = {}
+        """OR node → (best cost, index of its winning alternative); nodes without a plan are
+        absent."""
+        self.costed = 0
+        """Alternatives whose cost the search computed (or found a child without a plan)."""
+
+    @without_gc
+    def optimize(self) -> Result:
+        space = self.space
+        exprs = space.expressions()
+        if space.root[0] == space.top:
+            exprs.append(space.top)
+        for expr in exprs:
+            props = space.interesting_props(expr)
+            assert props[0] == ANY
+            for prop in props:
+                self.settle((expr, prop))
+        return self.result(len(self.best), self.costed)
+
+    def settle(self, group: Group) -> tuple[float, int] | None:
+        """Compute the group's entry from its children's (all ranked lower, so settled)."""
+        space, best_get = self.space, self.best.get
+        cols = space.columns(*group)
+        self.costed += cols.count
+        winner: tuple[float, int] | None = None
+        for i, (left, lprop, right, rprop, local) in enumerate(zip(
+                cols.left, cols.left_prop, cols.right, cols.right_prop,
+                space.local_costs(*group), strict=True)):
+            if not left:  # a scan
+                total = local
+            else:
+                lw = best_get((left, lprop))
+                if lw is None:
+                    continue
+                if not right:  # a unary operator
+                    total = plan_cost(local, lw[0])
+                else:
+                    rw = best_get((right, rprop))
+                    if rw is None:
+                        continue
+                    total = plan_cost(local, lw[0], rw[0])
+            if winner is None or total < winner[0]:
+                winner = (total, i)
+        if winner is None:
+            self.best.pop(group, None)
+        else:
+            self.best[group] = winner
+        return winner
+
+    def result(self, ors: int, ands: int) -> Result:
+        space, best = self.space, self.best
+        if space.root not in best:  # pragma: no cover
+            raise RuntimeError("no plan found")
+        plan = build_plan(space, lambda g: space.alternatives(*g)[best[g][1]])
+        assert math.isclose(plan.cost, best[space.root][0], rel_tol=1e-12)
+        return Result(plan.cost, plan, {"or_nodes": ors, "and_nodes": ands})
 
 
 def bottomup(space: PlanSpace) -> Result:
-    best: dict[tuple[int, str], tuple[float, Alt]] = {}
-    costed = 0
-    exprs = space.expressions()
-    if space.root[0] == space.top:
-        exprs.append(space.top)
-    for expr in exprs:
-        props = space.interesting_props(expr)
-        assert props[0] == ANY
-        for prop in props:
-            winner: tuple[float, Alt] | None = None
-            for alt in space.alternatives(expr, prop):
-                costed += 1
-                kids = [best.get(child) for child in alt.children]
-                if any(k is None for k in kids):
-                    continue
-                total = plan_cost(space.local_cost(alt), *(k[0] for k in kids))
-                if winner is None or total < winner[0]:
-                    winner = (total, alt)
-            if winner is not None:
-                best[(expr, prop)] = winner
-    if space.root not in best:  # pragma: no cover
-        raise RuntimeError("no plan found")
-    plan = build_plan(space, lambda g: best[g][1])
-    assert math.isclose(plan.cost, best[space.root][0], rel_tol=1e-12)
-    return Result(plan.cost, plan, {"or_nodes": len(best), "and_nodes": costed})
+    return BottomUp(space).optimize()

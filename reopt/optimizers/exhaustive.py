@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from reopt.costmodel.errors import OptimizerError
 from reopt.costmodel.space import Alt, PlanSpace, plan_cost
-from reopt.optimizers.base import Result
+from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
 
 MAX_TREES = 200_000
@@ -35,6 +35,7 @@ def _trees(space: PlanSpace, group: tuple[int, str]) -> Iterator[tuple[float, Tr
                     yield plan_cost(local, lc, rc), (alt, (lt, rt))
 
 
+@without_gc
 def exhaustive(space: PlanSpace, objective: str = "min", max_trees: int = MAX_TREES) -> Result:
     count = space.count_trees(limit=max_trees)
     if count > max_trees:

@@ -1,17 +1,31 @@
 """Incremental top-down and bottom-up optimizers (``topdown-inc``, ``bottomup-inc``).
 
-The two extremes of the paper's memoization trade-off (Section 5.4), on one shared memo
-(:class:`reopt.optimizers.memo.IncrementalMemo`, which holds the update propagation):
+The two extremes of the paper's memoization trade-off (Section 5.4), sharing one update
+procedure (:class:`Incremental`):
 
-* :class:`BottomUpInc` memoizes everything: its first optimization is System R's dynamic
-  programming over every OR node (like :func:`reopt.optimizers.bottomup.bottomup`), keeping the
-  cost of every alternative. An update re-costs the alternatives whose inputs changed and
-  propagates upward; it never searches, every record being exact.
+* :class:`BottomUpInc` memoizes everything: its first optimization is the dynamic programming
+  of :class:`~reopt.optimizers.bottomup.BottomUp`, a winner for every OR node. An update
+  re-settles the OR nodes the change reaches and never searches.
 * :class:`TopDownInc` memoizes what branch-and-bound explored: its first optimization is the
-  Volcano search of :func:`reopt.optimizers.topdown.topdown`, keeping each pruned
-  alternative's lower bound. An update propagates costs upward the same way, and bounds
-  downward: a pruned alternative whose lower bound falls under its node's new best cost is
-  searched again, with the remaining budget passed to its children.
+  Volcano search of :class:`~reopt.optimizers.topdown.TopDown`, whose memo holds winners and
+  "no plan under this limit" entries. An update re-searches the explored nodes the change
+  reaches and forgets their limits, so a node pruned before is searched again when a parent
+  asks for it under the new costs.
+
+What a delta reaches. A local cost depends only on its operator's factor and the estimated
+rows of the alternative's expression and children (README, "Cost models"; scans also on their
+table's rows before filters). The and-or graph itself does not depend on statistics. So:
+
+* an OR node whose expression *moved* (:meth:`PlanSpace.changed_inputs`: it contains a
+  relation set whose estimate may differ) is stale, and so is every ancestor, since an
+  ancestor's expression contains its descendants' — a card or sel delta re-settles exactly the
+  supersets of what it changed, nothing else;
+* a ``cost OP`` delta makes stale the nodes with an alternative using ``OP``; their parents
+  hear of it only when a node's entry changed (lazy propagation).
+
+Stale nodes are re-settled children first (by :meth:`PlanSpace.rank`); every other node's
+entry is still the one a from-scratch optimization computes, so after any sequence of deltas
+the result equals optimizing from scratch (property tests).
 
 Usage::
 
@@ -22,25 +36,197 @@ Usage::
 
 from __future__ import annotations
 
+import heapq
 import math
 
-from reopt.optimizers.memo import IncrementalMemo
+from reopt.costmodel.space import PlanSpace
+from reopt.optimizers.base import Result, without_gc
+from reopt.optimizers.bottomup import BottomUp
+from reopt.optimizers.topdown import Group, TopDown
+from reopt.plan import build_plan
 
 
-class BottomUpInc(IncrementalMemo):
-    """Incremental System R dynamic programming: every alternative's cost memoized."""
+class Incremental:
+    """The update procedure: find the stale OR nodes, re-settle them in rank order."""
 
-    def _initial(self) -> None:
+    space: PlanSpace
+    touched_or: set[Group]
+    """OR nodes the last optimize()/update() settled (for tests and metrics)."""
+
+    def __init__(self, space: PlanSpace):
+        self.space = space
+        self.touched_or = set()
+        self._parents: dict[Group, list[Group]] = {}
+        self._by_op: dict[str, list[Group]] = {}
+        self._dearer = False
+        self._indexed: set[Group] = set()
+        """Nodes entered in ``_parents`` and ``_by_op`` (built on the first ``cost`` delta:
+        a card or sel delta needs neither)."""
+
+    # -- to be provided ----------------------------------------------------------------------
+    def optimize(self) -> Result:
+        raise NotImplementedError
+
+    def _entries(self) -> dict[Group, tuple]:
+        """The memo: node → entry (compared before and after re-settling)."""
+        raise NotImplementedError
+
+    def _resettle(self, g: Group, moved: bool) -> None:
+        """Recompute a stale node's entry under ``self.space`` (children are settled);
+        ``moved``: its expression's estimate may have changed (else an operator's factor)."""
+        raise NotImplementedError
+
+    def _finish(self) -> Result:
+        raise NotImplementedError
+
+    # -- the update --------------------------------------------------------------------------
+    @without_gc
+    def update(self, space: PlanSpace) -> Result:
+        """Re-optimize for ``space`` (same query, catalog and cost model, new statistics),
+        touching only what the change can affect. ``explored`` counts the OR nodes re-settled
+        and the AND nodes costed by this update alone.
+
+        Atomic: if anything fails, the memo and the space are as before the call (the memo's
+        entries are immutable tuples, so a shallow copy of it is the whole state)."""
+        old = self.space
+        if space.query != old.query or space.model is not old.model or (
+            space.catalog is not old.catalog
+        ):
+            raise ValueError("update() needs a space of the same query, catalog and cost model")
+        entries = self._entries()
+        saved = dict(entries)
+        try:
+            return self._update(old, space, entries)
+        except BaseException:
+            self.space = old
+            entries.clear()
+            entries.update(saved)
+            raise
+
+    def _update(self, old: PlanSpace, space: PlanSpace, entries: dict[Group, tuple]
+                ) -> Result:
+        self.space = space
+        self.touched_or = set()
+        self._begin_step()
+        if not entries:
+            return self.optimize()
+        moved, ops = space.changed_inputs(old)
+        self._dearer = all(space.adjustments.op_factors.get(op, 1.0)
+                           >= old.adjustments.op_factors.get(op, 1.0) for op in ops)
+        """Whether the change only raised operator factors (no local cost fell)."""
+        stale = {g for g in entries if moved(g[0])}
+        seeds = set(stale)
+        if ops:
+            self._index(entries)
+            for op in ops:
+                seeds.update(self._by_op.get(op, ()))
+        heap = [(space.rank(*g), g) for g in seeds]
+        heapq.heapify(heap)
+        queued = set(seeds)
+        while heap:
+            _, g = heapq.heappop(heap)
+            before = entries.get(g)
+            self.touched_or.add(g)
+            self._resettle(g, g in stale)
+            if g in stale or entries.get(g) == before:
+                continue  # a moved node's parents are moved too; an unchanged one tells none
+            for p in self._parents.get(g, ()):
+                if p not in queued:
+                    queued.add(p)
+                    heapq.heappush(heap, (space.rank(*p), p))
+        return self._finish()
+
+    def _index(self, entries: dict[Group, tuple]) -> None:
+        """Enter every memo node not yet indexed: its operators, and it as its children's
+        parent (structure only: valid for every later space of the query)."""
         space = self.space
-        for g in sorted(space.or_nodes(), key=lambda g: space.rank(*g)):
-            self._register(g)
-            for alt in self.alts[g]:
-                self._recost(alt)  # children rank lower: already settled
-            self._settle(g, self.alts[g], math.inf, None)
+        for g in entries.keys() - self._indexed:
+            self._indexed.add(g)
+            cols = space.columns(*g)
+            for op in set(cols.phy_op):
+                self._by_op.setdefault(op, []).append(g)
+            kids = {c for c in zip(cols.left, cols.left_prop, strict=True) if c[0]}
+            kids.update(c for c in zip(cols.right, cols.right_prop, strict=True) if c[0])
+            for c in kids:
+                self._parents.setdefault(c, []).append(g)
 
 
-class TopDownInc(IncrementalMemo):
-    """Incremental Volcano branch-and-bound: explored alternatives and bounds memoized."""
+class BottomUpInc(Incremental, BottomUp):
+    """Incremental System R dynamic programming: every OR node's winner memoized."""
 
-    def _initial(self) -> None:
-        self._solve(self.space.root, math.inf)
+    def __init__(self, space: PlanSpace):
+        BottomUp.__init__(self, space)
+        Incremental.__init__(self, space)
+
+    def optimize(self) -> Result:
+        self.best.clear()
+        self.costed = 0
+        result = BottomUp.optimize(self)
+        self.touched_or = set(self.best)
+        return result
+
+    def _entries(self) -> dict[Group, tuple]:
+        return self.best
+
+    def _begin_step(self) -> None:
+        self._costed_before = self.costed
+
+    def _resettle(self, g: Group, moved: bool) -> None:
+        self.settle(g)
+
+    def _finish(self) -> Result:
+        return self.result(len(self.touched_or), self.costed - self._costed_before)
+
+
+class TopDownInc(Incremental, TopDown):
+    """Incremental Volcano branch-and-bound: the explored nodes' winners and limits memoized.
+
+    Re-settling a stale node: a winner is searched again without a limit (it was exact, and
+    stays exact); a "no plan under L" entry is dropped — it held for the old costs — and the
+    node is searched again only if a parent asks for it."""
+
+    def __init__(self, space: PlanSpace):
+        TopDown.__init__(self, space)
+        Incremental.__init__(self, space)
+        self._searched: set[Group] = set()
+        """Groups searched by the current optimize()/update() (their alternatives costed)."""
+
+    @without_gc
+    def optimize(self) -> Result:
+        self.memo.clear()
+        self._searched = set()
+        found = self._optimize(self.space.root, math.inf)
+        if found is None:  # pragma: no cover - every root has a plan
+            raise RuntimeError("no plan found")
+        self.touched_or = set(self.memo)
+        return self._result(len(self.memo))
+
+    def _search(self, group: Group, limit: float) -> float | None:
+        self._searched.add(group)
+        return TopDown._search(self, group, limit)
+
+    def _entries(self) -> dict[Group, tuple]:
+        return self.memo
+
+    def _begin_step(self) -> None:
+        self._searched = set()
+
+    def _resettle(self, g: Group, moved: bool) -> None:
+        entry = self.memo.get(g)
+        if entry is None:  # a parent indexed once, dropped since
+            return
+        if entry[1] is None and not moved and self._dearer:
+            return  # no plan under the limit before, and no cost fell: still none
+        del self.memo[g]
+        if entry[1] is not None:
+            self._search(g, math.inf)
+
+    def _finish(self) -> Result:
+        self._optimize(self.space.root, math.inf)
+        return self._result(len(self.touched_or))
+
+    def _result(self, ors: int) -> Result:
+        space, memo = self.space, self.memo
+        ands = sum(space.columns(*g).count for g in self._searched)
+        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
+        return Result(memo[space.root][0], plan, {"or_nodes": ors, "and_nodes": ands})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from reopt.costmodel.space import Alt, PlanSpace, plan_cost
-from reopt.optimizers.base import Result
+from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
 
 Group = tuple[int, str]
@@ -21,7 +21,7 @@ Entry = tuple[float, Alt | None]
 """A memo entry: ``(cost, alt)`` for the winner, ``(limit, None)`` for no plan under limit."""
 
 
-def memo_answer(entry: Entry | None, limit: float) -> tuple[bool, float | None]:
+def memo_answer(entry: tuple[float, object] | None, limit: float) -> tuple[bool, float | None]:
     """What a memo entry says to a request for a plan cheaper than ``limit``: ``(True, cost)``,
     ``(True, None)`` (no such plan) or ``(False, None)`` — the group must be (re)opened: it
     was never explored, or it only knows there is no plan under a tighter limit."""
@@ -36,43 +36,74 @@ def memo_answer(entry: Entry | None, limit: float) -> tuple[bool, float | None]:
 class TopDown:
     def __init__(self, space: PlanSpace):
         self.space = space
-        # group -> (cost, alt); alt None means "no plan cheaper than cost exists"
-        self.memo: dict[Group, Entry] = {}
-        self.costed: set[Alt] = set()
+        # group -> (cost, i): the winner, alternative i of the group;
+        # (limit, None): no plan cheaper than limit exists
+        self.memo: dict[Group, tuple[float, int | None]] = {}
 
+    @without_gc
     def optimize(self) -> Result:
-        root = self.space.root
-        found = self._optimize(root, math.inf)
+        space = self.space
+        found = self._optimize(space.root, math.inf)
         if found is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        plan = build_plan(self.space, lambda g: self.memo[g][1])
-        return Result(
-            plan.cost, plan, {"or_nodes": len(self.memo), "and_nodes": len(self.costed)}
-        )
+        memo = self.memo
+        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
+        # every alternative of an opened group is costed (or pruned on its local cost)
+        costed = sum(space.columns(*g).count for g in memo)
+        return Result(plan.cost, plan, {"or_nodes": len(memo), "and_nodes": costed})
 
     def _optimize(self, group: Group, limit: float) -> float | None:
-        done, cost = memo_answer(self.memo.get(group), limit)
+        """The best cost of ``group`` if it is below ``limit``, else None."""
+        entry = self.memo.get(group)
+        done, cost = memo_answer(entry, limit)
         if done:
             return cost
+        if entry is None:
+            return self._search(group, limit)
+        # re-opened: an earlier request found no plan under a tighter limit. Search it
+        # without a limit this time, so no group is searched more than twice; the winner
+        # is exact, and the caller still gets None if it is above its limit
+        cost = self._search(group, math.inf)
+        return cost if cost is not None and cost < limit else None
+
+    def _search(self, group: Group, limit: float) -> float | None:
+        """Search the group's alternatives for a plan cheaper than ``limit``; memoize."""
         space = self.space
+        memo_get = self.memo.get
         bound, best = limit, None
-        for alt in space.alternatives(*group):
-            self.costed.add(alt)
-            local = space.local_cost(alt)
+        cols = space.columns(*group)
+        for i, (left, lprop, right, rprop, local) in enumerate(zip(
+                cols.left, cols.left_prop, cols.right, cols.right_prop,
+                space.local_costs(*group), strict=True)):
             if local >= bound:
                 continue
-            child_costs: list[float] = []
-            spent = local
-            for child in alt.children:
-                c = self._optimize(child, bound - spent)
-                if c is None:
-                    break
-                child_costs.append(c)
-                spent = spent + c
+            if not left:  # a scan
+                total = local
             else:
-                total = plan_cost(local, *child_costs)
-                if total < bound:
-                    bound, best = total, alt
+                # a child's memo entry answers without a call unless the child was never
+                # explored or only knows it has no plan under a tighter limit (memo_answer)
+                budget = bound - local
+                entry = memo_get((left, lprop))
+                if entry is None or (entry[1] is None and entry[0] < budget):
+                    lc = self._optimize((left, lprop), budget)
+                else:
+                    lc = entry[0] if entry[1] is not None and entry[0] < budget else None
+                if lc is None:
+                    continue
+                if not right:  # a unary operator
+                    total = plan_cost(local, lc)
+                else:
+                    budget = bound - (local + lc)
+                    entry = memo_get((right, rprop))
+                    if entry is None or (entry[1] is None and entry[0] < budget):
+                        rc = self._optimize((right, rprop), budget)
+                    else:
+                        rc = entry[0] if entry[1] is not None and entry[0] < budget else None
+                    if rc is None:
+                        continue
+                    total = plan_cost(local, lc, rc)
+            if total < bound:
+                bound, best = total, i
         if best is None:
             self.memo[group] = (limit, None)
             return None

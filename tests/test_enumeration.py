@@ -1,0 +1,207 @@
+"""The join enumerator (``costmodel/joingraph.py``): exactly the csgs and csg-cmp pairs, each
+once, with work in proportion to the pairs.
+
+Oracles: a brute-force scan of every subset with a connectivity test (the enumeration this
+module replaced), the closed-form pair counts of chain, cycle, star and clique graphs
+(Moerkotte and Neumann), and a plain DPccp (``benchmarks/dpccp.py``, its own enumeration) for
+the C_out optimum.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from randq import make_query, shape_edges
+from test_optimizers import CCP, plain_query
+
+from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
+from reopt.costmodel.models import cost_model
+from reopt.costmodel.space import PlanSpace
+from reopt.optimizers.bottomup import bottomup
+from reopt.optimizers.exhaustive import exhaustive
+from reopt.optimizers.incremental import BottomUpInc, TopDownInc
+from reopt.optimizers.topdown import topdown
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from dpccp import dpccp_cout  # noqa: E402
+
+
+def graph(n: int, edges) -> JoinGraph:
+    nb = [0] * n
+    for a, b in edges:
+        nb[a] |= 1 << b
+        nb[b] |= 1 << a
+    return JoinGraph(n, nb)
+
+
+def connected(nb: list[int], mask: int) -> bool:
+    """Connectivity by search over the relations of ``mask`` (no JoinGraph code)."""
+    if not mask:
+        return False
+    start = (mask & -mask).bit_length() - 1
+    seen, todo = {start}, [start]
+    while todo:
+        i = todo.pop()
+        for j in range(len(nb)):
+            if nb[i] >> j & 1 and mask >> j & 1 and j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return len(seen) == mask.bit_count()
+
+
+def brute_force(n: int, edges) -> tuple[set[int], dict[int, set[int]]]:
+    """Every connected subset, and per connected subset the left sides of its splits into
+    two connected halves joined by an edge: every subset scanned."""
+    nb = [0] * n
+    for a, b in edges:
+        nb[a] |= 1 << b
+        nb[b] |= 1 << a
+    csgs = {m for m in range(1, 1 << n) if connected(nb, m)}
+    lefts: dict[int, set[int]] = {}
+    for u in csgs:
+        for left in range(1, u):
+            right = u ^ left
+            if left & u != left or not right:
+                continue
+            adjacent = any(nb[i] & right for i in range(n) if left >> i & 1)
+            if left in csgs and right in csgs and adjacent:
+                lefts.setdefault(u, set()).add(left)
+    return csgs, lefts
+
+
+@st.composite
+def random_graphs(draw, max_n: int = 9):
+    n = draw(st.integers(1, max_n))
+    p = draw(st.sampled_from([0.15, 0.3, 0.5, 0.9]))
+    seed = draw(st.integers(0, 2**31))
+    rng = random.Random(seed)
+    edges = [(i, j) for i in range(n) for j in range(i + 1, n) if rng.random() < p]
+    return n, edges
+
+
+@settings(max_examples=200, deadline=None)
+@given(g=random_graphs())
+def test_csgs_and_pairs_equal_brute_force(g):
+    n, edges = g
+    jg = graph(n, edges)
+    csgs, lefts = brute_force(n, edges)
+    assert len(jg.csgs()) == len(set(jg.csgs())), "a connected subset enumerated twice"
+    assert set(jg.csgs()) == csgs
+    got = jg.lefts()
+    inside = {u: v for u, v in got.items() if any(u & ~c == 0 for c in jg.components)}
+    assert {u: set(v) for u, v in inside.items()} == lefts
+    for v in inside.values():
+        assert v == sorted(v) and len(v) == len(set(v)), "splits sorted, each once"
+    if len(jg.components) == 1:
+        assert jg.pair_count == sum(len(v) for v in lefts.values()) // 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(g=random_graphs())
+def test_disconnected_graphs_split_only_between_whole_components(g):
+    n, edges = g
+    jg = graph(n, edges)
+    comps = jg.components
+    assert sum(comps) == (1 << n) - 1 and all(a & b == 0 for a in comps for b in comps
+                                              if a != b)
+    for u in jg.component_unions():
+        assert sum(c.bit_count() for c in comps if c & u) == u.bit_count()
+        for left in jg.lefts()[u]:
+            assert all(left & c in (0, c) for c in comps)
+            assert 0 < left < u and left & u == left
+
+
+@pytest.mark.parametrize("shape", sorted(CCP))
+def test_pair_counts_equal_closed_forms_up_to_18_relations(shape):
+    """The closed forms of Moerkotte and Neumann. A clique of n relations has (3^n − 2^(n+1)
+    + 1)/2 pairs: 193 million at 18, out of reach of any enumeration in a test, so cliques
+    stop at 12 (265,719 pairs); stars go to 16 (245,760 pairs; 18 is 1.1 million)."""
+    top = {"chain": 18, "cycle": 18, "star": 16, "clique": 12}[shape]
+    for n in range(3, top + 1):
+        jg = graph(n, shape_edges(shape, n))
+        assert jg.pair_count == CCP[shape](n), (shape, n)
+
+
+@pytest.mark.parametrize("shape", ["chain", "cycle", "star", "clique", "random"])
+def test_work_is_proportional_to_the_pairs(shape):
+    """Every set the enumeration builds is a csg or a complement: the sets examined are at
+    most the pairs plus the csgs, and a csg of two or more relations is the union of at least
+    one pair, so at most 2 × pairs + n. A subset scan examines Σ 2^|S| over the csgs."""
+    rng = random.Random(7)
+    for n in (4, 8, 12, 14):
+        if shape == "clique" and n > 12:
+            continue
+        jg = graph(n, shape_edges(shape, n, rng))
+        jg.lefts()
+        jg.lefts()  # computed once
+        pairs = jg.pair_count
+        assert pairs > 0
+        assert jg.examined <= 2 * pairs + n, (shape, n, jg.examined, pairs)
+        scan = sum(2 ** c.bit_count() for c in jg.csgs())
+        if n >= 12 and shape in ("chain", "cycle", "star"):
+            assert jg.examined * 10 < scan
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+def test_every_optimizer_enumerates_once_in_proportion_to_the_pairs(model):
+    """All optimizers share the space's enumeration: running every one of them (and an
+    update of the incremental ones) examines no more sets than one enumeration."""
+    q, cat = make_query("random", 9, 3, final=True)
+    space = PlanSpace(q, cat, cost_model(model))
+    topdown(space)
+    bottomup(space)
+    if space.count_trees(limit=20_000) <= 20_000:
+        exhaustive(space, max_trees=20_000)
+    for inc in (TopDownInc(space), BottomUpInc(space)):
+        inc.optimize()
+    jg = space.graph
+    assert jg.examined <= 2 * jg.pair_count + q.n
+
+
+def test_queries_above_the_bitset_width_are_refused():
+    with pytest.raises(ValueError, match="at most 62 relations"):
+        JoinGraph(MAX_RELATIONS + 1, [0] * (MAX_RELATIONS + 1))
+
+
+def test_pair_arrays_are_the_splits_as_columns():
+    jg = graph(6, shape_edges("cycle", 6))
+    union, left, right = jg.pair_arrays()
+    assert union.dtype.name == "int64" and len(union) == 2 * jg.pair_count
+    rows = list(zip(union.tolist(), left.tolist(), right.tolist(), strict=True))
+    assert rows == [(u, lft, u ^ lft) for u in jg.expressions() for lft in jg.lefts().get(u, [])]
+    assert all(u == lft | r and lft & r == 0 for u, lft, r in rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.sampled_from(["chain", "star", "cycle", "clique", "random"]),
+       n=st.integers(2, 9), seed=st.integers(0, 2**31))
+def test_dpccp_baseline_finds_the_cout_optimum(shape, n, seed):
+    """The benchmark's plain DPccp (its own enumeration, breadth-first numbering) and
+    reopt's bottom-up optimizer agree on the C_out optimum and on the pair count."""
+    q, cat = make_query(shape, n, seed, final=False)
+    space = PlanSpace(q, cat, cost_model("cout"))
+    if len(space.components) > 1:
+        return
+    est = space.estimator
+    edges = [(q.index(p.left.alias), q.index(p.right.alias), est.join_selectivity(p))
+             for p in q.joins]
+    cost, pairs = dpccp_cout(q.n, edges, [est.leaf_card(a) for a in q.aliases],
+                             [est.base_rows(a) for a in q.aliases])
+    assert pairs == space.graph.pair_count
+    assert math.isclose(cost, bottomup(space).cost, rel_tol=1e-9)
+
+
+def test_plan_space_joins_are_the_pairs_in_both_orders():
+    q, cat = plain_query("star", 7)
+    space = PlanSpace(q, cat, cost_model("cout"))
+    for e in space.expressions():
+        splits = space.splits(e)
+        assert [a.left for a in space.join_alternatives(e, "any", "join")] == [s[0] for s in
+                                                                                splits]
+        assert {(r, lft) for lft, r in splits} == set(splits)
