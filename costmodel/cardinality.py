@@ -149,6 +149,12 @@ def scaled_float(x: Scaled) -> float:
     return math.ldexp(m, e)
 
 
+_TINY = 1e-290
+_HUGE = 1e290
+"""Partial products between these are normal floats with room to spare
+(:meth:`Estimator._plain_card`)."""
+
+
 def clamp_rows(x: Scaled, ceiling: float) -> float:
     """An estimate within ``[1, ceiling]`` (``ceiling >= 1``)."""
     return min(max(scaled_float(x), 1.0), ceiling)
@@ -194,6 +200,7 @@ class Estimator:
         earlier statistics does not check them again."""
         n = query.n
         self._leaf = [self._leaf_card(i) for i in range(n)]
+        self._base = [self.base_rows(r.alias) for r in query.relations]
         self._preds = [
             (query.bit(p.left.alias) | query.bit(p.right.alias), self.join_selectivity(p))
             for p in query.joins
@@ -338,9 +345,45 @@ class Estimator:
             else:
                 self._card[mask] = hit
                 return hit
-        c = clamp_rows(self.raw_card(mask), self.ceiling(mask))
+        c = self._plain_card(mask)
+        if c is None:  # a product left the float range on the way: the exact path
+            c = clamp_rows(self.raw_card(mask), self.ceiling(mask))
         self._card[mask] = c
         return c
+
+    def _plain_card(self, mask: int) -> float | None:
+        """:meth:`card` by plain float products, or None when a product might have left the
+        normal float range on the way (then :func:`scaled_product` is exact, this is not).
+
+        The fast path of the optimizers' hottest call: the same factors multiplied in the
+        same order as :meth:`raw_card`, so while every partial product stays normal the
+        result is its mantissa bit for bit. Leaf cards are at least 1 and selectivities at
+        most 1, so the leaves' product only grows (overflow shows as ``inf``) and the
+        predicates' only shrinks (an underflow shows below ``_TINY``); corrections, few and
+        of any size, are checked one by one. The ceiling (the rows before filters) is a
+        product of numbers at most ``MAX_ROWS``: ``inf`` or a subnormal clamp the same way
+        as the exact product."""
+        c = base = 1.0
+        m, i, leaf, rows = mask, 0, self._leaf, self._base
+        while m:
+            if m & 1:
+                c *= leaf[i]
+                base *= rows[i]
+            m >>= 1
+            i += 1
+        if c == math.inf:
+            return None
+        for both, sel in self._preds:
+            if both & mask == both:
+                c *= sel
+        if not c > _TINY:
+            return None
+        for t, f in self.adj.corrections.items():
+            if t & mask == t:
+                c *= f
+                if not _TINY < c < _HUGE:
+                    return None
+        return min(max(c, 1.0), min(max(base, 1.0), MAX_ROWS))
 
     def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:
         """``Π card(r) × Π sel(p) × Π correction(T)`` over ``mask``, unclamped, as a

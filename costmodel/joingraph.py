@@ -61,6 +61,8 @@ class JoinGraph:
         self._csgs: list[int] | None = None
         self._lefts: dict[int, list[int]] | None = None
         self._pairs = 0
+        self._budget: int | None = None
+        """While :meth:`pairs_within` enumerates: the most sets it may examine."""
 
     # -- neighbourhoods ----------------------------------------------------------------------
     def neighborhood(self, s: int) -> int:
@@ -101,6 +103,8 @@ class JoinGraph:
             subs.append(t)
             t = (t - 1) & nb
         self.examined += len(subs)
+        if self._budget is not None and self.examined > self._budget:
+            raise _OverBudget
         for t in subs:
             out.append(s | t)
         xn = x | nb
@@ -187,6 +191,24 @@ class JoinGraph:
         self.lefts()
         return self._pairs
 
+    def pairs_within(self, max_pairs: int) -> int | None:
+        """The number of pairs (:attr:`pair_count`) if it is at most ``max_pairs``, else
+        None — in time proportional to the smaller of the two: the enumeration stops once it
+        has examined more than ``2 · max_pairs + n`` sets, which only a graph of more than
+        ``max_pairs`` pairs makes it do (at most 2 · pairs + n). A graph within the budget
+        keeps its enumeration: the optimizer that follows does not repeat it."""
+        if self._lefts is None:
+            start = self.examined
+            self._budget = start + 2 * max_pairs + self.n
+            try:
+                self.lefts()
+            except _OverBudget:
+                self._csgs, self._lefts, self.examined = None, None, start
+                return None
+            finally:
+                self._budget = None
+        return self._pairs if self._pairs <= max_pairs else None
+
     def expressions(self) -> list[int]:
         """Every valid expression, smaller ones first (popcount, then value)."""
         out = list(self.csgs())
@@ -220,6 +242,10 @@ class JoinGraph:
             if not grow:
                 return reach == mask
             reach |= grow
+
+
+class _OverBudget(Exception):
+    """The enumeration examined more sets than :meth:`JoinGraph.pairs_within` allows."""
 
 
 def _submasks_over(union: int, comps: list[int]) -> list[int]:

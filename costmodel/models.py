@@ -60,6 +60,10 @@ def sort_cost(rows: float) -> float:
     return cpu + spill
 
 
+_ONLY_ANY = ["any"]
+"""``[space.ANY]``: a model without physical properties asks only for any order."""
+
+
 class CostModel:
     """Interface: alternatives per (expression, property) and the local cost of each."""
 
@@ -71,9 +75,7 @@ class CostModel:
         return False
 
     def interesting_props(self, space: PlanSpace, expr: int) -> list[str]:
-        from reopt.costmodel.space import ANY
-
-        return [ANY]
+        return _ONLY_ANY
 
     def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         raise NotImplementedError

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
-from reopt.costmodel.errors import QueryError
+from reopt.costmodel.errors import OptimizerError, QueryError
 from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
 from reopt.costmodel.query import ColumnRef, Query
 
@@ -474,6 +474,13 @@ class PlanSpace:
         return 2 * popcount(expr) + (prop != ANY)
 
     # -- sizes -------------------------------------------------------------------------------
+    def children(self, expr: int, prop: str) -> set[tuple[int, str]]:
+        """The OR nodes the node's alternatives read (from its columns)."""
+        cols = self.columns(expr, prop)
+        out = {c for c in zip(cols.left, cols.left_prop, strict=True) if c[0]}
+        out.update(c for c in zip(cols.right, cols.right_prop, strict=True) if c[0])
+        return out
+
     def or_nodes(self) -> Iterator[tuple[int, str]]:
         """OR nodes reachable from the root, parents before children."""
         seen = {self.root}
@@ -481,19 +488,27 @@ class PlanSpace:
         while stack:
             node = stack.pop()
             yield node
-            for alt in self.alternatives(*node):
-                for child in alt.children:
-                    if child not in seen:
-                        seen.add(child)
-                        stack.append(child)
+            for child in sorted(self.children(*node) - seen):
+                seen.add(child)
+                stack.append(child)
 
     def size(self) -> dict[str, int]:
         """The full search space: OR nodes and AND nodes reachable from the root."""
         ors = ands = 0
         for node in self.or_nodes():
             ors += 1
-            ands += len(self.alternatives(*node))
+            ands += self.columns(*node).count
         return {"or_nodes": ors, "and_nodes": ands}
+
+    def check_size(self, max_pairs: int) -> None:
+        """Refuse, before any search, a query whose join graph has more than ``max_pairs``
+        csg-cmp pairs (:meth:`JoinGraph.pairs_within`): exact optimization takes time in
+        proportion to them (a 30-relation star has 7.8 billion)."""
+        if self.graph.pairs_within(max_pairs) is None:
+            raise OptimizerError(
+                f"query {self.query.name}: its {self.query.n} relations have more than "
+                f"{max_pairs:,} csg-cmp pairs to search (--max-pairs {max_pairs}); raise "
+                "--max-pairs (max_pairs= in the API) to optimize it exactly anyway")
 
     def count_trees(self, limit: float = math.inf) -> float:
         """Number of distinct plan trees for the root (stops counting past ``limit``)."""

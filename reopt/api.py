@@ -37,6 +37,10 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
     "exhaustive": exhaustive,
 }
 DECLARATIVE = "declarative"
+MAX_PAIRS = 1_000_000
+"""Default search-space budget: a query whose join graph has more csg-cmp pairs is refused
+before any search (``max_pairs``, CLI ``--max-pairs``). A million pairs is a few seconds of
+``topdown`` and minutes of the declarative optimizer; TPC-H Q8Join, the largest built-in, has 84."""
 INCREMENTAL: dict[str, type[Incremental]] = {
     "topdown-inc": TopDownInc,
     "bottomup-inc": BottomUpInc,
@@ -177,8 +181,12 @@ class Optimizer:
         pruning: str = "all",
         rules: str | Path | None = None,
         program: Any = None,
+        max_pairs: int = MAX_PAIRS,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
+        if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
+            raise ReoptError(f"max_pairs must be a positive integer, not {max_pairs!r}")
+        self.max_pairs = max_pairs
         self.engine = _choice("engine", engine, ENGINES)
         self.pruning = _choice("pruning mode", pruning, PRUNING_MODES)
         self.rules = rules
@@ -286,6 +294,8 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
     evaluated together in ONE evaluation (every relation carries the query id)."""
     steps: dict[int, Step] = {}
     groups: dict[tuple, list[int]] = {}
+    for o in opts:  # every budget first: a refused query stops the batch before any work
+        o.space().check_size(o.max_pairs)
     for i, o in enumerate(opts):
         if o.optimizer == DECLARATIVE:
             groups.setdefault((o.engine, id(o._program)), []).append(i)

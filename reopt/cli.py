@@ -14,6 +14,7 @@ import time
 from reopt.api import (
     DECLARATIVE,
     ENGINES,
+    MAX_PAIRS,
     OPTIMIZERS,
     PRUNING_MODES,
     Optimizer,
@@ -22,7 +23,7 @@ from reopt.api import (
     optimize_batch,
     update_steps,
 )
-from reopt.cliargs import UsageParser, scale_factor
+from reopt.cliargs import UsageParser, positive_int, scale_factor
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
@@ -67,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         "--delta", action="append", default=[], metavar="D",
         help="a delta step (repeatable), e.g. 'card orders *2'; ';' joins a batch in one step",
     )
+    o.add_argument("--max-pairs", type=positive_int, default=MAX_PAIRS, metavar="N",
+                   help="refuse a query whose join graph has more than N csg-cmp pairs, before "
+                   f"any search (default {MAX_PAIRS:,})")
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
@@ -157,7 +161,8 @@ def optimize_main(args: argparse.Namespace) -> int:
         program = load_program(args.rules, args.pruning)
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
-                  engine=args.engine, pruning=args.pruning, rules=args.rules, program=program)
+                  engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
+                  max_pairs=args.max_pairs)
         for query in queries
         for name in names
     ]

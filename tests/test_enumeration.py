@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from randq import make_query, shape_edges
 from test_optimizers import CCP, plain_query
 
+from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
@@ -205,3 +206,30 @@ def test_plan_space_joins_are_the_pairs_in_both_orders():
         assert [a.left for a in space.join_alternatives(e, "any", "join")] == [s[0] for s in
                                                                                 splits]
         assert {(r, lft) for lft, r in splits} == set(splits)
+
+
+@pytest.mark.parametrize("max_pairs", [1, 50, 1000])
+def test_the_pair_budget_is_checked_before_any_search(max_pairs):
+    """pairs_within stops early above the budget (the sets it examined stay under
+    2 · budget + n) and, within it, keeps the enumeration for the optimizer that follows."""
+    n = 14
+    jg = graph(n, shape_edges("clique", 10) + [(i, i + 1) for i in range(9, n - 1)])
+    got = jg.pairs_within(max_pairs)
+    assert got is None and jg.examined == 0 and jg._lefts is None
+    jg._budget = None
+    full = graph(n, shape_edges("clique", 10) + [(i, i + 1) for i in range(9, n - 1)])
+    assert full.pairs_within(10**9) == full.pair_count > max_pairs
+    examined = full.examined
+    full.lefts()
+    assert full.examined == examined  # not enumerated twice
+
+
+def test_the_pair_budget_on_the_cli_and_api():
+    from reopt.api import Optimizer
+    from reopt.costmodel.errors import OptimizerError
+
+    with pytest.raises(OptimizerError, match="more than 67 csg-cmp pairs.*--max-pairs 67"):
+        Optimizer("tpch:q5", optimizer="topdown", max_pairs=67).optimize()
+    assert Optimizer("tpch:q5", optimizer="topdown", max_pairs=68).optimize().cost > 0
+    with pytest.raises(ReoptError, match="max_pairs must be a positive integer"):
+        Optimizer("tpch:q5", optimizer="topdown", max_pairs=0)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from randq import queries
 
 from reopt.costmodel import cardinality as card
 from reopt.costmodel.cardinality import Adjustments, Estimator
@@ -330,3 +333,22 @@ def test_strings_on_text_columns_estimate_as_before():
     est = Estimator(q, cat)
     assert est.predicate_selectivity(Compare(C("a", "t"), "<", "yesterday")) == card.DEFAULT_RANGE
     assert est.predicate_selectivity(Compare(C("a", "t"), "=", "yesterday")) == 1 / 4
+
+
+@settings(max_examples=150, deadline=None)
+@given(qc=queries(2, 7), data=st.data())
+def test_the_plain_product_path_equals_the_exact_one(qc, data):
+    """Estimator.card multiplies plain floats when it can; whenever it does, the result is
+    the overflow-free product's (raw_card, clamped), bit for bit — under corrections of any
+    size, including ones that push partial products out of the float range."""
+    from reopt.costmodel.cardinality import clamp_rows
+
+    q, cat = qc
+    sizes = st.sampled_from([1e-300, 1e-200, 1e-20, 0.5, 3.0, 1e20, 1e200, 1e300])
+    corrections = data.draw(st.dictionaries(st.integers(1, q.all_mask), sizes, max_size=4))
+    est = Estimator(q, cat, Adjustments().replace(corrections=corrections))
+    for mask in range(1, q.all_mask + 1):
+        exact = clamp_rows(est.raw_card(mask), est.ceiling(mask))
+        plain = est._plain_card(mask)
+        assert plain is None or plain == exact, (mask, plain, exact)
+        assert est.card(mask) == exact

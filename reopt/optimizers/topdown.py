@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from reopt.costmodel.space import Alt, PlanSpace, plan_cost
+from reopt.costmodel.space import Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
 
@@ -91,7 +91,7 @@ class TopDown:
                 if lc is None:
                     continue
                 if not right:  # a unary operator
-                    total = plan_cost(local, lc)
+                    total = local + lc  # plan_cost, inlined
                 else:
                     budget = bound - (local + lc)
                     entry = memo_get((right, rprop))
@@ -101,7 +101,7 @@ class TopDown:
                         rc = entry[0] if entry[1] is not None and entry[0] < budget else None
                     if rc is None:
                         continue
-                    total = plan_cost(local, lc, rc)
+                    total = local + lc + rc  # plan_cost, inlined: same additions
             if total < bound:
                 bound, best = total, i
         if best is None:
