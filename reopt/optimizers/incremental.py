@@ -39,15 +39,18 @@ from __future__ import annotations
 import heapq
 import math
 
+import numpy as np
+
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.optimizers.bottomup import BottomUp
+from reopt.optimizers.dptable import DPTable
 from reopt.optimizers.topdown import Group, TopDown
 from reopt.plan import build_plan
 
 
 class Incremental:
-    """The update procedure: find the stale OR nodes, re-settle them in rank order."""
+    """What both incremental optimizers share: a memo that survives deltas, and an atomic
+    update (on any failure the memo and the space are as before the call)."""
 
     space: PlanSpace
     touched_or: set[Group]
@@ -56,27 +59,24 @@ class Incremental:
     def __init__(self, space: PlanSpace):
         self.space = space
         self.touched_or = set()
-        self._parents: dict[Group, list[Group]] = {}
-        self._by_op: dict[str, list[Group]] = {}
-        self._dearer = False
-        self._indexed: set[Group] = set()
-        """Nodes entered in ``_parents`` and ``_by_op`` (built on the first ``cost`` delta:
-        a card or sel delta needs neither)."""
 
     # -- to be provided ----------------------------------------------------------------------
     def optimize(self) -> Result:
         raise NotImplementedError
 
+    def _update(self, old: PlanSpace, space: PlanSpace) -> Result:
+        """Re-settle what the change from ``old`` to ``space`` (already ``self.space``)
+        reaches."""
+        raise NotImplementedError
+
     def _entries(self) -> dict[Group, tuple]:
-        """The memo: node → entry (compared before and after re-settling)."""
+        """The memo as node → entry (for tests: what a failed update must leave as it was)."""
         raise NotImplementedError
 
-    def _resettle(self, g: Group, moved: bool) -> None:
-        """Recompute a stale node's entry under ``self.space`` (children are settled);
-        ``moved``: its expression's estimate may have changed (else an operator's factor)."""
+    def _snapshot(self) -> object:
         raise NotImplementedError
 
-    def _finish(self) -> Result:
+    def _restore(self, saved: object) -> None:
         raise NotImplementedError
 
     # -- the update --------------------------------------------------------------------------
@@ -84,28 +84,117 @@ class Incremental:
     def update(self, space: PlanSpace) -> Result:
         """Re-optimize for ``space`` (same query, catalog and cost model, new statistics),
         touching only what the change can affect. ``explored`` counts the OR nodes re-settled
-        and the AND nodes costed by this update alone.
-
-        Atomic: if anything fails, the memo and the space are as before the call (the memo's
-        entries are immutable tuples, so a shallow copy of it is the whole state)."""
+        and the AND nodes costed by this update alone. Atomic."""
         old = self.space
         if space.query != old.query or space.model is not old.model or (
             space.catalog is not old.catalog
         ):
             raise ValueError("update() needs a space of the same query, catalog and cost model")
-        entries = self._entries()
-        saved = dict(entries)
+        saved = self._snapshot()
         try:
-            return self._update(old, space, entries)
+            self.space = space
+            return self._update(old, space)
         except BaseException:
             self.space = old
-            entries.clear()
-            entries.update(saved)
+            self._restore(saved)
             raise
 
-    def _update(self, old: PlanSpace, space: PlanSpace, entries: dict[Group, tuple]
-                ) -> Result:
-        self.space = space
+
+class BottomUpInc(Incremental):
+    """Incremental System R dynamic programming: every OR node's winner memoized, as columns
+    (:class:`~reopt.optimizers.dptable.DPTable`), so re-settling is vectorized."""
+
+    def __init__(self, space: PlanSpace):
+        Incremental.__init__(self, space)
+        self.table: DPTable | None = None
+
+    @without_gc
+    def optimize(self) -> Result:
+        table = self.table = DPTable(self.space)
+        every = np.ones(table.absent, dtype=bool)
+        table.cost_nodes(self.space, np.arange(table.absent))
+        return self._settled(table.settle(every, propagate=False))
+
+    def _entries(self) -> dict[Group, tuple]:
+        return self.table.entries() if self.table is not None else {}
+
+    def _snapshot(self) -> object:
+        return self.table.snapshot() if self.table is not None else None
+
+    def _restore(self, saved: object) -> None:
+        if self.table is not None and saved is not None:
+            self.table.restore(saved)
+
+    def _update(self, old: PlanSpace, space: PlanSpace) -> Result:
+        table = self.table
+        if table is None:
+            return self.optimize()
+        moved, ops = space.changed_inputs(old)
+        stale = np.fromiter((moved(e) for e, _ in table.groups), dtype=bool,
+                            count=table.absent)
+        if ops:
+            stale |= table.using(ops)
+        table.cost_nodes(space, np.flatnonzero(stale))
+        # a moved node's parents are moved too; only a cost delta needs propagation
+        return self._settled(table.settle(stale, propagate=bool(ops)))
+
+    def _settled(self, done: np.ndarray) -> Result:
+        table, space = self.table, self.space
+        picked = np.flatnonzero(done)
+        self.touched_or = {table.groups[k] for k in picked.tolist()}
+        ands = int((table.offsets[picked + 1] - table.offsets[picked]).sum())
+        root = table.entry(space.root)
+        if root is None:  # pragma: no cover - every root has a plan
+            raise RuntimeError("no plan found")
+        plan = build_plan(space, lambda g: space.alternatives(*g)[table.entry(g)[1]])
+        return Result(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
+
+
+class TopDownInc(Incremental, TopDown):
+    """Incremental Volcano branch-and-bound: the explored nodes' winners and limits memoized.
+
+    Re-settling a stale node: a winner is searched again without a limit (it was exact, and
+    stays exact); a "no plan under L" entry is dropped — it held for the old costs — and the
+    node is searched again only if a parent asks for it."""
+
+    def __init__(self, space: PlanSpace):
+        TopDown.__init__(self, space)
+        Incremental.__init__(self, space)
+        self._parents: dict[Group, list[Group]] = {}
+        self._by_op: dict[str, list[Group]] = {}
+        self._indexed: set[Group] = set()
+        """Nodes entered in ``_parents`` and ``_by_op`` (built on the first ``cost`` delta:
+        a card or sel delta needs neither)."""
+        self._dearer = False
+        self._searched: set[Group] = set()
+        """Groups searched by the current optimize()/update() (their alternatives costed)."""
+
+    @without_gc
+    def optimize(self) -> Result:
+        self.memo.clear()
+        self._searched = set()
+        found = self._optimize(self.space.root, math.inf)
+        if found is None:  # pragma: no cover - every root has a plan
+            raise RuntimeError("no plan found")
+        self.touched_or = set(self.memo)
+        return self._result(len(self.memo))
+
+    def _search(self, group: Group, limit: float) -> float | None:
+        self._searched.add(group)
+        return TopDown._search(self, group, limit)
+
+    def _entries(self) -> dict[Group, tuple]:
+        return self.memo
+
+    def _snapshot(self) -> object:
+        return dict(self.memo)  # its entries are immutable tuples: a shallow copy is all
+
+    def _restore(self, saved: object) -> None:
+        self.memo.clear()
+        self.memo.update(saved)
+
+    def _update(self, old: PlanSpace, space: PlanSpace) -> Result:
+        entries = self._entries()
         self.touched_or = set()
         self._begin_step()
         if not entries:
@@ -149,64 +238,6 @@ class Incremental:
             kids.update(c for c in zip(cols.right, cols.right_prop, strict=True) if c[0])
             for c in kids:
                 self._parents.setdefault(c, []).append(g)
-
-
-class BottomUpInc(Incremental, BottomUp):
-    """Incremental System R dynamic programming: every OR node's winner memoized."""
-
-    def __init__(self, space: PlanSpace):
-        BottomUp.__init__(self, space)
-        Incremental.__init__(self, space)
-
-    def optimize(self) -> Result:
-        self.best.clear()
-        self.costed = 0
-        result = BottomUp.optimize(self)
-        self.touched_or = set(self.best)
-        return result
-
-    def _entries(self) -> dict[Group, tuple]:
-        return self.best
-
-    def _begin_step(self) -> None:
-        self._costed_before = self.costed
-
-    def _resettle(self, g: Group, moved: bool) -> None:
-        self.settle(g)
-
-    def _finish(self) -> Result:
-        return self.result(len(self.touched_or), self.costed - self._costed_before)
-
-
-class TopDownInc(Incremental, TopDown):
-    """Incremental Volcano branch-and-bound: the explored nodes' winners and limits memoized.
-
-    Re-settling a stale node: a winner is searched again without a limit (it was exact, and
-    stays exact); a "no plan under L" entry is dropped — it held for the old costs — and the
-    node is searched again only if a parent asks for it."""
-
-    def __init__(self, space: PlanSpace):
-        TopDown.__init__(self, space)
-        Incremental.__init__(self, space)
-        self._searched: set[Group] = set()
-        """Groups searched by the current optimize()/update() (their alternatives costed)."""
-
-    @without_gc
-    def optimize(self) -> Result:
-        self.memo.clear()
-        self._searched = set()
-        found = self._optimize(self.space.root, math.inf)
-        if found is None:  # pragma: no cover - every root has a plan
-            raise RuntimeError("no plan found")
-        self.touched_or = set(self.memo)
-        return self._result(len(self.memo))
-
-    def _search(self, group: Group, limit: float) -> float | None:
-        self._searched.add(group)
-        return TopDown._search(self, group, limit)
-
-    def _entries(self) -> dict[Group, tuple]:
-        return self.memo
 
     def _begin_step(self) -> None:
         self._searched = set()
