@@ -201,3 +201,32 @@ def test_scan_cost_follows_rows_before_filters_when_the_estimate_is_at_its_floor
     after = inc.update(space).cost
     assert after != before
     assert after == bottomup(space).cost
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(qc=queries(2, 6), seed=st.integers(0, 2**31), steps=st.integers(1, 6))
+def test_bottomup_inc_loop_and_numpy_settle_alike(model, qc, seed, steps, monkeypatch):
+    """bottomup-inc settles small tables by a loop, large ones with numpy: forced each way on
+    the same queries and deltas, their winners and best costs are the same, bit for bit."""
+    from reopt.optimizers import dptable
+
+    q, cat = qc
+    m = cost_model(model)
+    rng = random.Random(seed)
+    texts = random_deltas(q, rng, steps, m.operators)
+    runs = []
+    for limit in (10**9, -1):  # every table a "small" one, then none
+        monkeypatch.setattr(dptable, "SCALAR_ALTERNATIVES", limit)
+        inc = BottomUpInc(PlanSpace(q, cat, m))
+        inc.optimize()
+        seen = [(inc.table.best.tolist(), inc.table.winner.tolist())]
+        adj = Adjustments()
+        for text in texts:
+            adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
+            r = inc.update(PlanSpace(q, cat, m, adj))
+            seen.append((inc.table.best.tolist(), inc.table.winner.tolist(),
+                         sorted(inc.touched_or), r.cost))
+        runs.append(seen)
+    assert runs[0] == runs[1]

@@ -71,13 +71,16 @@ def frames() -> dict[str, pd.DataFrame]:
 def data_dir(tmp_path_factory, frames) -> Path:
     """orders: one Parquet file; customer: CSV; lineitem: Spark-style folder of part files."""
     d = tmp_path_factory.mktemp("data")
-    frames["orders"].to_parquet(d / "orders.parquet", index=False)
+    # microsecond timestamps, as Spark reads them (pandas 2 writes nanoseconds by default,
+    # which Spark 4 refuses: "Illegal Parquet type: INT64 (TIMESTAMP(NANOS,false))")
+    us = {"index": False, "coerce_timestamps": "us"}
+    frames["orders"].to_parquet(d / "orders.parquet", **us)
     frames["customer"].to_csv(d / "customer.csv", index=False)
     li = d / "lineitem"
     li.mkdir()
     half = N_LINE // 2
-    frames["lineitem"].iloc[:half].to_parquet(li / "part-00000.parquet", index=False)
-    frames["lineitem"].iloc[half:].to_parquet(li / "part-00001.parquet", index=False)
+    frames["lineitem"].iloc[:half].to_parquet(li / "part-00000.parquet", **us)
+    frames["lineitem"].iloc[half:].to_parquet(li / "part-00001.parquet", **us)
     (li / "_SUCCESS").write_text("")
     (d / "README.txt").write_text("not data; ignored\n")
     return d

@@ -23,6 +23,8 @@ import numpy as np
 from reopt.costmodel.space import PlanSpace
 
 Group = tuple[int, str]
+SCALAR_ALTERNATIVES = 4096
+"""Tables of at most this many alternatives are settled by a plain loop (:meth:`DPTable.settle`)."""
 
 
 class DPTable:
@@ -88,7 +90,42 @@ class DPTable:
     def settle(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
         """Settle the nodes marked in ``dirty`` (a boolean mask over nodes), rank by rank;
         with ``propagate``, also every node with an alternative whose child's best cost or
-        plan changed. Returns the mask of nodes settled."""
+        plan changed. Returns the mask of nodes settled.
+
+        A small table (at most :data:`SCALAR_ALTERNATIVES`) is settled by a plain loop
+        (:meth:`_settle_scalar`): numpy's two dozen calls per rank would cost more than the
+        work. Both give the same numbers (the same additions, the same first minimum;
+        ``tests/test_incremental_procedural.py`` compares them)."""
+        if len(self.local) <= SCALAR_ALTERNATIVES:
+            return self._settle_scalar(dirty, propagate)
+        return self._settle_vector(dirty, propagate)
+
+    def _settle_scalar(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
+        n = self.absent
+        offsets, left, right = self.offsets.tolist(), self.left.tolist(), self.right.tolist()
+        local, best, winner = self.local.tolist(), self.best.tolist(), self.winner.tolist()
+        todo, done = dirty.tolist(), [False] * n
+        changed = [False] * (n + 1)
+        for k in range(n):  # nodes are numbered in rank order: children come first
+            lo, hi = offsets[k], offsets[k + 1]
+            if not todo[k]:
+                if not propagate or not any(changed[left[a]] or changed[right[a]]
+                                            for a in range(lo, hi)):
+                    continue
+            done[k] = True
+            least, win = float("inf"), -1
+            for a in range(lo, hi):
+                total = local[a] + best[left[a]] + best[right[a]]
+                if total < least:
+                    least, win = total, a - lo
+            if least != best[k] or win != winner[k]:
+                changed[k] = True
+                best[k], winner[k] = least, win
+        self.best[:n] = best[:n]
+        self.winner[:] = winner
+        return np.asarray(done, dtype=bool)
+
+    def _settle_vector(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
         n = self.absent
         changed = np.zeros(n + 1, dtype=bool)
         done = np.zeros(n, dtype=bool)
