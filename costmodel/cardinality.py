@@ -398,8 +398,7 @@ class Estimator:
     def ceiling(self, mask: int) -> float:
         """The largest estimate of ``mask``: the cross product of its relations' rows before
         filters, within ``[1, MAX_ROWS]``."""
-        rels = self.query.relations
-        return _ceiling(self.base_rows(rels[i].alias) for i in range(len(rels)) if mask >> i & 1)
+        return _ceiling(rows for i, rows in enumerate(self._base) if mask >> i & 1)
 
     def moved_masks(self, old: Estimator) -> list[int]:
         """What differs from ``old`` (the same query under earlier adjustments), as relation

@@ -275,6 +275,20 @@ class PlanSpace:
         connected subsets, enumerated (:class:`~reopt.costmodel.joingraph.JoinGraph`)."""
         return self.graph.expressions()
 
+    def groups(self) -> list[tuple[int, str]]:
+        """Every OR node, bottom-up: expressions smallest first (the final operator's
+        pseudo-expression last, when there is one), each with its interesting properties,
+        ``any`` first (a sort enforcer builds on it)."""
+        exprs = self.expressions()
+        if self.root[0] == self.top:
+            exprs.append(self.top)
+        out = []
+        for e in exprs:
+            props = self.interesting_props(e)
+            assert props[0] == ANY
+            out += [(e, p) for p in props]
+        return out
+
     # -- Fn_isleaf / Fn_split ---------------------------------------------------------------
     def is_leaf(self, expr: int) -> bool:
         return expr != self.top and expr & (expr - 1) == 0
@@ -392,11 +406,7 @@ class PlanSpace:
     def local_costs_of(self, alts: list[Alt]) -> list[float]:
         """:meth:`local_cost` of many alternatives of any OR nodes (the batch
         ``Fn_nonscancost``): the same values, without an entry per alternative in the memo."""
-        costs = self.model.local_costs_of(self, alts)
-        factors = self.adjustments.op_factors
-        if factors:  # x * 1.0 == x: no factors, nothing to multiply
-            costs = [c * factors.get(a[4], 1.0) for c, a in zip(costs, alts, strict=True)]
-        return costs
+        return self._factored(self.model.local_costs_of(self, alts), [a[4] for a in alts])
 
     def local_costs(self, expr: int, prop: str) -> list[float]:
         """The local cost of each of the OR node's :meth:`alternatives`, in their order
@@ -406,12 +416,17 @@ class PlanSpace:
         hit = self._node_local.get(key)
         if hit is None:
             cols = self.columns(expr, prop)
-            hit = self.model.local_costs(self, expr, prop, cols)
-            factors = self.adjustments.op_factors
-            if factors:  # x * 1.0 == x: no factors, nothing to multiply
-                hit = [c * factors.get(op, 1.0) for c, op in zip(hit, cols.phy_op, strict=True)]
-            self._node_local[key] = hit
+            hit = self._node_local[key] = self._factored(
+                self.model.local_costs(self, expr, prop, cols), cols.phy_op)
         return hit
+
+    def _factored(self, costs: list[float], ops: list[str]) -> list[float]:
+        """Local costs times their operators' factors (``cost OP *F``), as
+        :meth:`local_cost` multiplies them; ``x * 1.0 == x``, so without factors, as they are."""
+        factors = self.adjustments.op_factors
+        if not factors:
+            return costs
+        return [c * factors.get(op, 1.0) for c, op in zip(costs, ops, strict=True)]
 
     def changed_inputs(self, old: PlanSpace) -> tuple[Callable[[int], bool], set[str]]:
         """What local costs depend on that differs from ``old`` (the same query under earlier

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from reopt.costmodel.space import ANY, PlanSpace
+from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
 
@@ -19,7 +19,7 @@ Group = tuple[int, str]
 
 
 class BottomUp:
-    """The DP table and how one entry is computed (shared with ``bottomup-inc``)."""
+    """The DP table and how one entry is computed."""
 
     def __init__(self, space: PlanSpace):
         self.space = space
@@ -31,18 +31,11 @@ class BottomUp:
 
     @without_gc
     def optimize(self) -> Result:
-        space = self.space
-        exprs = space.expressions()
-        if space.root[0] == space.top:
-            exprs.append(space.top)
-        for expr in exprs:
-            props = space.interesting_props(expr)
-            assert props[0] == ANY
-            for prop in props:
-                self.settle((expr, prop))
+        for group in self.space.groups():
+            self.settle(group)
         return self.result(len(self.best), self.costed)
 
-    def settle(self, group: Group) -> tuple[float, int] | None:
+    def settle(self, group: Group) -> None:
         """Compute the group's entry from its children's (all ranked lower, so settled)."""
         space, best_get = self.space, self.best.get
         cols = space.columns(*group)
@@ -66,11 +59,8 @@ class BottomUp:
                     total = local + lw[0] + rw[0]  # plan_cost, inlined: same additions
             if winner is None or total < winner[0]:
                 winner = (total, i)
-        if winner is None:
-            self.best.pop(group, None)
-        else:
+        if winner is not None:
             self.best[group] = winner
-        return winner
 
     def result(self, ors: int, ands: int) -> Result:
         space, best = self.space, self.best

@@ -31,11 +31,7 @@ class DPTable:
     """The layout (statistics-independent) and the DP state (local costs, winners)."""
 
     def __init__(self, space: PlanSpace):
-        exprs = space.expressions()
-        if space.root[0] == space.top:
-            exprs.append(space.top)
-        groups = [(e, p) for e in exprs for p in space.interesting_props(e)]
-        groups.sort(key=lambda g: space.rank(*g))
+        groups = sorted(space.groups(), key=lambda g: space.rank(*g))
         self.groups = groups
         self.index = {g: k for k, g in enumerate(groups)}
         n = len(groups)

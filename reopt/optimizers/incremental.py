@@ -169,15 +169,12 @@ class TopDownInc(Incremental, TopDown):
         self._searched: set[Group] = set()
         """Groups searched by the current optimize()/update() (their alternatives costed)."""
 
-    @without_gc
     def optimize(self) -> Result:
         self.memo.clear()
         self._searched = set()
-        found = self._optimize(self.space.root, math.inf)
-        if found is None:  # pragma: no cover - every root has a plan
-            raise RuntimeError("no plan found")
+        result = TopDown.optimize(self)
         self.touched_or = set(self.memo)
-        return self._result(len(self.memo))
+        return result
 
     def _search(self, group: Group, limit: float) -> float | None:
         self._searched.add(group)
@@ -196,7 +193,7 @@ class TopDownInc(Incremental, TopDown):
     def _update(self, old: PlanSpace, space: PlanSpace) -> Result:
         entries = self._entries()
         self.touched_or = set()
-        self._begin_step()
+        self._searched = set()
         if not entries:
             return self.optimize()
         moved, ops = space.changed_inputs(old)
@@ -231,16 +228,10 @@ class TopDownInc(Incremental, TopDown):
         space = self.space
         for g in entries.keys() - self._indexed:
             self._indexed.add(g)
-            cols = space.columns(*g)
-            for op in set(cols.phy_op):
+            for op in set(space.columns(*g).phy_op):
                 self._by_op.setdefault(op, []).append(g)
-            kids = {c for c in zip(cols.left, cols.left_prop, strict=True) if c[0]}
-            kids.update(c for c in zip(cols.right, cols.right_prop, strict=True) if c[0])
-            for c in kids:
+            for c in space.children(*g):
                 self._parents.setdefault(c, []).append(g)
-
-    def _begin_step(self) -> None:
-        self._searched = set()
 
     def _resettle(self, g: Group, moved: bool) -> None:
         entry = self.memo.get(g)
@@ -254,10 +245,4 @@ class TopDownInc(Incremental, TopDown):
 
     def _finish(self) -> Result:
         self._optimize(self.space.root, math.inf)
-        return self._result(len(self.touched_or))
-
-    def _result(self, ors: int) -> Result:
-        space, memo = self.space, self.memo
-        ands = sum(space.columns(*g).count for g in self._searched)
-        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
-        return Result(memo[space.root][0], plan, {"or_nodes": ors, "and_nodes": ands})
+        return self._result(len(self.touched_or), self._searched)

@@ -11,6 +11,7 @@ one is answered at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
@@ -46,11 +47,16 @@ class TopDown:
         found = self._optimize(space.root, math.inf)
         if found is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        memo = self.memo
-        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
         # every alternative of an opened group is costed (or pruned on its local cost)
-        costed = sum(space.columns(*g).count for g in memo)
-        return Result(plan.cost, plan, {"or_nodes": len(memo), "and_nodes": costed})
+        return self._result(len(self.memo), self.memo)
+
+    def _result(self, ors: int, searched: Iterable[Group]) -> Result:
+        """The root's plan from the memo's winners; ``and_nodes`` counts the alternatives
+        of the ``searched`` groups."""
+        space, memo = self.space, self.memo
+        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
+        ands = sum(space.columns(*g).count for g in searched)
+        return Result(memo[space.root][0], plan, {"or_nodes": ors, "and_nodes": ands})
 
     def _optimize(self, group: Group, limit: float) -> float | None:
         """The best cost of ``group`` if it is below ``limit``, else None."""
