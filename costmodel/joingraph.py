@@ -59,6 +59,7 @@ class JoinGraph:
         self._nb: dict[int, int] = {1 << i: nb for i, nb in enumerate(self.neighbors)}
         self.components = self._components()
         self._csgs: list[int] | None = None
+        self._halves: dict[int, list[int]] | None = None
         self._lefts: dict[int, list[int]] | None = None
         self._pairs = 0
         self._budget: int | None = None
@@ -138,38 +139,48 @@ class JoinGraph:
         return out
 
     # -- splits grouped by union -------------------------------------------------------------
-    def lefts(self) -> dict[int, list[int]]:
-        """Expression → the left sides of its splits, sorted (the right side of ``left`` is
-        ``expr ^ left``; both orders of every pair are there): the csg-cmp pairs grouped by
-        their union, plus the cross-product splits of unions of whole components. Computed
-        once."""
-        if self._lefts is not None:
-            return self._lefts
+    def halves(self) -> dict[int, list[int]]:
+        """Expression → the left sides of its splits in ONE order, sorted: the side holding
+        the expression's lowest relation (``EnumerateCmp`` finds each pair with its csg on
+        that side). The csg-cmp pairs grouped by their union, plus the cross-product splits of
+        unions of whole components. Computed once; what a symmetric cost model (``cout``)
+        joins, and what :meth:`lefts` doubles into both orders."""
+        if self._halves is not None:
+            return self._halves
         by_union: dict[int, list[int]] = {}
-        pairs = 0
         for s1 in self.csgs():
             for s2 in self.complements(s1):
                 u = s1 | s2
                 got = by_union.get(u)
                 if got is None:
-                    by_union[u] = [s1, s2]
+                    by_union[u] = [s1]
                 else:
                     got.append(s1)
-                    got.append(s2)
+        pairs = 0
         for got in by_union.values():
             got.sort()
-            pairs += len(got) >> 1
+            pairs += len(got)
         comps = self.components
         if len(comps) > 1:
             for u in self.component_unions():
-                got = _submasks_over(u, comps)
-                self.examined += len(got)
+                low = u & -u
+                got = [m for m in _submasks_over(u, comps) if m & low]
+                self.examined += 2 * len(got)
                 got.sort()
                 by_union[u] = got
-                pairs += len(got) >> 1
+                pairs += len(got)
         self._pairs = pairs
-        self._lefts = by_union
+        self._halves = by_union
         return by_union
+
+    def lefts(self) -> dict[int, list[int]]:
+        """Expression → the left sides of its splits in both orders, sorted (the right side
+        of ``left`` is ``expr ^ left``): :meth:`halves` and their complements. Computed
+        once."""
+        if self._lefts is None:
+            self._lefts = {u: sorted([*got, *(u ^ h for h in got)])
+                           for u, got in self.halves().items()}
+        return self._lefts
 
     def splits(self, expr: int) -> list[tuple[int, int]]:
         """The splits ``(left, right)`` of one expression, both orders, sorted by left."""
@@ -188,7 +199,7 @@ class JoinGraph:
     def pair_count(self) -> int:
         """Unordered splits of all expressions (csg-cmp pairs, plus cross-product splits of
         a disconnected graph)."""
-        self.lefts()
+        self.halves()
         return self._pairs
 
     def pairs_within(self, max_pairs: int) -> int | None:
@@ -197,13 +208,13 @@ class JoinGraph:
         has examined more than ``2 · max_pairs + n`` sets, which only a graph of more than
         ``max_pairs`` pairs makes it do (at most 2 · pairs + n). A graph within the budget
         keeps its enumeration: the optimizer that follows does not repeat it."""
-        if self._lefts is None:
+        if self._halves is None:
             start = self.examined
             self._budget = start + 2 * max_pairs + self.n
             try:
-                self.lefts()
+                self.halves()
             except _OverBudget:
-                self._csgs, self._lefts, self.examined = None, None, start
+                self._csgs, self._halves, self.examined = None, None, start
                 return None
             finally:
                 self._budget = None

@@ -68,6 +68,9 @@ class CostModel:
     """Interface: alternatives per (expression, property) and the local cost of each."""
 
     name: str = ""
+    symmetric: bool = False
+    """Whether every join costs the same in both orders: then :meth:`joins` is given each
+    split in one order only (:meth:`~reopt.costmodel.joingraph.JoinGraph.halves`)."""
     join_methods: tuple[str, ...] = ()
     operators: tuple[str, ...] = ()
 
@@ -88,9 +91,10 @@ class CostModel:
     def joins(self, space: PlanSpace, expr: int, prop: str, method: str,
               lefts: list[int]) -> AltColumns:
         """The joins of ``method`` over all splits of an OR node (given by their left sides,
-        sorted; the right side is ``expr ^ left``), in split order, as columns: the batch
-        form of :meth:`join_alternatives` (a model may answer it without a call per split,
-        with the same alternatives)."""
+        sorted; the right side is ``expr ^ left``; one order per split for a
+        :attr:`symmetric` model), in split order, as columns: the batch form of
+        :meth:`join_alternatives` (a model may answer it without a call per split, with the
+        same alternatives)."""
         from reopt.costmodel.space import AltColumns
 
         out: list[Alt] = []
@@ -118,9 +122,16 @@ class CostModel:
 
 
 class CoutModel(CostModel):
-    """C_out: the sum of the estimated rows of every join in the plan."""
+    """C_out: the sum of the estimated rows of every join in the plan.
+
+    C_out is symmetric: ``L ⋈ R`` and ``R ⋈ L`` cost the same, so each csg-cmp pair is ONE
+    join alternative, written with the side holding the expression's lowest relation on the
+    left. A second alternative per pair would double every optimizer's work (and the
+    declarative optimizer's SearchSpace) without ever changing a best cost; DPccp costs each
+    pair once for the same reason."""
 
     name = "cout"
+    symmetric = True
     join_methods = ("join",)
     operators = ("scan", "join")
 
@@ -132,7 +143,7 @@ class CoutModel(CostModel):
     def join_alternatives(self, space, expr, prop, left, right, method):
         from reopt.costmodel.space import ANY, Alt
 
-        if method != "join" or prop != ANY:
+        if method != "join" or prop != ANY or not left & expr & -expr:
             return []
         return [Alt(expr, prop, left, "join", "join", left, ANY, right, ANY)]
 
@@ -141,7 +152,7 @@ class CoutModel(CostModel):
 
         if method != "join" or prop != ANY or not lefts:
             return NO_COLUMNS
-        k = len(lefts)
+        k = len(lefts)  # one order per pair (class doc)
         joins, anys = ["join"] * k, [ANY] * k
         return AltColumns(lefts, joins, joins, lefts, anys, [expr ^ left for left in lefts], anys)
 

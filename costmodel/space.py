@@ -350,7 +350,8 @@ class PlanSpace:
         key = (expr, prop)
         hit = self._joins.get(key)
         if hit is None:
-            lefts = self.graph.lefts().get(expr, _NO_LEFTS) if expr != self.top else _NO_LEFTS
+            splits = self.graph.halves() if self.model.symmetric else self.graph.lefts()
+            lefts = splits.get(expr, _NO_LEFTS) if expr != self.top else _NO_LEFTS
             hit = {m: self.model.joins(self, expr, prop, m, lefts)
                    for m in self.model.join_methods}
             self._joins[key] = hit
