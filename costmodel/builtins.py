@@ -180,9 +180,13 @@ def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
 
 
 def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
-    md = np.fromiter((ctx[qid].summary(x) for qid, x in zip(
-        np.asarray(q).tolist(), np.asarray(e).tolist(), strict=True)),
-        dtype=np.float64, count=len(q))
+    """Estimated rows, query by query, vectorized (:meth:`PlanSpace.summaries`)."""
+    q = np.asarray(q, dtype=np.int64)
+    e = np.asarray(e, dtype=np.int64)
+    md = np.empty(len(q), dtype=np.float64)
+    for qid in np.unique(q).tolist():
+        at = np.flatnonzero(q == qid)
+        md[at] = ctx[qid].summaries(e[at])
     return _each_row(q), md
 
 

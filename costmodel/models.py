@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
 
@@ -120,6 +122,14 @@ class CostModel:
         """:meth:`local_cost` of each of one OR node's alternatives (the batch form)."""
         return [self.local_cost(space, a) for a in space.alternatives(expr, prop)]
 
+    def local_cost_columns(self, space: PlanSpace, expr: np.ndarray, op: np.ndarray
+                           ) -> np.ndarray | None:
+        """:meth:`local_cost` of many alternatives of any OR nodes given as columns — their
+        OR nodes' expressions (``int64``) and their operators (positions in
+        :attr:`operators`) — before operator factors; None where the model has no vectorized
+        form (callers then ask :meth:`local_costs` node by node)."""
+        return None
+
 
 class CoutModel(CostModel):
     """C_out: the sum of the estimated rows of every join in the plan.
@@ -166,6 +176,16 @@ class CoutModel(CostModel):
     def local_costs(self, space, expr, prop, cols):
         # a leaf's OR node holds only its scan, any other only joins
         return [0.0 if space.is_leaf(expr) else space.summary(expr)] * cols.count
+
+    def local_cost_columns(self, space, expr, op):
+        # a scan (operator 0) costs 0, a join its expression's rows: one cardinality per
+        # distinct expression, vectorized
+        joins = op != 0
+        out = np.zeros(len(op))
+        if joins.any():
+            exprs, at = np.unique(expr[joins], return_inverse=True)
+            out[joins] = space.summaries(exprs)[at]
+        return out
 
 
 class IOModel(CostModel):

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
@@ -395,6 +397,16 @@ class PlanSpace:
             return self.estimator.groups()
         return self.estimator.card(expr)
 
+    def summaries(self, exprs: np.ndarray) -> np.ndarray:
+        """:meth:`summary` of many expressions (``int64``), vectorized
+        (:meth:`~reopt.costmodel.cardinality.Estimator.cards`): the batch ``Fn_summary``."""
+        exprs = np.asarray(exprs, dtype=np.int64)
+        out = self.estimator.cards(exprs & self.all)
+        top = exprs == self.top
+        if top.any():
+            out[top] = self.estimator.groups()
+        return out
+
     def local_cost(self, alt: Alt) -> float:
         hit = self._local.get(alt)
         if hit is None:
@@ -453,6 +465,14 @@ class PlanSpace:
             return False
 
         return moved, ops
+
+    def moved_exprs(self, old: PlanSpace, exprs: np.ndarray) -> np.ndarray:
+        """``moved`` of :meth:`changed_inputs` for many expressions (``int64``) at once."""
+        exprs = np.asarray(exprs, dtype=np.int64) & self.all
+        out = np.zeros(len(exprs), dtype=bool)
+        for m in self.estimator.moved_masks(old.estimator):
+            out |= (exprs & m) == m
+        return out
 
     def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
                     ) -> set[tuple[int, str]]:

@@ -45,6 +45,8 @@ class DPTable:
         get, absent = self.index.get, self.absent
         self.left = self._children(cols, "left", get, absent)
         self.right = self._children(cols, "right", get, absent)
+        self.exprs = np.fromiter((e for e, _ in groups), dtype=np.int64, count=n)
+        """Each node's expression."""
         ranks = np.fromiter((space.rank(*g) for g in groups), dtype=np.int64, count=n)
         cuts = np.flatnonzero(np.diff(ranks)) + 1
         self.rank_nodes = np.split(np.arange(n, dtype=np.int64), cuts)
@@ -70,10 +72,34 @@ class DPTable:
 
     # -- local costs ------------------------------------------------------------------------
     def cost_nodes(self, space: PlanSpace, nodes: np.ndarray) -> None:
-        """(Re)compute the local costs of the given nodes' alternatives under ``space``."""
+        """(Re)compute the local costs of the given nodes' alternatives under ``space``: in
+        one vectorized call where the model has one
+        (:meth:`~reopt.costmodel.models.CostModel.local_cost_columns`, then the operator
+        factors, as :meth:`PlanSpace.local_costs` multiplies them: the same bits), else node
+        by node."""
         groups, offsets, local = self.groups, self.offsets, self.local
+        if len(local) > SCALAR_ALTERNATIVES:  # a small table: numpy's calls cost more
+            alts = self.alternatives_of(nodes)
+            costs = space.model.local_cost_columns(
+                space, self.exprs[self.node_of[alts]], self.op_code[alts])
+            if costs is not None:
+                factors = space.adjustments.op_factors
+                if factors:
+                    by_code = np.ones(len(self.operators) + 1)  # code -1: no factor
+                    for op, k in self.operators.items():
+                        by_code[k] = factors.get(op, 1.0)
+                    costs = costs * by_code[self.op_code[alts]]
+                local[alts] = costs
+                return
         for k in nodes.tolist():
             local[offsets[k]:offsets[k + 1]] = space.local_costs(*groups[k])
+
+    def alternatives_of(self, nodes: np.ndarray) -> np.ndarray:
+        """The positions of the given nodes' alternatives, node by node."""
+        starts = self.offsets[nodes]
+        sizes = self.offsets[nodes + 1] - starts
+        first = np.concatenate(([0], sizes.cumsum()[:-1]))
+        return np.arange(int(sizes.sum())) + np.repeat(starts - first, sizes)
 
     def using(self, ops: set[str]) -> np.ndarray:
         """The mask of nodes with an alternative whose operator is in ``ops``."""

@@ -129,9 +129,8 @@ class BottomUpInc(Incremental):
         table = self.table
         if table is None:
             return self.optimize()
-        moved, ops = space.changed_inputs(old)
-        stale = np.fromiter((moved(e) for e, _ in table.groups), dtype=bool,
-                            count=table.absent)
+        _, ops = space.changed_inputs(old)
+        stale = space.moved_exprs(old, table.exprs)
         if ops:
             stale |= table.using(ops)
         table.cost_nodes(space, np.flatnonzero(stale))
