@@ -48,6 +48,8 @@ class DPTable:
         self.exprs = np.fromiter((e for e, _ in groups), dtype=np.int64, count=n)
         """Each node's expression."""
         ranks = np.fromiter((space.rank(*g) for g in groups), dtype=np.int64, count=n)
+        self.rank_of = ranks
+        """Each node's rank (:meth:`PlanSpace.rank`)."""
         cuts = np.flatnonzero(np.diff(ranks)) + 1
         self.rank_nodes = np.split(np.arange(n, dtype=np.int64), cuts)
         """Node numbers of each rank, ascending."""
@@ -164,28 +166,36 @@ class DPTable:
                 continue
             picked = nodes[todo]
             done[picked] = True
-            starts = offsets[picked]
-            sizes = offsets[picked + 1] - starts
-            first = np.concatenate(([0], sizes.cumsum()[:-1]))
-            alts = np.arange(int(sizes.sum())) + np.repeat(starts - first, sizes)
-            cost = (self.local[alts] + self.best[left[alts]]) + self.best[right[alts]]
-            least = np.full(len(picked), np.inf)
-            has = sizes > 0
-            if has.any():
-                least[has] = np.minimum.reduceat(cost, first[has])
-            # the first alternative reaching its node's least cost (the loop's strict <)
-            hit = cost == np.repeat(least, sizes)
-            seg = np.repeat(np.arange(len(picked)), sizes)
-            pos = np.arange(len(alts)) - np.repeat(first, sizes)
-            win = np.full(len(picked), -1, dtype=np.int64)
-            hit_seg, at = np.unique(seg[hit], return_index=True)
-            win[hit_seg] = pos[hit][at]
-            win[~np.isfinite(least)] = -1
+            least, win = self.cheapest(picked, self.best)
             before_best, before_win = self.best[picked], self.winner[picked]
             self.best[picked] = least
             self.winner[picked] = win
             changed[picked] = (before_best != least) | (before_win != win)
         return done
+
+    def cheapest(self, nodes: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's least cost over its alternatives, ``(local + best[left]) +
+        best[right]`` (the loops' additions), and the first alternative reaching it (the
+        loops' strict ``<``); ``inf`` and -1 for a node without a finite one. ``best``: the
+        children's best costs by node number (``best[absent] == 0.0``)."""
+        left, right = self.left, self.right
+        starts = self.offsets[nodes]
+        sizes = self.offsets[nodes + 1] - starts
+        first = np.concatenate(([0], sizes.cumsum()[:-1]))
+        alts = np.arange(int(sizes.sum())) + np.repeat(starts - first, sizes)
+        cost = (self.local[alts] + best[left[alts]]) + best[right[alts]]
+        least = np.full(len(nodes), np.inf)
+        has = sizes > 0
+        if has.any():
+            least[has] = np.minimum.reduceat(cost, first[has])
+        hit = cost == np.repeat(least, sizes)
+        seg = np.repeat(np.arange(len(nodes)), sizes)
+        pos = np.arange(len(alts)) - np.repeat(first, sizes)
+        win = np.full(len(nodes), -1, dtype=np.int64)
+        hit_seg, at = np.unique(seg[hit], return_index=True)
+        win[hit_seg] = pos[hit][at]
+        win[~np.isfinite(least)] = -1
+        return least, win
 
     # -- reading ----------------------------------------------------------------------------
     def entry(self, g: Group) -> tuple[float, int] | None:

@@ -42,6 +42,7 @@ import math
 import numpy as np
 
 from reopt.costmodel.space import PlanSpace
+from reopt.optimizers import dptable
 from reopt.optimizers.base import Result, without_gc
 from reopt.optimizers.dptable import DPTable
 from reopt.optimizers.topdown import Group, TopDown
@@ -154,7 +155,8 @@ class TopDownInc(Incremental, TopDown):
 
     Re-settling a stale node: a winner is searched again without a limit (it was exact, and
     stays exact); a "no plan under L" entry is dropped — it held for the old costs — and the
-    node is searched again only if a parent asks for it."""
+    node is searched again only if a parent asks for it. In a large space the reached nodes
+    are re-settled a rank at a time, most of them in bulk (:class:`_Bulk`)."""
 
     def __init__(self, space: PlanSpace):
         TopDown.__init__(self, space)
@@ -167,16 +169,27 @@ class TopDownInc(Incremental, TopDown):
         self._dearer = False
         self._searched: set[Group] = set()
         """Groups searched by the current optimize()/update() (their alternatives costed)."""
+        self._written: list[Group] = []
+        """Groups whose memo entry was written or dropped since :class:`_Bulk` last read."""
+        self.bulk: _Bulk | None = None
+        """The memo over the and-or graph's columns, for re-settling in bulk (large spaces
+        only: below :data:`~reopt.optimizers.dptable.SCALAR_ALTERNATIVES` csg-cmp pairs
+        numpy's calls cost more than the search)."""
 
     def optimize(self) -> Result:
         self.memo.clear()
         self._searched = set()
         result = TopDown.optimize(self)
         self.touched_or = set(self.memo)
+        if self.space.graph.pair_count > dptable.SCALAR_ALTERNATIVES:
+            if self.bulk is None:
+                self.bulk = _Bulk(self, DPTable(self.space))
+            self.bulk.read_all()
         return result
 
     def _search(self, group: Group, limit: float) -> float | None:
         self._searched.add(group)
+        self._written.append(group)
         return TopDown._search(self, group, limit)
 
     def _entries(self) -> dict[Group, tuple]:
@@ -188,6 +201,8 @@ class TopDownInc(Incremental, TopDown):
     def _restore(self, saved: object) -> None:
         self.memo.clear()
         self.memo.update(saved)
+        if self.bulk is not None:
+            self.bulk.read_all()
 
     def _update(self, old: PlanSpace, space: PlanSpace) -> Result:
         entries = self._entries()
@@ -199,6 +214,8 @@ class TopDownInc(Incremental, TopDown):
         self._dearer = all(space.adjustments.op_factors.get(op, 1.0)
                            >= old.adjustments.op_factors.get(op, 1.0) for op in ops)
         """Whether the change only raised operator factors (no local cost fell)."""
+        if self.bulk is not None:
+            return self.bulk.update(old, space, ops)
         stale = {g for g in entries if moved(g[0])}
         seeds = set(stale)
         if ops:
@@ -239,9 +256,164 @@ class TopDownInc(Incremental, TopDown):
         if entry[1] is None and not moved and self._dearer:
             return  # no plan under the limit before, and no cost fell: still none
         del self.memo[g]
+        self._written.append(g)
         if entry[1] is not None:
             self._search(g, math.inf)
 
     def _finish(self) -> Result:
         self._optimize(self.space.root, math.inf)
         return self._result(len(self.touched_or), self._searched)
+
+
+class _Bulk:
+    """:class:`TopDownInc`'s memo over the :class:`DPTable` layout, and its update a rank at
+    a time: per node, whether it has an entry, its winner's cost (``inf`` if none) and a lower
+    bound of its cost — the winner's cost, the limit of a "no plan under L" entry, 0 for a
+    node never explored (local costs are never negative).
+
+    The update reaches the same nodes as the search-only one: the memo's nodes whose
+    expression moved, those with an alternative using an operator whose factor changed, and
+    (then) the parents of nodes whose entry changed. A reached winner is searched again
+    without a limit, which finds the first alternative of least ``(local + left) + right``.
+    So the reached winners of one rank are settled in one :meth:`DPTable.cheapest` call over
+    their alternatives whose children are all winners, wherever each other alternative is
+    bound to cost more than that least (its local cost plus its children's lower bounds:
+    float additions are monotone) — that is the search's winner, and no child's entry changes.
+    Any other reached node takes :meth:`TopDownInc._resettle`."""
+
+    def __init__(self, opt: TopDownInc, table: DPTable):
+        self.opt = opt
+        self.table = table
+        n = table.absent
+        self.known = np.zeros(n, dtype=bool)
+        self.best = np.full(n + 1, np.inf)
+        self.best[n] = 0.0
+        self.lower = np.zeros(n + 1)
+        parents = np.concatenate((table.node_of, table.node_of))
+        children = np.concatenate((table.left, table.right))
+        keep = children < n
+        pairs = np.unique(np.stack((children[keep], parents[keep])), axis=1)
+        self.parent_offsets = np.searchsorted(pairs[0], np.arange(n + 1))
+        self.parent_nodes = pairs[1]
+        """CSR: the nodes with an alternative reading node k are
+        ``parent_nodes[parent_offsets[k]:parent_offsets[k + 1]]``."""
+
+    # -- reading the memo -------------------------------------------------------------------
+    def read_all(self) -> None:
+        self.known[:] = False
+        self.best[:-1] = np.inf
+        self.lower[:-1] = 0.0
+        self._read(self.opt.memo.keys())
+        self.opt._written = []
+
+    def read_written(self) -> None:
+        """Take in the entries the search wrote (or dropped) since the last read."""
+        opt = self.opt
+        if opt._written:
+            self._read(set(opt._written))
+            opt._written = []
+
+    def _read(self, groups) -> None:
+        memo, index = self.opt.memo, self.table.index
+        known, best, lower = self.known, self.best, self.lower
+        for g in groups:
+            k = index[g]
+            entry = memo.get(g)
+            if entry is None:
+                known[k], best[k], lower[k] = False, np.inf, 0.0
+            elif entry[1] is None:
+                known[k], best[k], lower[k] = True, np.inf, entry[0]
+            else:
+                known[k] = True
+                best[k] = lower[k] = entry[0]
+
+    # -- the update -------------------------------------------------------------------------
+    def update(self, old: PlanSpace, space: PlanSpace, ops: set[str]) -> Result:
+        opt, table = self.opt, self.table
+        self.read_written()
+        n = table.absent
+        stale = space.moved_exprs(old, table.exprs) & self.known
+        todo = stale.copy()
+        if ops:
+            todo |= table.using(ops) & self.known
+        costed = todo & np.isfinite(self.best[:n])
+        table.cost_nodes(space, np.flatnonzero(costed))  # one vectorized call for most
+        changed = np.zeros(n, dtype=bool)
+        memo, groups = opt.memo, table.groups
+        for nodes in table.rank_nodes:
+            picked = nodes[todo[nodes]]
+            if not len(picked):
+                continue
+            batch = [groups[k] for k in picked.tolist()]
+            before = [memo.get(g) for g in batch]
+            opt.touched_or.update(batch)
+            uncosted = picked[~costed[picked]]
+            if len(uncosted):
+                table.cost_nodes(space, uncosted)
+            for k in self._settle(picked):
+                opt._resettle(groups[k], bool(stale[k]))
+            self.read_written()
+            if ops:  # a moved node's parents are moved too; an unchanged one tells none
+                for k, g, was in zip(picked.tolist(), batch, before, strict=True):
+                    if not stale[k] and memo.get(g) != was:
+                        changed[k] = True
+                        up = self.parent_nodes[self.parent_offsets[k]:self.parent_offsets[k + 1]]
+                        todo[up[self.known[up]]] = True
+        return opt._finish()
+
+    def _settle(self, nodes: np.ndarray) -> list[int]:
+        """Settle the winners among ``nodes`` (one rank, their local costs current) in bulk;
+        return the other nodes (entries "no plan under L"), for the search."""
+        opt, table = self.opt, self.table
+        winners = np.isfinite(self.best[nodes])
+        picked = nodes[winners]
+        rest = nodes[~winners].tolist()
+        if not len(picked):
+            return rest
+        least, win = table.cheapest(picked, self.best)  # over alternatives with winners only
+        alts = table.alternatives_of(picked)
+        left, right = table.left[alts], table.right[alts]
+        unsure = np.isinf(self.best[left]) | np.isinf(self.best[right])
+        if unsure.any():
+            sizes = table.offsets[picked + 1] - table.offsets[picked]
+            bound = (table.local[alts] + self.lower[left]) + self.lower[right]
+            unsure &= ~(bound > np.repeat(least, sizes))
+            if unsure.any():  # some child may matter: give each such child its exact cost
+                self._explore(np.concatenate((left[unsure], right[unsure])))
+                least, win = table.cheapest(picked, self.best)
+        memo, groups = opt.memo, table.groups
+        for k, c, i in zip(picked.tolist(), least.tolist(), win.tolist(), strict=True):
+            g = groups[k]
+            memo[g] = (c, i) if i >= 0 else (math.inf, None)
+            opt._searched.add(g)
+            self.best[k] = c
+            self.lower[k] = c
+        return rest
+
+    def _explore(self, start: np.ndarray) -> None:
+        """Give every node reachable from ``start`` through nodes without a winner (never
+        explored, or "no plan under L") its exact entry: the winner an unlimited search finds
+        (or "no plan at all"), settled bottom-up a rank at a time."""
+        opt, table = self.opt, self.table
+        n = table.absent
+        closure = np.zeros(n, dtype=bool)
+        frontier = np.unique(start[start < n])
+        frontier = frontier[np.isinf(self.best[frontier])]
+        while len(frontier):
+            closure[frontier] = True
+            alts = table.alternatives_of(frontier)
+            kids = np.concatenate((table.left[alts], table.right[alts]))
+            kids = np.unique(kids[kids < n])
+            frontier = kids[~closure[kids] & np.isinf(self.best[kids])]
+        nodes = np.flatnonzero(closure)  # node numbers ascend with rank: children first
+        table.cost_nodes(opt.space, nodes)
+        memo, groups = opt.memo, table.groups
+        for part in np.split(nodes, np.flatnonzero(np.diff(table.rank_of[nodes])) + 1):
+            least, win = table.cheapest(part, self.best)
+            for k, c, i in zip(part.tolist(), least.tolist(), win.tolist(), strict=True):
+                g = groups[k]
+                memo[g] = (c, i) if i >= 0 else (math.inf, None)
+                opt._searched.add(g)
+                self.known[k] = True
+                self.best[k] = c
+                self.lower[k] = c
