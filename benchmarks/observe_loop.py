@@ -1,8 +1,8 @@
 """The plan–observe loop (issue 20): what each meaning of an observed cardinality does to it.
 
 Run: ``.venv/bin/python benchmarks/observe_loop.py [--seed S] [--count N] [--min-relations A]
-[--max-relations B] [--json]`` prints a markdown table (BENCHMARKS.md, "The plan–observe
-loop"); the defaults are the table's run.
+[--max-relations B] [--edge-spread E] [--set-spread S] [--json]`` prints a markdown table
+(BENCHMARKS.md, "The plan–observe loop"); the defaults are the first table's run.
 
 For each query of the shared workload (:func:`workload.generate`), under ``cout``:
 
@@ -11,8 +11,11 @@ For each query of the shared workload (:func:`workload.generate`), under ``cout`
    correlation factor per join edge inside ``S`` and a noise factor of ``S`` itself, clamped
    to ``[1, cross product]`` like every estimate (:class:`Truth`)::
 
-       true(S) = est(S) × Π_{edges e ⊆ S} c_e × n_S,   log10 c_e ~ U(-1, 1),
-                                                       log10 n_S ~ U(-0.5, 0.5)
+       true(S) = est(S) × Π_{edges e ⊆ S} c_e × n_S,   log10 c_e ~ U(-E, E),
+                                                       log10 n_S ~ U(-S, S)
+
+   with ``E`` = ``--edge-spread`` (default 1: a join up to 10× off either way) and ``S`` =
+   ``--set-spread`` (default 0.5).
 
    Each factor is drawn from its own ``random.Random`` seeded by the query's name, the seed
    and the edge (or the set's mask): the same for every meaning and every run. Base relations
@@ -58,6 +61,7 @@ from reopt.cliargs import positive_int
 from reopt.costmodel.cardinality import Adjustments, Estimator
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.models import cost_model
+from reopt.costmodel.numeric import NumberError, parse_number
 from reopt.costmodel.query import Query
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.bottomup import bottomup
@@ -81,13 +85,16 @@ at most as many rounds as the query has connected sets; hitting this is a bug.""
 class Truth:
     """The true cardinalities of one query's connected relation sets (module doc, step 1)."""
 
-    def __init__(self, query: Query, catalog: Catalog, seed: int):
+    def __init__(self, query: Query, catalog: Catalog, seed: int,
+                 edge_spread: float | None = None, set_spread: float | None = None):
         self.query = query
+        self.edge_spread = EDGE_SPREAD if edge_spread is None else edge_spread
+        self.set_spread = SET_SPREAD if set_spread is None else set_spread
         self.estimator = Estimator(query, catalog)
         self.seed = seed
         self._edges = [
             (query.bit(p.left.alias) | query.bit(p.right.alias),
-             self._factor(f"edge:{p.key}", EDGE_SPREAD))
+             self._factor(f"edge:{p.key}", self.edge_spread))
             for p in query.joins
         ]
         self._card: dict[int, float] = {}
@@ -104,7 +111,7 @@ class Truth:
                 for both, f in self._edges:
                     if both & mask == both:
                         hit *= f
-                hit *= self._factor(f"set:{mask}", SET_SPREAD)
+                hit *= self._factor(f"set:{mask}", self.set_spread)
                 hit = min(max(hit, 1.0), self.estimator.ceiling(mask))
             self._card[mask] = hit
         return hit
@@ -183,10 +190,10 @@ class QueryResult:
     loops: dict[str, Loop]
 
 
-def measure(wq: WorkloadQuery, seed: int, meanings: Sequence[str] = tuple(MEANINGS)
-            ) -> QueryResult:
+def measure(wq: WorkloadQuery, seed: int, meanings: Sequence[str] = tuple(MEANINGS),
+            edge_spread: float | None = None, set_spread: float | None = None) -> QueryResult:
     query, catalog = wq.load()
-    truth = Truth(query, catalog, seed)
+    truth = Truth(query, catalog, seed, edge_spread, set_spread)
     loops = {m: run_loop(query, catalog, truth, m) for m in meanings}
     return QueryResult(wq.name, wq.relations, true_optimum(query, catalog, truth), loops)
 
@@ -199,9 +206,9 @@ def table(results: Sequence[QueryResult]) -> list[str]:
     """The markdown table: one row per meaning."""
     lines = [
         "| meaning | rounds: median (mean, max) | first plan / optimum: median | final / optimum: "
-        "median (p90, worst) | final at the optimum | final worse than first | final above "
-        "an executed plan |",
-        "|---|---|---|---|---|---|---|",
+        "median (p90, worst) | final / optimum: geometric mean | final at the optimum | final "
+        "worse than first | final above an executed plan |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for meaning in MEANINGS:
         loops = [(r.loops[meaning], r.optimum) for r in results if meaning in r.loops]
@@ -215,10 +222,22 @@ def table(results: Sequence[QueryResult]) -> list[str]:
             f"| {meaning} | {statistics.median(rounds):g} ({statistics.fmean(rounds):.1f}, "
             f"{max(rounds)}) | {_ratio_text(statistics.median(first))} | "
             f"{_ratio_text(statistics.median(final))} ({_ratio_text(p90)}, "
-            f"{_ratio_text(final[-1])}) | {sum(x <= 1 + 1e-9 for x in final)} | "
+            f"{_ratio_text(final[-1])}) | {statistics.geometric_mean(final):.3f}x | "
+            f"{sum(x <= 1 + 1e-9 for x in final)} | "
             f"{sum(lp.worse_than_first for lp, _ in loops)} | "
             f"{sum(lp.above_an_executed_plan for lp, _ in loops)} |")
     return lines
+
+
+def spread(text: str) -> float:
+    """``type=`` of a spread: a finite number of decades, 0 to 10."""
+    try:
+        x = parse_number(text)
+    except NumberError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 <= x <= 10:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10 decades, got {text.strip()}")
+    return x
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -228,6 +247,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                     help="queries (default 100)")
     ap.add_argument("--min-relations", type=positive_int, default=MIN_RELATIONS)
     ap.add_argument("--max-relations", type=positive_int, default=12)
+    ap.add_argument("--edge-spread", type=spread, default=EDGE_SPREAD,
+                    help=f"log10 range of a join edge's correlation (default {EDGE_SPREAD:g})")
+    ap.add_argument("--set-spread", type=spread, default=SET_SPREAD,
+                    help=f"log10 range of a set's own noise (default {SET_SPREAD:g})")
     ap.add_argument("--json", action="store_true", help="per-query results as JSON lines")
     args = ap.parse_args(argv)
     if not MIN_RELATIONS <= args.min_relations <= args.max_relations <= MAX_RELATIONS:
@@ -242,13 +265,14 @@ def main(argv: list[str] | None = None) -> int:
                    max_relations=args.max_relations)
     results = []
     for wq in wqs:
-        r = measure(wq, args.seed)
+        r = measure(wq, args.seed, edge_spread=args.edge_spread, set_spread=args.set_spread)
         results.append(r)
         if args.json:
             print(json.dumps({"name": r.name, "relations": r.relations, "optimum": r.optimum,
                               "loops": {m: asdict(lp) for m, lp in r.loops.items()}}))
     print(f"{len(results)} queries (workload seed {args.seed}, {args.min_relations}-"
-          f"{args.max_relations} relations), cout, bottomup-inc:\n")
+          f"{args.max_relations} relations, edge spread {args.edge_spread:g}, set spread "
+          f"{args.set_spread:g}), cout, bottomup-inc:\n")
     print("\n".join(table(results)))
     return 0
 

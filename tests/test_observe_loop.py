@@ -84,14 +84,12 @@ def test_the_loop_ends_and_pinned_observations_never_end_worse(qc, seed):
 
 
 @pytest.mark.parametrize("meaning", list(observe_loop.MEANINGS))
-def test_a_truth_equal_to_the_estimates_takes_one_round(monkeypatch, meaning):
+def test_a_truth_equal_to_the_estimates_takes_one_round(meaning):
     """Without correlation the first plan is optimal: one round observes its joins, the
     re-optimized plan is the same one, and the loop stops."""
-    monkeypatch.setattr(observe_loop, "EDGE_SPREAD", 0.0)
-    monkeypatch.setattr(observe_loop, "SET_SPREAD", 0.0)
     (wq,) = observe_loop.generate(4, 1, min_relations=6, max_relations=6)
     q, cat = wq.load()
-    truth = observe_loop.Truth(q, cat, 0)
+    truth = observe_loop.Truth(q, cat, 0, edge_spread=0, set_spread=0)
     loop = observe_loop.run_loop(q, cat, truth, meaning)
     optimum = observe_loop.true_optimum(q, cat, truth)
     assert loop.rounds == 1
@@ -106,6 +104,8 @@ def test_the_script_prints_one_row_per_meaning(capsys):
     bad = ["--min-relations", "9", "--max-relations", "5"]
     assert observe_loop.script(observe_loop.main, bad) == 2
     assert "relation counts must satisfy" in capsys.readouterr().err
+    assert observe_loop.script(observe_loop.main, ["--edge-spread", "nan"]) == 2
+    assert "--edge-spread" in capsys.readouterr().err
 
 
 def test_corrections_can_end_above_an_executed_plan_where_pinning_does_not():
