@@ -83,7 +83,7 @@ DEFAULT_OPAQUE = 0.25
 OBSERVED_SUPERSETS = ("keep", "propagate")
 """How unobserved supersets of observed sets are estimated (:attr:`Adjustments.observed_supersets`;
 README, "Cardinality estimation")."""
-DEFAULT_OBSERVED_SUPERSETS = "keep"
+DEFAULT_OBSERVED_SUPERSETS = "propagate"
 
 _EMPTY: Mapping = MappingProxyType({})
 # Read-only mappings keep Adjustments immutable; teach pickle to ship them (Spark broadcasts
