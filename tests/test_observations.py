@@ -322,3 +322,27 @@ def test_the_spark_engine_follows(spark):
                   observed_supersets="propagate")
     o.optimize()
     assert o.update("card {orders,lineitem} := 3; card customer := 10").cost == costs["spark"]
+
+
+def test_a_table_under_several_aliases_must_be_observed_by_alias():
+    q = Query("t", (Relation("a1", "a"), Relation("a2", "a"), Relation("b", "b")),
+              joins=(JoinPredicate.of(C("a1", "x"), C("b", "x")),
+                     JoinPredicate.of(C("a2", "x"), C("b", "x"))))
+    with pytest.raises(DeltaError, match="ambiguous.*a1, a2"):
+        apply_deltas(parse_deltas("card a := 5"), q, CAT, Adjustments())
+    adj = apply_deltas(parse_deltas("card a2 := 5; card {a1,b} := 6"), q, CAT, Adjustments())
+    assert adj.observations == {0b010: 5, 0b101: 6}
+
+
+def test_changing_the_policy_moves_every_observed_set():
+    """An estimator derived under the other policy re-estimates the observed sets' supersets
+    and equals a fresh one (what an optimizer switching policies would rely on)."""
+    keep = adjust("card {a,b} := 50; card c := 4")
+    old = Estimator(Q, CAT, keep)
+    before = {m: old.card(m) for m in range(1, 8)}
+    derived = Estimator(Q, CAT, keep.with_policy("propagate"), previous=old)
+    assert set(derived.moved_masks(old)) == {AB, 0b100}
+    fresh = Estimator(Q, CAT, keep.with_policy("propagate"))
+    assert all(derived.card(m) == fresh.card(m) for m in range(1, 8))
+    assert derived.card(ABC) != before[ABC]
+    assert math.isclose(derived.card(ABC), 1000 * (50 / 1000) * (4 / 40))
