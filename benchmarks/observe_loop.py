@@ -190,11 +190,12 @@ class QueryResult:
     loops: dict[str, Loop]
 
 
-def measure(wq: WorkloadQuery, seed: int, meanings: Sequence[str] = tuple(MEANINGS),
+def measure(wq: WorkloadQuery, seed: int, meanings: Sequence[str] | None = None,
             edge_spread: float | None = None, set_spread: float | None = None) -> QueryResult:
+    """One query's loops under ``meanings`` (default: every meaning of :data:`MEANINGS`)."""
     query, catalog = wq.load()
     truth = Truth(query, catalog, seed, edge_spread, set_spread)
-    loops = {m: run_loop(query, catalog, truth, m) for m in meanings}
+    loops = {m: run_loop(query, catalog, truth, m) for m in meanings or MEANINGS}
     return QueryResult(wq.name, wq.relations, true_optimum(query, catalog, truth), loops)
 
 
