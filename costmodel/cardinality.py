@@ -27,6 +27,14 @@ The rules, also in the README (tests depend on them):
   the float range, and never an overflow, underflow or NaN where it does not. A ``card {…} =N``
   correction is solved against the unclamped product (:meth:`Estimator.raw_card`), so the
   set's estimate is N exactly.
+* Observations (``card {…} := N``, :attr:`Adjustments.observations`) are facts, not factors:
+  an observed set's estimate is N clamped to ``[1, cross product]``, whatever corrections or
+  other observations are in force. Its unobserved supersets follow
+  :attr:`Adjustments.observed_supersets`: ``"keep"`` leaves them as they are; ``"propagate"``
+  multiplies each by ``N_T / raw(T)`` for observed subsets ``T`` picked largest first and
+  pairwise disjoint (:meth:`Estimator.pinned_subsets`), ``raw`` the unclamped estimate with
+  corrections. Either way an estimate depends only on inputs inside its own set, so the
+  sets a change reaches are still the supersets of what changed (:meth:`Estimator.moved_masks`).
 
 Deltas (:mod:`reopt.costmodel.deltas`) change the inputs through :class:`Adjustments`, an
 immutable value: applying a delta builds a new one, so a rejected delta cannot leave a
@@ -36,6 +44,7 @@ half-applied state behind.
 from __future__ import annotations
 
 import copyreg
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +82,11 @@ DEFAULT_LIKE = 0.05
 DEFAULT_IS_NULL = 0.01
 DEFAULT_OPAQUE = 0.25
 
+OBSERVED_SUPERSETS = ("keep", "propagate")
+"""How unobserved supersets of observed sets are estimated (:attr:`Adjustments.observed_supersets`;
+README, "Cardinality estimation")."""
+DEFAULT_OBSERVED_SUPERSETS = "propagate"
+
 _EMPTY: Mapping = MappingProxyType({})
 # Read-only mappings keep Adjustments immutable; teach pickle to ship them (Spark broadcasts
 # the plan spaces, statistics included, to its Python workers).
@@ -92,6 +106,10 @@ class Adjustments:
     ``selectivities``: join predicate key → selectivity replacing the estimate.
     ``corrections``: relation bitmask → factor on every superset's estimate.
     ``op_factors``: physical operator → factor on its local cost.
+    ``observations``: relation bitmask → observed rows (``card {…} := N``): the set's
+    estimate, pinned; a later observation of the same set replaces it.
+    ``observed_supersets``: how an unobserved set uses its observed subsets, one of
+    :data:`OBSERVED_SUPERSETS` (an option of the optimizer, not a delta).
     """
 
     table_rows: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -99,17 +117,29 @@ class Adjustments:
     selectivities: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     corrections: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
     op_factors: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    observations: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
+    observed_supersets: str = DEFAULT_OBSERVED_SUPERSETS
+
+    def __post_init__(self) -> None:
+        if self.observed_supersets not in OBSERVED_SUPERSETS:
+            raise ValueError(f"observed_supersets must be one of {', '.join(OBSERVED_SUPERSETS)}, "
+                             f"not {self.observed_supersets!r}")
 
     def replace(self, **changes: Mapping) -> Adjustments:
-        fields = {
+        fields: dict[str, Any] = {
             "table_rows": self.table_rows,
             "alias_factors": self.alias_factors,
             "selectivities": self.selectivities,
             "corrections": self.corrections,
             "op_factors": self.op_factors,
+            "observations": self.observations,
         }
         fields.update({k: MappingProxyType(dict(v)) for k, v in changes.items()})
-        return Adjustments(**fields)
+        return Adjustments(**fields, observed_supersets=self.observed_supersets)
+
+    def with_policy(self, observed_supersets: str) -> Adjustments:
+        """The same adjustments with another superset policy (every mapping shared)."""
+        return dataclasses.replace(self, observed_supersets=observed_supersets)
 
 
 def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:
@@ -117,6 +147,17 @@ def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:
     if a is b:
         return set()
     return {k for k in {*a, *b} if a.get(k, 1.0) != b.get(k, 1.0)}
+
+
+def changed_observations(a: Adjustments, b: Adjustments) -> set[int]:
+    """The relation sets whose observation differs between ``a`` and ``b`` (made, dropped or
+    changed), or every observed set when the superset policy differs."""
+    was, now = a.observations, b.observations
+    if a.observed_supersets != b.observed_supersets:
+        return {*was, *now}
+    if was is now:
+        return set()
+    return {k for k in {*was, *now} if was.get(k) != now.get(k)}
 
 
 def _clamp01(s: float) -> float:
@@ -207,6 +248,11 @@ class Estimator:
             (query.bit(p.left.alias) | query.bit(p.right.alias), self.join_selectivity(p))
             for p in query.joins
         ]
+        self._observed = sorted(self.adj.observations.items(),
+                                key=lambda kv: (-kv[0].bit_count(), kv[0]))
+        """The observations, largest sets first (ties by mask): the order in which
+        :meth:`pinned_subsets` picks them."""
+        self._propagate = self.adj.observed_supersets == "propagate"
         self._earlier: dict[int, float] = {}
         """``previous``'s estimates (the same value here unless a moved set is in the mask:
         the same factors multiplied in the same order — corrections keep their insertion
@@ -242,7 +288,9 @@ class Estimator:
         return min(max(rows * self.filter_selectivity(alias), 1.0), max(rows, 1.0))
 
     def leaf_card(self, alias: str) -> float:
-        return self._leaf[self.query.index(alias)]
+        """A relation's rows after its filters; an observed one's observation (clamped)."""
+        i = self.query.index(alias)
+        return self.card(1 << i) if self._observed else self._leaf[i]
 
     # -- filter predicates -------------------------------------------------------------------
     def predicate_selectivity(self, p: Predicate) -> float:
@@ -347,7 +395,9 @@ class Estimator:
             else:
                 self._card[mask] = hit
                 return hit
-        c = self._plain_card(mask)
+        c = self._observed_card(mask) if self._observed else None
+        if c is None:
+            c = self._plain_card(mask)
         if c is None:  # a product left the float range on the way: the exact path
             c = clamp_rows(self.raw_card(mask), self.ceiling(mask))
         self._card[mask] = c
@@ -423,6 +473,54 @@ class Estimator:
                     if t & mask == t and t != without_correction]
         return scaled_product(factors)
 
+    def _observed_card(self, mask: int) -> float | None:
+        """The estimate of ``mask`` when observations decide it (the set is observed, or under
+        ``"propagate"`` has observed subsets), else None (the ordinary estimate)."""
+        n = self.adj.observations.get(mask)
+        if n is not None:
+            return self.pinned(mask, n)
+        if not self._propagate:
+            return None
+        picked = self.pinned_subsets(mask)
+        if not picked:
+            return None
+        return clamp_rows(self.unpinned_card(mask, picked=picked), self.ceiling(mask))
+
+    def pinned(self, mask: int, rows: float) -> float:
+        """An observation of ``rows`` rows of ``mask`` as its estimate: clamped to
+        ``[1, cross product]`` like every estimate (an empty result is 1 row; a catalog whose
+        row counts are below what was observed cannot take the set above its ceiling)."""
+        return min(max(rows, 1.0), self.ceiling(mask))
+
+    def pinned_subsets(self, mask: int) -> list[int]:
+        """The observed proper subsets of ``mask`` whose observations correct its estimate
+        under ``"propagate"``: largest first (ties by mask), each disjoint from those picked
+        before it, so no relation's error is corrected twice."""
+        picked, used = [], 0
+        for t, _ in self._observed:
+            if t & mask == t and t != mask and not t & used:
+                picked.append(t)
+                used |= t
+        return picked
+
+    def unpinned_card(self, mask: int, *, without_correction: int | None = None,
+                      picked: list[int] | None = None) -> Scaled:
+        """``mask``'s estimate before clamping, as if ``mask`` itself were not observed:
+        :meth:`raw_card` times, under ``"propagate"``, ``N_T / raw(T)`` for each of
+        :meth:`pinned_subsets` (``picked``, if already known). A correction on a subset of
+        ``T`` is in both ``raw(mask)`` and ``raw(T)`` and cancels: an observation is never
+        moved by corrections of its subsets, nor are the supersets it corrects."""
+        m, e = self.raw_card(mask, without_correction=without_correction)
+        if picked is None:
+            picked = self.pinned_subsets(mask) if self._propagate else []
+        for t in picked:
+            tm, te = self.raw_card(t)
+            if tm == 0:  # (no factor is 0: leaves >= 1, selectivities and corrections > 0)
+                continue
+            m, shift = math.frexp(m * (self.pinned(t, self.adj.observations[t]) / tm))
+            e += shift - te
+        return m, e
+
     def ceiling(self, mask: int) -> float:
         """The largest estimate of ``mask``: the cross product of its relations' rows before
         filters, within ``[1, MAX_ROWS]``."""
@@ -444,6 +542,7 @@ class Estimator:
             out += [both for (both, sel), (_, before) in zip(self._preds, old._preds, strict=True)
                     if sel != before]
         out += changed_factors(was.corrections, adj.corrections)
+        out += changed_observations(was, adj)
         return out
 
     def groups(self) -> float:

@@ -7,6 +7,10 @@ Text form (also accepted as JSON, see :func:`parse_delta`)::
     card {A,B,…} *F       correction on a set of aliases: multiply its estimate, and every
                           superset's, by F
     card {A,B,…} =N       pick the factor that makes the set's estimate exactly N
+    card {A,B,…} := N     an observation: the set's estimate IS N (clamped to [1, cross
+                          product]), pinned until the set is observed again; never moved by
+                          corrections or observations of subsets. ``card NAME := N`` is
+                          ``card {NAME} := N`` (a relation's rows after its filters)
     sel A.x=B.y *F        scale a join predicate's selectivity (the result must stay <= 1)
     sel A.x=B.y =S        set it (0 < S <= 1)
     cost OPERATOR *F      scale an operator's local cost (e.g. ``cost hashjoin *2``)
@@ -52,9 +56,12 @@ from reopt.costmodel.numeric import (
 from reopt.costmodel.query import ColumnRef, JoinPredicate, Query
 
 KINDS = ("card", "sel", "cost")
+OBSERVE = ":="
+"""The operator of an observation (``card {A,B} := N``)."""
+OPS = ("*", "=", OBSERVE)
 KEYS = ("kind", "target", "op", "value")
 """The keys of a delta's JSON object; any other is an error, as in the catalog."""
-_TEXT = re.compile(r"^\s*(\w+)\s+(.+?)\s*([*=])\s*(\S+)\s*$")
+_TEXT = re.compile(r"^\s*(\w+)\s+(.+?)\s*(:=|[*=])\s*(\S+)\s*$")
 _COLUMN = re.compile(r"^\s*(\w+)\.(\w+)\s*$")
 _SEL_SLACK = 1e-9
 """How far above 1 a ``sel *F`` result may be and still mean 1: floating-point rounding."""
@@ -91,13 +98,19 @@ class Delta:
             return "operator"
         return "relation set" if self.target.startswith("{") else "table or alias"
 
+    @property
+    def observation(self) -> bool:
+        """An observed cardinality (``:=``), as opposed to a correction or a setting."""
+        return self.op == OBSERVE
+
 
 _NOT_FINITE = ("nan", "inf", "infinity")
 
 
-def _number(text: str, raw: Any) -> float:
+def _number(text: str, raw: Any, *, zero: bool = False) -> float:
     """The delta's value: a finite positive number in strict syntax
-    (:func:`~reopt.costmodel.numeric.finite_value`: ``1_000``, ``١٠``, ``nan`` are refused)."""
+    (:func:`~reopt.costmodel.numeric.finite_value`: ``1_000``, ``١٠``, ``nan`` are refused);
+    with ``zero``, also 0 (an observation of an empty result)."""
     try:
         v = finite_value(raw)
     except OutOfRange as e:
@@ -112,8 +125,9 @@ def _number(text: str, raw: Any) -> float:
                              "ASCII digits, e.g. 2, 0.5 or 1e6)") from None
         got = "null" if raw is None else shown(raw)
         raise DeltaError(f"delta '{text}': value {got} is not a number") from None
-    if v <= 0:
-        raise DeltaError(f"delta '{text}': the number must be finite and positive, got {raw}")
+    if v < 0 or (v == 0 and not zero):
+        what = "at least 0" if zero else "positive"
+        raise DeltaError(f"delta '{text}': the number must be finite and {what}, got {raw}")
     return v
 
 
@@ -159,7 +173,8 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
         m = _TEXT.match(spec.strip())
         if not m:
             raise DeltaError(
-                f"delta '{text}': expected 'card|sel|cost TARGET *F' or 'card|sel TARGET =N'"
+                f"delta '{text}': expected 'card|sel|cost TARGET *F', 'card|sel TARGET =N' "
+                "or 'card TARGET := N'"
             )
         kind, target, op, raw = m.groups()
     else:
@@ -167,11 +182,14 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
     kind = kind.lower()
     if kind not in KINDS:
         raise DeltaError(f"delta '{text}': unknown kind '{kind}' (expected card, sel or cost)")
-    if op not in ("*", "="):
-        raise DeltaError(f"delta '{text}': operator must be '*' or '=', got '{op}'")
+    if op not in OPS:
+        raise DeltaError(f"delta '{text}': operator must be '*', '=' or ':=', got '{op}'")
     if kind == "cost" and op != "*":
         raise DeltaError(f"delta '{text}': cost deltas scale (*F); they cannot set a value")
-    value = _number(text, raw)
+    if kind == "sel" and op == OBSERVE:
+        raise DeltaError(f"delta '{text}': only cardinalities are observed ('card {{…}} := N'); "
+                         "set a selectivity with '=S'")
+    value = _number(text, raw, zero=op == OBSERVE)
     if kind == "sel" and op == "=" and value > 1:
         raise DeltaError(f"delta '{text}': a selectivity must be in (0, 1], got {raw}")
     return Delta(kind, target.strip(), op, value, spec.strip() if isinstance(spec, str) else text)
@@ -330,6 +348,8 @@ def apply_delta(
     if delta.kind == "sel":
         return _sel(delta, query, catalog, adj)
     target = delta.target.strip()
+    if delta.observation:
+        return _observation(delta, query, adj)
     if target.startswith("{"):
         return _correction(delta, query, catalog, adj)
     after = _card(delta, query, catalog, adj)
@@ -388,7 +408,7 @@ def _correction(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) 
                 f"delta '{delta}': {compact(n)} rows is above {compact(ceiling)}, the most the "
                 "set can have (the product of its relations' rows)"
             )
-        m, e = est.raw_card(mask, without_correction=mask)
+        m, e = est.unpinned_card(mask, without_correction=mask)
         if m == 0:
             raise DeltaError(f"delta '{delta}': the estimate without correction is 0")
         fm, fe = math.frexp(n / m)  # n / (m · 2**e), exactly as n / base while in range
@@ -400,6 +420,27 @@ def _correction(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) 
         )
     corr[mask] = f
     return adj.replace(corrections=corr)
+
+
+def _observation(delta: Delta, query: Query, adj: Adjustments) -> Adjustments:
+    """``card {…} := N`` (or ``card NAME := N``): N rows observed for the set, kept as given and
+    clamped when estimating (:meth:`~reopt.costmodel.cardinality.Estimator.pinned`), so a
+    later change of the tables' rows clamps it anew; it replaces an earlier observation of
+    the same set and leaves every other delta in force."""
+    target = delta.target.strip()
+    if target.startswith("{"):
+        if not target.endswith("}"):
+            raise DeltaError(f"delta '{delta}': unterminated relation set '{target}'")
+        aliases = _aliases_in_set(delta, query)
+    else:
+        alias = _alias(delta, query, target.lower())
+        if alias is None:
+            raise DeltaNotApplicable(delta, f"no table or alias '{target.lower()}' in query "
+                                     f"{query.name}")
+        aliases = frozenset({alias})
+    obs = dict(adj.observations)
+    obs[query.mask(aliases)] = delta.value
+    return adj.replace(observations=obs)
 
 
 def _card(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:

@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reopt.costmodel.cardinality import Adjustments
+from reopt.costmodel.cardinality import (
+    DEFAULT_OBSERVED_SUPERSETS,
+    OBSERVED_SUPERSETS,
+    Adjustments,
+)
 from reopt.costmodel.catalog import Catalog, decode_utf8
 from reopt.costmodel.deltas import Delta, apply_deltas, parse_deltas
 from reopt.costmodel.errors import DeltaError, OptimizerError, ReoptError
@@ -182,8 +186,10 @@ class Optimizer:
         rules: str | Path | None = None,
         program: Any = None,
         max_pairs: int = MAX_PAIRS,
+        observed_supersets: str = DEFAULT_OBSERVED_SUPERSETS,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
+        policy = _choice("observed_supersets policy", observed_supersets, OBSERVED_SUPERSETS)
         if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
             raise ReoptError(f"max_pairs must be a positive integer, not {max_pairs!r}")
         self.max_pairs = max_pairs
@@ -193,7 +199,9 @@ class Optimizer:
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
         self.model = get_cost_model(cost_model)
-        self.adjustments = Adjustments()
+        self.adjustments = Adjustments(observed_supersets=policy)
+        """The statistics deltas have changed; ``observed_supersets`` says how the estimates
+        of unobserved sets use observations of their subsets (README, "Deltas")."""
         self._space_size: dict[str, int] | None = None
         self._incremental: Incremental | None = None
         self._program = None

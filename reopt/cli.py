@@ -24,7 +24,11 @@ from reopt.api import (
     update_steps,
 )
 from reopt.cliargs import UsageParser, positive_int, scale_factor
-from reopt.costmodel.cardinality import Adjustments
+from reopt.costmodel.cardinality import (
+    DEFAULT_OBSERVED_SUPERSETS,
+    OBSERVED_SUPERSETS,
+    Adjustments,
+)
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
@@ -71,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-pairs", type=positive_int, default=MAX_PAIRS, metavar="N",
                    help="refuse a query whose join graph has more than N csg-cmp pairs, before "
                    f"any search (default {MAX_PAIRS:,})")
+    o.add_argument("--observed-supersets", default=DEFAULT_OBSERVED_SUPERSETS,
+                   choices=OBSERVED_SUPERSETS,
+                   help="how sets no 'card {…} := N' observed use their observed subsets: keep "
+                   "their estimates, or propagate the observed/estimated ratio of the largest "
+                   f"disjoint ones (default: {DEFAULT_OBSERVED_SUPERSETS})")
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
@@ -162,7 +171,7 @@ def optimize_main(args: argparse.Namespace) -> int:
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
-                  max_pairs=args.max_pairs)
+                  max_pairs=args.max_pairs, observed_supersets=args.observed_supersets)
         for query in queries
         for name in names
     ]

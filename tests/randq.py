@@ -103,16 +103,41 @@ def queries(draw, min_n: int = 2, max_n: int = 7, shapes=SHAPES):
 FACTORS = (0.125, 0.25, 0.5, 2.0, 4.0, 8.0)
 
 
-def random_deltas(q: Query, rng: random.Random, k: int, operators: tuple[str, ...]) -> list[str]:
+OBSERVED_ROWS = (0, 1, 3, 1000, 50_000, 1e7, 1e15)
+"""Observed rows: an empty result (estimated as 1 row), small and large results, and some
+above many sets' cross products (clamped)."""
+
+
+def random_deltas(q: Query, rng: random.Random, k: int, operators: tuple[str, ...], *,
+                  observe: bool = False) -> list[str]:
     """``k`` random valid delta texts for ``q`` (card, set corrections, sel, cost). A ``sel``
     factor that would take the product of a predicate's factors above 1 is inverted: the
-    estimate starts at most 1 and a selectivity above 1 is rejected."""
+    estimate starts at most 1 and a selectivity above 1 is rejected. ``observe`` mixes in
+    observations (``card {…} := N``, a third of them re-observing a set observed before, some
+    of a single relation written without braces)."""
     out = []
     sel_scale: dict[str, float] = {}
+    observed: list[str] = []
+    kinds = ["card", "card", "corr", "sel", "cost", "set"]
+    if observe:
+        kinds += ["obs", "obs", "obs", "corrset"]
     for _ in range(k):
-        kind = rng.choice(["card", "card", "corr", "sel", "cost", "set"])
+        kind = rng.choice(kinds)
         f = rng.choice(FACTORS)
-        if kind == "card":
+        if kind == "obs":
+            if observed and rng.random() < 1 / 3:
+                target = rng.choice(observed)
+            else:
+                members = rng.sample(q.aliases, rng.randint(1, q.n))
+                target = (members[0] if len(members) == 1 and rng.random() < 0.5
+                          else f"{{{','.join(members)}}}")
+                observed.append(target)
+            out.append(f"card {target} := {rng.choice(OBSERVED_ROWS):g}")
+        elif kind == "corrset":  # today's meaning of an observation, mixed with the new one
+            # (1 row: any set's ceiling is at least that, so the correction is always valid)
+            members = rng.sample(q.aliases, rng.randint(1, q.n))
+            out.append(f"card {{{','.join(members)}}} =1")
+        elif kind == "card":
             out.append(f"card {rng.choice(q.aliases)} *{f}")
         elif kind == "set":
             out.append(f"card {rng.choice(q.aliases)} ={rng.choice([1, 10, 1000, 50000])}")
