@@ -441,7 +441,8 @@ class Estimator:
         """:meth:`card` of many relation sets at once (``int64`` bitsets): the batch form the
         columnar callers use. The same factors are multiplied in the same order as
         :meth:`_plain_card`, elementwise in float64, so each result is the same bits; a set
-        whose product might leave the normal float range on the way takes :meth:`card`."""
+        whose product might leave the normal float range on the way, or whose estimate an
+        observation decides, takes :meth:`card`."""
         masks = np.asarray(masks, dtype=np.int64)
         k = len(masks)
         c, base = np.ones(k), np.ones(k)
@@ -459,6 +460,8 @@ class Estimator:
                 np.multiply(c, f, out=c, where=inside)
                 slow |= inside & ~((c > _TINY) & (c < _HUGE))
         out = np.minimum(np.maximum(c, 1.0), np.minimum(np.maximum(base, 1.0), MAX_ROWS))
+        for t, _ in self._observed:  # observations decide these (:meth:`_observed_card`)
+            slow |= (masks & t) == t if self._propagate else masks == t
         for j in np.flatnonzero(slow).tolist():
             out[j] = self.card(int(masks[j]))
         return out

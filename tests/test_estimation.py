@@ -359,16 +359,23 @@ def test_the_plain_product_path_equals_the_exact_one(qc, data):
 @given(qc=queries(2, 7), data=st.data())
 def test_the_batch_estimate_is_the_exact_one(qc, data):
     """Estimator.cards (the vectorized form the columnar callers use) gives every set the
-    overflow-free product's estimate (raw_card, clamped), bit for bit — under corrections of
-    any size, whichever sets take the plain path and whichever the exact one."""
+    scalar estimate bit for bit, which without observations is the overflow-free product's
+    (raw_card, clamped) — under corrections of any size and observations under either
+    policy, whichever sets take the plain path and whichever the exact one."""
     from reopt.costmodel.cardinality import clamp_rows
 
     q, cat = qc
     sizes = st.sampled_from([1e-300, 1e-200, 1e-20, 0.5, 3.0, 1e20, 1e200, 1e300])
     corrections = data.draw(st.dictionaries(st.integers(1, q.all_mask), sizes, max_size=4))
-    est = Estimator(q, cat, Adjustments().replace(corrections=corrections))
+    observed = data.draw(st.dictionaries(st.integers(1, q.all_mask),
+                                         st.sampled_from([0.0, 5.0, 1e6, 1e30]), max_size=3))
+    policy = data.draw(st.sampled_from(["keep", "propagate"]))
+    adj = Adjustments(observed_supersets=policy).replace(corrections=corrections,
+                                                         observations=observed)
     masks = list(range(1, q.all_mask + 1))
     data.draw(st.randoms()).shuffle(masks)
-    got = est.cards(np.asarray(masks, dtype=np.int64)).tolist()
-    fresh = Estimator(q, cat, Adjustments().replace(corrections=corrections))
-    assert got == [clamp_rows(fresh.raw_card(m), fresh.ceiling(m)) for m in masks]
+    got = Estimator(q, cat, adj).cards(np.asarray(masks, dtype=np.int64)).tolist()
+    fresh = Estimator(q, cat, adj)
+    assert got == [fresh.card(m) for m in masks]
+    if not observed:  # the oracle: the overflow-free product
+        assert got == [clamp_rows(fresh.raw_card(m), fresh.ceiling(m)) for m in masks]

@@ -215,7 +215,7 @@ def test_bottomup_inc_loop_and_numpy_settle_alike(model, qc, seed, steps, monkey
     q, cat = qc
     m = cost_model(model)
     rng = random.Random(seed)
-    texts = random_deltas(q, rng, steps, m.operators)
+    texts = random_deltas(q, rng, steps, m.operators, observe=rng.random() < 0.5)
     runs = []
     for limit in (10**9, -1):  # every table a "small" one, then none
         monkeypatch.setattr(dptable, "SCALAR_ALTERNATIVES", limit)
@@ -247,7 +247,7 @@ def test_topdown_inc_bulk_resettling_equals_from_scratch(model, qc, seed, steps,
     q, cat = qc
     m = cost_model(model)
     rng = random.Random(seed)
-    texts = random_deltas(q, rng, steps, m.operators)
+    texts = random_deltas(q, rng, steps, m.operators, observe=rng.random() < 0.5)
     runs = []
     for limit in (10**9, -1):  # search only, then bulk wherever it applies
         monkeypatch.setattr(dptable, "SCALAR_ALTERNATIVES", limit)
