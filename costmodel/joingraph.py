@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reopt.costmodel import ccp
+
 MAX_RELATIONS = 62
 """The most relations a query may join: expressions are ``int64`` bitsets in the batch
 interface, and the final operator's pseudo-expression needs one bit above the relations."""
@@ -56,6 +58,9 @@ class JoinGraph:
         self.all = (1 << n) - 1
         self.examined = 0
         """Sets the enumeration built (every one a csg or a csg-cmp pair's complement)."""
+        self.compiled = True
+        """Enumerate with the compiled kernel when numba is there (:mod:`~reopt.costmodel.ccp`;
+        False: the Python methods below, which the tests compare it with)."""
         self._nb: dict[int, int] = {1 << i: nb for i, nb in enumerate(self.neighbors)}
         self.components = self._components()
         self._csgs: list[int] | None = None
@@ -114,6 +119,8 @@ class JoinGraph:
 
     def csgs(self) -> list[int]:
         """Every connected subset of the graph, each once (``EnumerateCsg``)."""
+        if self._csgs is None and ccp.AVAILABLE and self.compiled:
+            self.halves()  # the compiled kernel finds the csgs with the pairs
         if self._csgs is None:
             out: list[int] = []
             for i in reversed(range(self.n)):
@@ -147,18 +154,21 @@ class JoinGraph:
         joins, and what :meth:`lefts` doubles into both orders."""
         if self._halves is not None:
             return self._halves
-        by_union: dict[int, list[int]] = {}
-        for s1 in self.csgs():
-            for s2 in self.complements(s1):
-                u = s1 | s2
-                got = by_union.get(u)
-                if got is None:
-                    by_union[u] = [s1]
-                else:
-                    got.append(s1)
+        by_union = self._compiled_halves() if ccp.AVAILABLE and self.compiled else None
+        if by_union is None:
+            by_union = {}
+            for s1 in self.csgs():
+                for s2 in self.complements(s1):
+                    u = s1 | s2
+                    got = by_union.get(u)
+                    if got is None:
+                        by_union[u] = [s1]
+                    else:
+                        got.append(s1)
+            for got in by_union.values():
+                got.sort()
         pairs = 0
         for got in by_union.values():
-            got.sort()
             pairs += len(got)
         comps = self.components
         if len(comps) > 1:
@@ -172,6 +182,26 @@ class JoinGraph:
         self._pairs = pairs
         self._halves = by_union
         return by_union
+
+    def _compiled_halves(self) -> dict[int, list[int]]:
+        """:meth:`halves` of the connected components by the compiled enumeration
+        (:mod:`~reopt.costmodel.ccp`); also sets :meth:`csgs` and counts the sets examined."""
+        budget = (self._budget - self.examined) if self._budget is not None else 2**62
+        found, left, right, examined, over = ccp.enumerate_pairs(
+            np.asarray(self.neighbors, dtype=np.int64), budget)
+        self.examined += int(examined)
+        if over:
+            raise _OverBudget
+        self._csgs = found.tolist()
+        if not len(left):
+            return {}
+        union = left | right
+        order = np.lexsort((left, union))  # by union, each union's left sides ascending
+        union, lefts = union[order], left[order].tolist()
+        cuts = (np.flatnonzero(np.diff(union)) + 1).tolist()
+        starts, ends = [0, *cuts], [*cuts, len(lefts)]
+        return dict(zip(union[starts].tolist(),
+                        (lefts[a:b] for a, b in zip(starts, ends, strict=True)), strict=True))
 
     def lefts(self) -> dict[int, list[int]]:
         """Expression → the left sides of its splits in both orders, sorted (the right side
