@@ -1109,8 +1109,9 @@ def enum(cfg: Config) -> Section:
     header, rows, notes = enumeration.render(data)
     return Section(
         "enum", "Large queries: enumeration in proportion to the csg-cmp pairs",
-        enumeration.WHAT, tables=[Table("Per query, under `cout` (× = median time over the "
-                                        "plain DPccp's median in the same run)", header, rows)],
+        enumeration.WHAT, tables=[Table("Per query, under `cout` (× = median CPU time over "
+                                        "the plain DPccp's median in the same run)", header,
+                                        rows)],
         notes=notes, reading=enumeration.reading(data), data=data)
 
 

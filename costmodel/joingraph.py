@@ -25,11 +25,10 @@ final operator's pseudo-expression takes one bit more) hold at most :data:`MAX_R
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
-
-from reopt.costmodel import ccp
 
 MAX_RELATIONS = 62
 """The most relations a query may join: expressions are ``int64`` bitsets in the batch
@@ -46,6 +45,28 @@ def bits(mask: int) -> list[int]:
     return out
 
 
+COMPILED_FROM = 14
+"""The fewest relations for which :class:`JoinGraph` enumerates with the compiled kernel by
+default. Loading it costs a process about 2 s and 130 MB once (numba and the cached machine
+code); the Python enumeration of a graph of fewer relations takes milliseconds, of a dense
+17-relation one 0.15 s against the kernel's 0.07 s (grouping included)."""
+ENUMERATION_ENV = "REOPT_ENUMERATION"
+"""``python``, ``compiled`` or ``auto`` (the default: compiled from :data:`COMPILED_FROM`
+relations, when numba can be imported)."""
+
+
+def compiled_by_default(n: int) -> bool:
+    """Whether a graph of ``n`` relations enumerates with the compiled kernel unless told."""
+    choice = os.environ.get(ENUMERATION_ENV, "auto").strip().lower()
+    if choice == "python":
+        return False
+    if choice not in ("auto", "compiled") or (choice == "auto" and n < COMPILED_FROM):
+        return False
+    from reopt.costmodel import ccp
+
+    return ccp.AVAILABLE
+
+
 class JoinGraph:
     """The join graph of one query: relations ``0..n-1``, ``neighbors[i]`` a bitset."""
 
@@ -58,9 +79,9 @@ class JoinGraph:
         self.all = (1 << n) - 1
         self.examined = 0
         """Sets the enumeration built (every one a csg or a csg-cmp pair's complement)."""
-        self.compiled = True
-        """Enumerate with the compiled kernel when numba is there (:mod:`~reopt.costmodel.ccp`;
-        False: the Python methods below, which the tests compare it with)."""
+        self.compiled = compiled_by_default(n)
+        """Enumerate with the compiled kernel (:mod:`~reopt.costmodel.ccp`) rather than the
+        Python methods below, which the tests compare it with (:func:`compiled_by_default`)."""
         self._nb: dict[int, int] = {1 << i: nb for i, nb in enumerate(self.neighbors)}
         self.components = self._components()
         self._csgs: list[int] | None = None
@@ -119,7 +140,7 @@ class JoinGraph:
 
     def csgs(self) -> list[int]:
         """Every connected subset of the graph, each once (``EnumerateCsg``)."""
-        if self._csgs is None and ccp.AVAILABLE and self.compiled:
+        if self._csgs is None and self.compiled:
             self.halves()  # the compiled kernel finds the csgs with the pairs
         if self._csgs is None:
             out: list[int] = []
@@ -154,7 +175,7 @@ class JoinGraph:
         joins, and what :meth:`lefts` doubles into both orders."""
         if self._halves is not None:
             return self._halves
-        by_union = self._compiled_halves() if ccp.AVAILABLE and self.compiled else None
+        by_union = self._compiled_halves() if self.compiled else None
         if by_union is None:
             by_union = {}
             for s1 in self.csgs():
@@ -186,6 +207,8 @@ class JoinGraph:
     def _compiled_halves(self) -> dict[int, list[int]]:
         """:meth:`halves` of the connected components by the compiled enumeration
         (:mod:`~reopt.costmodel.ccp`); also sets :meth:`csgs` and counts the sets examined."""
+        from reopt.costmodel import ccp
+
         budget = (self._budget - self.examined) if self._budget is not None else 2**62
         found, left, right, examined, over = ccp.enumerate_pairs(
             np.asarray(self.neighbors, dtype=np.int64), budget)
