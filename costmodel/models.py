@@ -178,13 +178,15 @@ class CoutModel(CostModel):
         return [0.0 if space.is_leaf(expr) else space.summary(expr)] * cols.count
 
     def local_cost_columns(self, space, expr, op):
-        # a scan (operator 0) costs 0, a join its expression's rows: one cardinality per
-        # distinct expression, vectorized
-        joins = op != 0
+        # a scan (operator 0) costs 0, a join its expression's rows: one estimate per run of
+        # equal expressions (a node's alternatives are contiguous), vectorized
         out = np.zeros(len(op))
-        if joins.any():
-            exprs, at = np.unique(expr[joins], return_inverse=True)
-            out[joins] = space.summaries(exprs)[at]
+        if not len(op):
+            return out
+        heads = np.flatnonzero(np.concatenate(([True], expr[1:] != expr[:-1])))
+        rows = space.summaries(expr[heads])
+        out[:] = np.repeat(rows, np.diff(np.append(heads, len(expr))))
+        out[op == 0] = 0.0
         return out
 
 

@@ -188,12 +188,13 @@ class DPTable:
         has = sizes > 0
         if has.any():
             least[has] = np.minimum.reduceat(cost, first[has])
-        hit = cost == np.repeat(least, sizes)
-        seg = np.repeat(np.arange(len(nodes)), sizes)
+        # the first alternative reaching its node's least cost: the least position among
+        # the hits of each segment (segments are contiguous, no sort needed)
         pos = np.arange(len(alts)) - np.repeat(first, sizes)
+        hit = np.where(cost == np.repeat(least, sizes), pos, len(alts))
         win = np.full(len(nodes), -1, dtype=np.int64)
-        hit_seg, at = np.unique(seg[hit], return_index=True)
-        win[hit_seg] = pos[hit][at]
+        if has.any():
+            win[has] = np.minimum.reduceat(hit, first[has])
         win[~np.isfinite(least)] = -1
         return least, win
 

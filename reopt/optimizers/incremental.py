@@ -264,6 +264,14 @@ class TopDownInc(Incremental, TopDown):
         self._optimize(self.space.root, math.inf)
         return self._result(len(self.touched_or), self._searched)
 
+    def _and_nodes(self, searched: set[Group]) -> int:
+        if self.bulk is None:
+            return TopDown._and_nodes(self, searched)
+        table = self.bulk.table
+        index = table.index
+        nodes = np.fromiter((index[g] for g in searched), dtype=np.int64, count=len(searched))
+        return int((table.offsets[nodes + 1] - table.offsets[nodes]).sum())
+
 
 class _Bulk:
     """:class:`TopDownInc`'s memo over the :class:`DPTable` layout, and its update a rank at

@@ -55,8 +55,13 @@ class TopDown:
         of the ``searched`` groups."""
         space, memo = self.space, self.memo
         plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
-        ands = sum(space.columns(*g).count for g in searched)
-        return Result(memo[space.root][0], plan, {"or_nodes": ors, "and_nodes": ands})
+        return Result(memo[space.root][0], plan,
+                      {"or_nodes": ors, "and_nodes": self._and_nodes(searched)})
+
+    def _and_nodes(self, searched: Iterable[Group]) -> int:
+        """The alternatives of the ``searched`` groups."""
+        space = self.space
+        return sum(space.columns(*g).count for g in searched)
 
     def _optimize(self, group: Group, limit: float) -> float | None:
         """The best cost of ``group`` if it is below ``limit``, else None."""
