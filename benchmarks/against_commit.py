@@ -1,7 +1,8 @@
 """The declarative optimizer (python engine, all pruning) here against another checkout of reopt.
 
 Each query is timed in a fresh process per interpreter, interleaved: one warm-up
-optimization, then the median of ``--rounds`` (construction excluded). The other checkout
+optimization, then the median of ``--rounds`` (construction excluded), in CPU time of that
+process (the engine is single-threaded; on a shared machine wall time varies with the load). The other checkout
 needs its own interpreter, e.g. for commit ``C``::
 
     git worktree add /tmp/old C
@@ -38,9 +39,9 @@ ts = []
 for _ in range(rounds):
     o = make()
     gc.collect()
-    t = time.perf_counter()
+    t = time.process_time()  # CPU time: the machine is shared, the engine single-threaded
     cost = o.optimize().cost
-    ts.append(time.perf_counter() - t)
+    ts.append(time.process_time() - t)
 ts.sort()
 print(json.dumps([ts[len(ts) // 2], cost]))
 """
