@@ -468,13 +468,16 @@ class _Compiler:
                         for t, ty in zip(lit.args, sig, strict=True):
                             if isinstance(t, Var) and ty:
                                 var_t.setdefault(t.name, ty)
-                for lit in rule.body:
-                    if isinstance(lit, Comparison) and lit.op == "=":
-                        for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
-                            if isinstance(a, Var) and a.name not in var_t:
-                                ty = self._term_type(b, var_t)
-                                if ty:
-                                    var_t[a.name] = ty
+                typed = -1
+                while typed != len(var_t):  # an assignment may use a variable a later one binds
+                    typed = len(var_t)
+                    for lit in rule.body:
+                        if isinstance(lit, Comparison) and lit.op == "=":
+                            for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
+                                if isinstance(a, Var) and a.name not in var_t:
+                                    ty = self._term_type(b, var_t)
+                                    if ty:
+                                        var_t[a.name] = ty
                 head_t = types[rule.head.pred]
                 for i, a in enumerate(rule.head.args):
                     ty = None
