@@ -22,13 +22,14 @@ SPARK_GAPS = {
 }
 """Cases the Spark engine cannot run yet, and why: left out of its evaluation of all cases and
 run alone, expected to fail (strictly: once it passes, it belongs with the others)."""
-SPARK_SUBSET = ("aggregates", "empty_inputs", "negation_of_recursive", "schedule_aggsel")
+SPARK_SUBSET = ("aggregates", "empty_inputs", "negation_of_recursive")
 """The cases ``make test`` runs on Spark. A Spark fixpoint costs about half a second per
-iteration on this 2-core machine (more where a built-in runs in Python workers), and all cases
-take over a hundred, so these few cover what is Spark's own — grouped aggregates with ties and
-without keys, empty inputs, recursion, negation of a derived relation, a scheduled stratum
-released rank by rank with ``min<>``, aggregate selection and a built-in over Arrow batches —
-in 24 iterations. ``REOPT_TESTDATA_SPARK=all`` runs every case instead."""
+iteration on this 2-core machine (several where a built-in starts Python workers), and all
+cases take over a hundred iterations, so these few cover Spark's own SQL paths — grouped
+aggregates with ties, string keys and without keys, empty inputs, recursion, negation of a
+derived relation — in 16 iterations (``.schedule`` and built-ins on Spark are checked against
+the python engine in ``tests/test_spark_engine.py``). ``REOPT_TESTDATA_SPARK=all`` runs every
+case instead."""
 ON_SPARK = [c for c in VALID if c.name not in SPARK_GAPS
             and (os.environ.get("REOPT_TESTDATA_SPARK") == "all" or c.name in SPARK_SUBSET)]
 
