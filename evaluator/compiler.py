@@ -537,9 +537,10 @@ class _Compiler:
             recursive = len(preds) > 1 or g.has_edge(preds[0], preds[0])
             schedules = {self.features.schedules.get(p) for p in preds}
             if len(schedules) > 1:
-                names = ", ".join(preds)
-                raise RuleError(f"relations {names} are mutually recursive, so .schedule must "
-                                "list all of them in one directive")
+                d = next(d for d in self.prog.directives
+                         if d.name == "schedule" and set(d.args[2:]) & set(preds))
+                raise RuleError(f"{d.pos}: .schedule: relations {', '.join(preds)} are mutually "
+                                "recursive, so .schedule must list all of them in one directive")
             schedule = schedules.pop()
             stratum = Stratum(preds, recursive, schedule=schedule)
             for rule in self.prog.rules:

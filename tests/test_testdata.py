@@ -87,6 +87,7 @@ def test_rejected(case):
         datacases.compile_case(case)
     message = str(e.value)
     assert "\n" not in message
+    assert message.startswith(f"{case.file}:"), "the error names no position"
     assert case.error in message
 
 
