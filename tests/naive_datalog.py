@@ -11,7 +11,8 @@ import operator
 import re
 from collections.abc import Iterator
 
-_TOKEN = re.compile(r'\s+|%[^\n]*|//[^\n]*|(?P<t>"[^"\n]*"|\d+(?:\.\d+)?|[A-Za-z_]\w*'
+_TOKEN = re.compile(r'\s+|%[^\n]*|//[^\n]*|(?P<t>"[^"\n]*"|\'[^\'\n]*\''
+                    r'|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|[A-Za-z_]\w*'
                     r'|:-|!=|<=|>=|[(),.:!=<>+\-])')
 _CMP = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge}
@@ -48,12 +49,12 @@ class _Reader:
         tok = self.next()
         if tok == "-":
             return ("const", -self.simple()[1])
-        if tok.startswith('"'):
+        if tok[0] in "\"'":
             return ("const", tok[1:-1])
         if tok[0].isdigit():
-            return ("const", float(tok) if "." in tok else int(tok))
-        if tok in ("true", "false"):
-            return ("const", tok == "true")
+            return ("const", int(tok) if tok.isdigit() else float(tok))
+        if tok in ("true", "false", "inf"):
+            return ("const", {"true": True, "false": False, "inf": float("inf")}[tok])
         return ("_",) if tok == "_" else ("var", tok)
 
     def term(self):
