@@ -19,7 +19,9 @@ CASES = [datacases.load(n) for n in datacases.names()]
 VALID = [c for c in CASES if c.error is None]
 INVALID = [c for c in CASES if c.error is not None]
 SPARK_GAPS = {
-    "nullary": "the Spark engine builds relations as SQL VALUES tables, which need a column",
+    # relations given on the driver become SQL VALUES tables, which need a column; with
+    # that patched (a zero-column range), HasBack() still came out holding () instead of empty
+    "nullary": "relations without columns are not supported by the Spark engine yet",
 }
 """Cases the Spark engine cannot run yet, and why: left out of its evaluation of all cases and
 run alone, expected to fail (strictly: once it passes, it belongs with the others)."""
