@@ -70,6 +70,7 @@ def test_cases_are_well_formed():
 
 @pytest.mark.parametrize("case", VALID, ids=lambda c: c.name)
 def test_python_engine(case):
+    """Also what ``make test`` runs of every case: the python engine is fast."""
     program = datacases.compile_case(case)
     rels, _ = PythonEngine(program, {}).evaluate(case.inputs.rows)
     assert mismatches(case, {p: r.rows for p, r in rels.items()}) == []
@@ -110,8 +111,8 @@ def test_spark_engine_cases_at_once(spark):
     assert wrong == []
 
 
-
 @pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r))
                                   for n, r in sorted(SPARK_GAPS.items())])
 def test_spark_engine_gaps(spark, name):
