@@ -468,13 +468,16 @@ class _Compiler:
                         for t, ty in zip(lit.args, sig, strict=True):
                             if isinstance(t, Var) and ty:
                                 var_t.setdefault(t.name, ty)
-                for lit in rule.body:
-                    if isinstance(lit, Comparison) and lit.op == "=":
-                        for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
-                            if isinstance(a, Var) and a.name not in var_t:
-                                ty = self._term_type(b, var_t)
-                                if ty:
-                                    var_t[a.name] = ty
+                typed = -1
+                while typed != len(var_t):  # an assignment may use a variable a later one binds
+                    typed = len(var_t)
+                    for lit in rule.body:
+                        if isinstance(lit, Comparison) and lit.op == "=":
+                            for a, b in ((lit.left, lit.right), (lit.right, lit.left)):
+                                if isinstance(a, Var) and a.name not in var_t:
+                                    ty = self._term_type(b, var_t)
+                                    if ty:
+                                        var_t[a.name] = ty
                 head_t = types[rule.head.pred]
                 for i, a in enumerate(rule.head.args):
                     ty = None
@@ -534,9 +537,10 @@ class _Compiler:
             recursive = len(preds) > 1 or g.has_edge(preds[0], preds[0])
             schedules = {self.features.schedules.get(p) for p in preds}
             if len(schedules) > 1:
-                names = ", ".join(preds)
-                raise RuleError(f"relations {names} are mutually recursive, so .schedule must "
-                                "list all of them in one directive")
+                d = next(d for d in self.prog.directives
+                         if d.name == "schedule" and set(d.args[2:]) & set(preds))
+                raise RuleError(f"{d.pos}: .schedule: relations {', '.join(preds)} are mutually "
+                                "recursive, so .schedule must list all of them in one directive")
             schedule = schedules.pop()
             stratum = Stratum(preds, recursive, schedule=schedule)
             for rule in self.prog.rules:

@@ -1,0 +1,124 @@
+"""The rule dialect on the data-driven cases of ``tests/testdata/`` (format:
+``tests/datacases.py``; README, "Development"): each valid case's relations on the python
+engine, and a subset of the cases (:data:`SPARK_SUBSET`; or all of them) merged into ONE Spark
+evaluation, against relations worked out by hand; each invalid case rejected with its
+one-line error."""
+
+from __future__ import annotations
+
+import os
+
+import datacases
+import naive_datalog
+import pytest
+
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.python_engine import PythonEngine
+
+CASES = [datacases.load(n) for n in datacases.names()]
+VALID = [c for c in CASES if c.error is None]
+INVALID = [c for c in CASES if c.error is not None]
+SPARK_GAPS = {
+    # relations given on the driver become SQL VALUES tables, which need a column; with
+    # that patched (a zero-column range), HasBack() still came out holding () instead of empty
+    "nullary": "relations without columns are not supported by the Spark engine yet",
+}
+"""Cases the Spark engine cannot run yet, and why: left out of its evaluation of all cases and
+run alone, expected to fail (strictly: once it passes, it belongs with the others)."""
+SPARK_SUBSET = ("aggregates", "empty_inputs", "negation_of_recursive")
+"""The cases ``make test`` runs on Spark. A Spark fixpoint costs about half a second per
+iteration on this 2-core machine (several where a built-in starts Python workers), and all
+cases take over a hundred iterations, so these few cover Spark's own SQL paths — grouped
+aggregates with ties, string keys and without keys, empty inputs, recursion, negation of a
+derived relation — in 16 iterations (``.schedule`` and built-ins on Spark are checked against
+the python engine in ``tests/test_spark_engine.py``). ``REOPT_TESTDATA_SPARK=all`` runs every
+case instead."""
+ON_SPARK = [c for c in VALID if c.name not in SPARK_GAPS
+            and (os.environ.get("REOPT_TESTDATA_SPARK") == "all" or c.name in SPARK_SUBSET)]
+
+
+def typed(rows) -> set[tuple]:
+    """Tuples whose values carry their type: ``1``, ``1.0`` and ``True`` are all equal in
+    Python, but a long column is not a double or a boolean one."""
+    return {tuple((type(v).__name__, v) for v in r) for r in rows}
+
+
+def mismatches(case: datacases.Case, got: dict[str, set[tuple]]) -> list[str]:
+    assert case.expected is not None
+    out = []
+    for rel, rows in case.expected.rows.items():
+        want, have = typed(rows), typed(got[rel])
+        if want != have:
+            out.append(f"{case.name}: {rel}: missing {sorted(want - have)}, "
+                       f"unexpected {sorted(have - want)}")
+    return out
+
+
+def test_cases_are_well_formed():
+    """Every file belongs to a case, every case has an expectation, and a valid case's
+    expectation lists exactly the relations its rules define (none forgotten)."""
+    files = {p.name for p in datacases.DIR.iterdir()}
+    stems = set(datacases.names())
+    assert {f for f in files if f.rsplit(".", 1)[0] not in stems} == set()
+    assert {s for s in stems if f"{s}.expected" not in files} == set()
+    assert len(VALID) >= 20 and len(INVALID) >= 10
+    for case in VALID:
+        program = datacases.compile_case(case)
+        assert case.expected is not None
+        assert set(case.expected.rows) == datacases.defined(program), case.name
+
+
+@pytest.mark.parametrize("case", VALID, ids=lambda c: c.name)
+def test_python_engine(case):
+    """Also what ``make test`` runs of every case: the python engine is fast."""
+    program = datacases.compile_case(case)
+    rels, _ = PythonEngine(program, {}).evaluate(case.inputs.rows)
+    assert mismatches(case, {p: r.rows for p, r in rels.items()}) == []
+
+
+@pytest.mark.parametrize("case", [c for c in VALID if ".schedule" not in c.text],
+                         ids=lambda c: c.name)
+def test_expectations_against_naive_evaluator(case):
+    """The hand-worked expectations agree with a second, independent evaluator (its own
+    parser, naive fixpoint; scheduled cases have no naive meaning and are left to the hand)."""
+    assert mismatches(case, naive_datalog.evaluate(case.text, case.inputs.rows)) == []
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda c: c.name)
+def test_rejected(case):
+    with pytest.raises(ReoptError) as e:
+        datacases.compile_case(case)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{case.file}:"), "the error names no position"
+    assert case.error in message
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_spark_engine_cases_at_once(spark):
+    """The cases of :data:`SPARK_SUBSET` (or all), relations renamed apart (``C<i>_…``), in
+    one program and one Spark evaluation (one session, one set of broadcasts)."""
+    from reopt.evaluator.spark_engine import SparkEngine
+
+    program, inputs, prefixes = datacases.merged(ON_SPARK)
+    rels, _ = SparkEngine(program, {}, spark).evaluate(inputs)
+    wrong = []
+    for case, prefix in zip(ON_SPARK, prefixes, strict=True):
+        assert case.expected is not None
+        got = {rel: rels[prefix + rel].rows for rel in case.expected.rows}
+        wrong += mismatches(case, got)
+    assert wrong == []
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r))
+                                  for n, r in sorted(SPARK_GAPS.items())])
+def test_spark_engine_gaps(spark, name):
+    from reopt.evaluator.spark_engine import SparkEngine
+
+    case = datacases.load(name)
+    assert case.expected is not None
+    rels, _ = SparkEngine(datacases.compile_case(case), {}, spark).evaluate(case.inputs.rows)
+    assert mismatches(case, {rel: rels[rel].rows for rel in case.expected.rows}) == []
