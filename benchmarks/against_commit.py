@@ -2,8 +2,8 @@
 
 Each query is timed in a fresh process per interpreter, interleaved: one warm-up
 optimization, then the median of ``--rounds`` (construction excluded), in CPU time of that
-process (the engine is single-threaded; on a shared machine wall time varies with the load). The other checkout
-needs its own interpreter, e.g. for commit ``C``::
+process (the engine is single-threaded; on a shared machine wall time varies with the load).
+The other checkout needs its own interpreter, e.g. for commit ``C``::
 
     git worktree add /tmp/old C
     python3.11 -m venv /tmp/oldvenv
