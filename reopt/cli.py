@@ -1,4 +1,4 @@
-"""Command line: ``reopt optimize …``, ``reopt stats …`` and ``reopt bench …``.
+"""Command line: ``reopt optimize …``, ``reopt stats …``, ``reopt data …`` and ``reopt bench …``.
 
 Bad input of any kind ends with one line ``reopt: <what is wrong>`` on stderr and exit code 2.
 """
@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
+    d = sub.add_parser("data", help="generate TPC-H data as Parquet (reopt data tpch --help)")
+    d.add_argument("args", nargs=argparse.REMAINDER)
     b = sub.add_parser("bench", help="the paper's evaluation: BENCHMARKS.md and PNG plots "
                        "(source checkout only; see benchmarks/run.py)")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -243,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             from reopt.costmodel.stats import main as stats_main
 
             return stats_main(argv[1:])
+        if argv[:1] == ["data"]:  # likewise: `reopt data tpch --help`
+            from reopt.data import main as data_main
+
+            return data_main(argv[1:])
         if argv[:1] == ["bench"]:  # likewise: `reopt bench --help` shows benchmarks/run.py's
             return bench_main(argv[1:])
         return optimize_main(_parser().parse_args(argv))
