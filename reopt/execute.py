@@ -42,6 +42,7 @@ import datetime as _dt
 import decimal
 import hashlib
 import math
+import numbers
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 
@@ -84,12 +86,15 @@ class NodeRun:
     relations: tuple[str, ...]
     estimated: float
     observed: int
-    filtered: bool = False
-    """A scan with filters (its rows are the table's rows after them)."""
+    scanned: int | None = None
+    """For a scan with filters, the rows read before them (``observed`` is after them)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "logical": self.logical, "relations": list(self.relations),
-                "estimated": self.estimated, "observed": self.observed}
+        out = {"op": self.op, "logical": self.logical, "relations": list(self.relations),
+               "estimated": self.estimated, "observed": self.observed}
+        if self.scanned is not None:
+            out["scanned"] = self.scanned
+        return out
 
 
 @dataclass
@@ -105,23 +110,31 @@ class Execution:
     """Spark's executed physical plan (its joins show the operators the hints chose)."""
 
     def deltas(self, scale: float = 1.0) -> list[str]:
-        """The observations as cardinality deltas (``card {a,b} =N``) for the next
-        optimization: every scan and join, its observed rows times ``scale`` (the share of
-        the data the next run will see relative to this one), rounded, at least 1 (a delta's
-        number must be positive; an empty result is reported as one row). A sort or the
-        final operator adds nothing (a sort keeps its input; the final's groups are not a
-        relation set)."""
+        """The observations as cardinality deltas for the next optimization, each count
+        times ``scale`` (the size of the data the next run will see relative to this one),
+        rounded, at least 1 (a delta's number must be positive: an empty result is reported
+        as one row). First the rows each scanned relation has (``card ALIAS =N``: for a
+        filtered scan its rows before the filters, else its output), then the output of every
+        filtered scan and join (``card {a,b} =N``), smallest sets first, so no set is set
+        above its relations' rows. A sort or the final operator adds nothing (a sort keeps
+        its input; the final's groups are not a relation set)."""
         if not (math.isfinite(scale) and scale > 0):
             raise ReoptError(f"scale must be a finite number > 0, got {scale}")
-        out = []
-        seen: set[tuple[str, ...]] = set()
+
+        def n_of(rows: int) -> int:
+            return max(1, round(rows * scale))
+
+        bases, sets = {}, {}
         for n in self.nodes:
-            if n.logical not in ("scan", "join") or n.relations in seen:
-                continue
-            seen.add(n.relations)
-            rows = max(1, round(n.observed * scale))
-            out.append(f"card {{{','.join(n.relations)}}} ={rows}")
-        return out
+            if n.logical == "scan":
+                bases[n.relations[0]] = n_of(n.observed if n.scanned is None else n.scanned)
+                if n.scanned is None:
+                    continue
+            if n.logical in ("scan", "join"):
+                sets[n.relations] = n_of(n.observed)
+        return ([f"card {a} ={rows}" for a, rows in bases.items()] +
+                [f"card {{{','.join(r)}}} ={rows}"
+                 for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
 
     def to_json(self) -> dict[str, Any]:
         return {"columns": self.columns, "result_rows": len(self.rows), "digest": self.digest,
@@ -133,10 +146,12 @@ class Execution:
 def _cell(v: Any) -> str:
     if v is None:
         return "\\N"
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         return "true" if v else "false"
-    if isinstance(v, (int, float, decimal.Decimal)):
+    if isinstance(v, (numbers.Number, decimal.Decimal)):
         x = float(v)
+        if math.isnan(x):  # pandas' NULL in a numeric column
+            return "\\N"
         if x == 0:
             return "0"
         return format(x, f".{DIGITS}g")
@@ -339,17 +354,19 @@ class _Builder:
         self.tables = tables
         self.prepared = prepared
         self.observed: dict[int, str] = {}  # id(node) -> name of its observation
+        self.scanned: dict[int, str] = {}  # id(scan node) -> its count before filters
         self.run = uuid.uuid4().hex[:8]
 
-    def _observe(self, node: PlanNode, df: DataFrame) -> DataFrame:
+    def _observe(self, node: PlanNode, df: DataFrame, before_filters: bool = False
+                 ) -> DataFrame:
         """``df`` counted as it flows: a named ``observe`` (Spark's ``CollectMetrics``), read
         from the executed query's observed metrics (a ``pyspark.sql.Observation`` would wait
         forever here: the answer is a query over a view of these frames, not the frame the
         Observation was attached to)."""
         from pyspark.sql import functions as F
 
-        name = f"reopt_{self.run}_{len(self.observed)}"
-        self.observed[id(node)] = name
+        name = f"reopt_{self.run}_{len(self.observed) + len(self.scanned)}"
+        (self.scanned if before_filters else self.observed)[id(node)] = name
         return df.observe(name, F.count(F.lit(1)).alias("rows"))
 
     def scan(self, node: PlanNode) -> DataFrame:
@@ -360,7 +377,10 @@ class _Builder:
         df = self.tables[self.query.relations[i].table]
         df = df.select(*[F.col(f"`{c}`").alias(_name(i, c))
                          for c in sorted(self.prepared.needed[i])])
-        for text in self.prepared.filters.get(i, []):
+        filters = self.prepared.filters.get(i, [])
+        if filters:  # the table's rows too, counted in the same pass
+            df = self._observe(node, df, before_filters=True)
+        for text in filters:
             df = df.filter(F.expr(text))
         return self._observe(node, df)
 
@@ -391,6 +411,15 @@ class _Builder:
         if log == "sort" or len(node.children) == 1:  # a sort enforcer or the final operator
             return self.build(node.children[0])
         raise ExecutionError(f"cannot execute plan operator '{node.op}' ({log})")
+
+
+def collect(df: DataFrame) -> list[tuple]:
+    """The rows of ``df`` as tuples, through Arrow (``toPandas``: many times faster than
+    ``collect()`` for a large answer). Numbers come as numpy or ``Decimal`` values, dates as
+    ``datetime.date``; a NULL in a numeric column may come as NaN (the digest reads both as
+    NULL)."""
+    frame = df.toPandas()
+    return list(frame.itertuples(index=False, name=None))
 
 
 def _metrics(answer: DataFrame) -> dict[str, int]:
@@ -448,7 +477,7 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
         joined.createOrReplaceTempView(view)
         try:
             answer = spark.sql(prepared.final_sql)
-            rows = [tuple(r) for r in answer.collect()]
+            rows = collect(answer)
             columns = list(answer.columns)
             metrics = _metrics(answer)
             spark_plan = answer._jdf.queryExecution().executedPlan().toString()
@@ -457,8 +486,7 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
         seconds = time.perf_counter() - t0
     nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows),
                      _observed(n, builder, metrics, len(rows)),
-                     n.alt.log_op == "scan" and bool(prepared.filters.get(
-                         query.index(n.relations[0]))))
+                     metrics.get(builder.scanned.get(id(n), "")))
              for n in plan.walk()]
     return Execution(columns, rows, answer_digest(rows), seconds, nodes, spark_plan)
 
@@ -470,7 +498,7 @@ def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) ->
     for table, df in tables.items():
         df.createOrReplaceTempView(table)
     try:
-        return [tuple(r) for r in spark.sql(query.sql).collect()]
+        return collect(spark.sql(query.sql))
     finally:
         for table in tables:
             spark.catalog.dropTempView(table)

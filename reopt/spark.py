@@ -687,8 +687,9 @@ def execution_settings(spark: SparkSession) -> Iterator[None]:
     * ``spark.sql.adaptive.enabled=false``: adaptive execution re-plans joins at stage
       boundaries (a sort-merge join becomes a broadcast join when a side turns out small),
       which would run other operators than the plan's.
-    * ``spark.sql.codegen.wholeStage=true``: the plans run over real tables, where code
-      generation pays (the optimizer's engine turns it off for its many tiny plans).
+    * ``spark.sql.codegen.wholeStage=true``: reopt's sessions turn code generation off for
+      the optimizer's thousands of tiny plans (:func:`get_spark`), but a plan over tables
+      gains from it even at TPC-H SF 0.01 (Q8Join: 19 s -> 11 s on a loaded 2-core machine).
 
     Every setting is put back as it was (unset if it was unset) when the block ends.
     """
