@@ -331,9 +331,10 @@ def _prepare(query: Query, schemas: dict[str, list[str]], view: str) -> _Prepare
 
 
 # -- data ----------------------------------------------------------------------------------------
-def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict[str, DataFrame]:
-    """Table -> DataFrame for every table the query uses, read from ``data_dir`` as
-    ``reopt stats`` finds tables there (``X.parquet`` files or folders, CSV)."""
+def find_tables(query: Query, data_dir: str | Path) -> dict[str, Any]:
+    """Table -> where its data is, for every table the query uses, found in ``data_dir`` as
+    ``reopt stats`` finds tables (``X.parquet`` files or folders, CSV); no Spark needed, so
+    the CLI checks this before starting it."""
     from reopt.costmodel import stats
 
     sources = {s.name: s for s in stats._discover([str(data_dir)])}
@@ -343,8 +344,15 @@ def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict
         if src is None:
             raise ExecutionError(f"{data_dir}: no table '{table}' (query {query.name} uses it; "
                                  f"the folder has {', '.join(sorted(sources)) or 'none'})")
-        out[table] = stats._read(spark, src)
+        out[table] = src
     return out
+
+
+def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict[str, DataFrame]:
+    """Table -> DataFrame for every table the query uses (see :func:`find_tables`)."""
+    from reopt.costmodel import stats
+
+    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()}
 
 
 # -- the plan as DataFrames ----------------------------------------------------------------------

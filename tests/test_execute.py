@@ -4,6 +4,7 @@ text here; the join operators are the ones the plan names."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from functools import cache
@@ -151,3 +152,25 @@ def test_digest_normalizes_numbers_and_order():
     assert answer_digest(a) != answer_digest([(1, 0.1000001, dt.date(1995, 3, 15), None),
                                               a[1]])
     assert pa  # pyarrow writes the test tables above
+
+
+def test_cli_execute(spark, tpch_dir, tmp_path, capsys):
+    from reopt.cli import main
+
+    assert main(["execute", "tpch:q3", "--data", str(tpch_dir), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    o, _ = plan_of("q3", "io", [])
+    answer = spark_sql_answer(o.query, tpch_dir, spark)
+    assert doc["digest"] == answer_digest(answer) and doc["result_rows"] == len(answer)
+    assert doc["nodes"][0]["estimated"] > 0 and doc["deltas"]
+    # bad input: one line, exit 2, before Spark runs anything
+    (tmp_path / "only").mkdir()
+    shutil.copy(tpch_dir / "nation.parquet", tmp_path / "only")
+    for argv, says in [
+        (["--data", str(tmp_path / "none")], "no such file or folder"),
+        (["--data", str(tmp_path / "only")], "no table 'customer' (query tpch:q3 uses it"),
+        (["--data", str(tpch_dir), "--delta", "card nowhere *2"], "nowhere"),
+    ]:
+        assert main(["execute", "tpch:q3", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("reopt: ") and says in err and err.count("\n") == 1, err
