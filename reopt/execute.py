@@ -22,8 +22,8 @@ reopt operator                  Spark
                                 (cartesian) join, with the condition if there is one
 ``join`` (``cout``)             no hint: a logical model names no operator, Spark chooses
 ``sort`` (enforcer)             nothing: Spark's sort-merge join sorts its own inputs
-``hashagg``, ``sortagg``,       the query's SELECT list, GROUP BY, HAVING, ORDER BY and
-``topsort`` (final)             LIMIT, run by Spark SQL over the joined rows
+``hashagg``, ``sortagg``,       the query's SELECT list, GROUP BY and ORDER BY, run by
+``topsort`` (final)             Spark SQL over the joined rows
 ==============================  =========================================================
 
 Conditions: every conjunct of WHERE and ON that names one relation filters that relation's
