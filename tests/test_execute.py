@@ -195,3 +195,25 @@ def test_cli_execute(spark, tpch_dir, tmp_path, capsys):
         assert main(["execute", "tpch:q3", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("reopt: ") and says in err and err.count("\n") == 1, err
+
+
+def test_execution_settings_are_restored(spark):
+    """The run's settings must not leak into the optimizer's engine, which wants code
+    generation and adaptive execution off."""
+    from reopt.spark import REORDER_JOIN, execution_settings
+
+    conf = spark.conf
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.adaptive.enabled",
+            "spark.sql.cbo.joinReorder.enabled", "spark.sql.optimizer.excludedRules")
+    conf.set("spark.sql.optimizer.excludedRules", "x.Mine")
+    before = {k: conf.get(k, None) for k in keys}
+    with execution_settings(spark):
+        assert conf.get("spark.sql.optimizer.excludedRules") == f"x.Mine,{REORDER_JOIN}"
+        assert conf.get("spark.sql.codegen.wholeStage") == "true"
+        assert conf.get("spark.sql.adaptive.enabled") == "false"
+        assert conf.get("spark.sql.cbo.joinReorder.enabled") == "false"
+    assert {k: conf.get(k, None) for k in keys} == before
+    conf.unset("spark.sql.optimizer.excludedRules")
+    with execution_settings(spark):
+        assert conf.get("spark.sql.optimizer.excludedRules") == REORDER_JOIN
+    assert conf.get("spark.sql.optimizer.excludedRules", None) in (None, "")
