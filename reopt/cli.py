@@ -1,4 +1,4 @@
-"""Command line: ``reopt optimize …``, ``reopt stats …`` and ``reopt bench …``.
+"""Command line: ``reopt optimize``, ``execute``, ``stats``, ``data`` and ``bench``.
 
 Bad input of any kind ends with one line ``reopt: <what is wrong>`` on stderr and exit code 2.
 """
@@ -81,8 +81,30 @@ def _parser() -> argparse.ArgumentParser:
                    "their estimates, or propagate the observed/estimated ratio of the largest "
                    f"disjoint ones (default: {DEFAULT_OBSERVED_SUPERSETS})")
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
+    e = sub.add_parser("execute", help="optimize a query, run its plan on Spark over a data "
+                       "folder, compare estimated and observed rows")
+    e.add_argument("query", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
+    e.add_argument("--data", required=True, metavar="DIR",
+                   help="folder of the query's tables (as written by reopt data tpch)")
+    e.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics at "
+                   "the data's scale factor)")
+    e.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
+                   "(default: the one DIR/reopt-data.json records, else 1)")
+    e.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    e.add_argument("--optimizer", default="topdown", choices=OPTIMIZERS,
+                   help="the optimizer whose plan runs (default topdown: every optimizer finds "
+                   "the same optimum, topdown quickly)")
+    e.add_argument("--engine", default="python", choices=ENGINES,
+                   help="engine of the declarative optimizer (default python)")
+    e.add_argument("--delta", action="append", default=[], metavar="D",
+                   help="a delta step applied before the run (repeatable), to run another plan")
+    e.add_argument("--master", help="Spark master URL (default: local[*], or "
+                   "$REOPT_SPARK_MASTER)")
+    e.add_argument("--json", action="store_true", help="print JSON")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
+    d = sub.add_parser("data", help="generate TPC-H data as Parquet (reopt data tpch --help)")
+    d.add_argument("args", nargs=argparse.REMAINDER)
     b = sub.add_parser("bench", help="the paper's evaluation: BENCHMARKS.md and PNG plots "
                        "(source checkout only; see benchmarks/run.py)")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -245,6 +267,70 @@ def optimize_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_scale_factor(data: str) -> float:
+    """The scale factor ``reopt data tpch`` recorded in DIR/reopt-data.json, else 1."""
+    import json
+    from pathlib import Path
+
+    from reopt.data import MANIFEST
+
+    try:
+        sf = json.loads((Path(data) / MANIFEST).read_text()).get("sf", 1.0)
+    except (OSError, ValueError, AttributeError):
+        return 1.0
+    return float(sf) if isinstance(sf, (int, float)) and sf > 0 else 1.0
+
+
+def execute_main(args: argparse.Namespace) -> int:
+    """``reopt execute``: optimize, apply the delta steps, run the plan, report."""
+    from reopt.execute import execute, find_tables
+    from reopt.spark import get_spark
+
+    if args.catalog is not None and args.sf is not None:
+        raise ReoptError("--sf scales the built-in TPC-H catalog; a --catalog file has its own "
+                         "row counts")
+    sf = args.sf if args.sf is not None else _data_scale_factor(args.data)
+    catalog = load_catalog(args.catalog, sf)
+    o = Optimizer(load_query(args.query, catalog), catalog, cost_model=args.cost_model,
+                  optimizer=args.optimizer, engine=args.engine)
+    steps = [parse_deltas(d) for d in args.delta]
+    find_tables(o.query, args.data)  # a missing table fails before Spark starts
+    step = o.optimize()
+    for batch in steps:
+        step = o.update(batch)
+    run = execute(step.plan, o.query, args.data, get_spark(args.master))
+    if args.json:
+        doc = {"query": o.query.name, "optimizer": args.optimizer, "cost_model": args.cost_model,
+               "data": args.data, "deltas": [str(d) for b in steps for d in b],
+               "plan_cost": step.cost, **run.to_json()}
+        sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
+        return 0
+    print(f"== {o.query.name} · {args.cost_model} · {args.optimizer} on {args.data}: "
+          f"{len(run.rows)} rows, digest {run.digest[:16]}…, {run.seconds:.2f} s")
+    depths = _depths(step.plan)
+    for n, d in zip(run.nodes, depths, strict=True):
+        label = n.op + (f" {{{', '.join(n.relations)}}}" if n.logical == "join" else
+                        f" {n.relations[0]}" if n.logical == "scan" else "")
+        ratio = max(n.estimated, 1) / max(n.observed, 1)
+        scanned = f" (of {n.scanned} scanned)" if n.scanned is not None else ""
+        print(f"{'  ' * d}{label}  estimated={n.estimated:.6g} observed={n.observed}"
+              f"{scanned}  est/obs={ratio:.3g}")
+    print("deltas: " + "; ".join(run.deltas()))
+    return 0
+
+
+def _depths(plan) -> list[int]:
+    out: list[int] = []
+
+    def walk(node, depth: int) -> None:
+        out.append(depth)
+        for c in node.children:
+            walk(c, depth + 1)
+
+    walk(plan, 0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -252,9 +338,16 @@ def main(argv: list[str] | None = None) -> int:
             from reopt.costmodel.stats import main as stats_main
 
             return stats_main(argv[1:])
+        if argv[:1] == ["data"]:  # likewise: `reopt data tpch --help`
+            from reopt.data import main as data_main
+
+            return data_main(argv[1:])
         if argv[:1] == ["bench"]:  # likewise: `reopt bench --help` shows benchmarks/run.py's
             return bench_main(argv[1:])
-        return optimize_main(_parser().parse_args(argv))
+        args = _parser().parse_args(argv)
+        if args.command == "execute":
+            return execute_main(args)
+        return optimize_main(args)
     except ReoptError as e:
         print(f"reopt: {e}", file=sys.stderr)
         return 2

@@ -21,3 +21,14 @@ def spark():
         pytest.fail(f"Spark tests need Java: {e}")
     yield session
     stop_spark()
+
+
+@pytest.fixture(scope="session")
+def tpch_dir(tmp_path_factory):
+    """TPC-H at SF 0.01 as ``reopt data tpch`` writes it (tpchgen-cli only, no Spark; ~1 s),
+    shared by the data and execution tests."""
+    from reopt.data import generate_tpch
+
+    out = tmp_path_factory.mktemp("tpch") / "sf001"
+    generate_tpch(0.01, out)
+    return out

@@ -1,0 +1,512 @@
+"""Run a reopt plan tree on Spark and observe the true rows of every scan and join.
+
+:func:`execute` turns a :class:`~reopt.plan.PlanNode` into a PySpark DataFrame plan with the
+same join order and operators, runs it once, and returns the result rows, a digest of them,
+and the observed output rows of every plan node. Nothing is counted in a separate pass: each
+scan and join carries a ``DataFrame.observe`` count that Spark fills while the query runs.
+
+How each reopt operator maps (the plan's right input is the build/inner side):
+
+==============================  =========================================================
+reopt operator                  Spark
+==============================  =========================================================
+``tablescan``, ``indexscan``,   read the table's Parquet/CSV, keep the columns the query
+``indexprobe``, ``scan``        uses, apply the relation's filters (Spark has no indexes:
+                                an index scan is a scan, a probe reads the inner once)
+``hashjoin``                    ``SHUFFLE_HASH`` hint on the right input: shuffled hash join
+                                building on the right
+``sortmerge``                   ``MERGE`` hint: sort-merge join (Spark sorts its inputs)
+``indexnl``                     ``BROADCAST`` hint on the right (the indexed inner): the
+                                inner becomes an in-memory hash index every outer row probes
+``blocknl``                     ``SHUFFLE_REPLICATE_NL`` hint: Spark's nested-loop
+                                (cartesian) join, with the condition if there is one
+``join`` (``cout``)             no hint: a logical model names no operator, Spark chooses
+``sort`` (enforcer)             nothing: Spark's sort-merge join sorts its own inputs
+``hashagg``, ``sortagg``,       the query's SELECT list, GROUP BY and ORDER BY, run by
+``topsort`` (final)             Spark SQL over the joined rows
+==============================  =========================================================
+
+Conditions: every conjunct of WHERE and ON that names one relation filters that relation's
+scan; one that names several is the join condition of the lowest join holding them all; one
+that names none filters the joined rows. The plan's order is kept: Spark's join reordering is
+off for the run (:func:`reopt.spark.execution_settings`).
+
+The digest (:func:`answer_digest`) is the SHA-256 of the sorted result rows, each value
+normalized (numbers to 12 significant digits, dates in ISO form), so two plans of one query
+— or Spark SQL's own answer — give the same digest whatever order or float rounding.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import hashlib
+import math
+import numbers
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.query import Query
+from reopt.plan import PlanNode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+JOIN_HINTS = {
+    "hashjoin": "shuffle_hash",
+    "sortmerge": "merge",
+    "indexnl": "broadcast",
+    "blocknl": "shuffle_replicate_nl",
+}
+"""reopt join operator -> the Spark join hint put on its right input (no entry: no hint)."""
+SCAN_OPS = ("tablescan", "indexscan", "indexprobe", "scan")
+DIGITS = 12
+"""Significant digits a number keeps in the digest."""
+
+
+class ExecutionError(ReoptError):
+    """The data cannot answer the query (a missing table or column); one line."""
+
+
+@dataclass
+class NodeRun:
+    """One plan node after the run: what the optimizer estimated and what Spark saw."""
+
+    op: str
+    logical: str
+    relations: tuple[str, ...]
+    estimated: float
+    observed: int
+    scanned: int | None = None
+    """For a scan with filters, the rows read before them (``observed`` is after them)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"op": self.op, "logical": self.logical, "relations": list(self.relations),
+               "estimated": self.estimated, "observed": self.observed}
+        if self.scanned is not None:
+            out["scanned"] = self.scanned
+        return out
+
+
+@dataclass
+class Execution:
+    """What :func:`execute` returns: the answer and the plan's nodes in pre-order."""
+
+    columns: list[str]
+    rows: list[tuple]
+    digest: str
+    seconds: float
+    nodes: list[NodeRun] = field(default_factory=list)
+    spark_plan: str = ""
+    """Spark's executed physical plan (its joins show the operators the hints chose)."""
+
+    def deltas(self, scale: float = 1.0) -> list[str]:
+        """The observations as cardinality deltas for the next optimization, each count
+        times ``scale`` (the size of the data the next run will see relative to this one),
+        rounded, at least 1 (a delta's number must be positive: an empty result is reported
+        as one row). First the rows each scanned relation has (``card ALIAS =N``: for a
+        filtered scan its rows before the filters, else its output), then the output of every
+        filtered scan and join (``card {a,b} =N``), smallest sets first, so no set is set
+        above its relations' rows. A sort or the final operator adds nothing (a sort keeps
+        its input; the final's groups are not a relation set)."""
+        if not (math.isfinite(scale) and scale > 0):
+            raise ReoptError(f"scale must be a finite number > 0, got {scale}")
+
+        def n_of(rows: int) -> int:
+            return max(1, round(rows * scale))
+
+        bases, sets = {}, {}
+        for n in self.nodes:
+            if n.logical == "scan":
+                bases[n.relations[0]] = n_of(n.observed if n.scanned is None else n.scanned)
+                if n.scanned is None:
+                    continue
+            if n.logical in ("scan", "join"):
+                sets[n.relations] = n_of(n.observed)
+        return ([f"card {a} ={rows}" for a, rows in bases.items()] +
+                [f"card {{{','.join(r)}}} ={rows}"
+                 for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"columns": self.columns, "result_rows": len(self.rows), "digest": self.digest,
+                "seconds": self.seconds, "nodes": [n.to_json() for n in self.nodes],
+                "deltas": self.deltas()}
+
+
+# -- the digest ---------------------------------------------------------------------------------
+def _cell(v: Any) -> str:
+    if v is None:
+        return "\\N"
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (numbers.Number, decimal.Decimal)):
+        x = float(v)
+        if math.isnan(x):  # pandas' NULL in a numeric column
+            return "\\N"
+        if x == 0:
+            return "0"
+        return format(x, f".{DIGITS}g")
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()
+    return str(v)
+
+
+def answer_digest(rows: Iterable[Sequence[Any]]) -> str:
+    """SHA-256 of the rows as a multiset: each value normalized (:data:`DIGITS` significant
+    digits for numbers, so a sum added in another order digests the same; ISO dates), rows
+    sorted, one line each."""
+    lines = sorted("\x1f".join(_cell(v) for v in row) for row in rows)
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# -- the query's SQL, addressed to the plan's renamed columns ------------------------------------
+def _name(index: int, column: str) -> str:
+    """The column's name in the plan's DataFrames: unique per relation, no dots."""
+    return f"_r{index}_{column}"
+
+
+class _Rewriter:
+    """Resolves the query's columns against the data and renames them to :func:`_name`."""
+
+    def __init__(self, query: Query, schemas: dict[str, list[str]]):
+        self.query = query
+        self.position = {a: i for i, a in enumerate(query.aliases)}
+        # relation index -> lower-case column -> the data's column name
+        self.columns = [{c.lower(): c for c in schemas[r.table]} for r in query.relations]
+        self.needed: list[set[str]] = [set() for _ in query.relations]
+
+    def resolve(self, column: exp.Column) -> tuple[int, str] | None:
+        name = column.name.lower()
+        qualifier = column.table.lower()
+        if qualifier:
+            i = self.position.get(qualifier)
+            if i is None:
+                raise ExecutionError(f"query {self.query.name}: unknown relation '{qualifier}'")
+            if name not in self.columns[i]:
+                raise ExecutionError(
+                    f"query {self.query.name}: column '{qualifier}.{name}' is not in the data "
+                    f"of table '{self.query.relations[i].table}'")
+            return i, self.columns[i][name]
+        owners = [i for i, cols in enumerate(self.columns) if name in cols]
+        if len(owners) > 1:
+            names = ", ".join(self.query.aliases[i] for i in owners)
+            raise ExecutionError(f"query {self.query.name}: column '{name}' is in the data of "
+                                 f"several relations ({names})")
+        if not owners:
+            return None
+        return owners[0], self.columns[owners[0]][name]
+
+    def rename(self, e: exp.Expression, outputs: frozenset[str] = frozenset(),
+               prefer_output: bool = False) -> tuple[exp.Expression, set[int]]:
+        """``e`` with every column renamed; the relations it uses. An unqualified name in
+        ``outputs`` (a select-list alias) stays as it is if ``prefer_output`` or if no
+        relation has such a column (as the front-end reads GROUP BY / ORDER BY)."""
+        used: set[int] = set()
+
+        def visit(node: exp.Expression) -> exp.Expression:
+            if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+                return node
+            name = node.name.lower()
+            if not node.table and name in outputs and prefer_output:
+                return node
+            found = self.resolve(node)
+            if found is None:
+                if not node.table and name in outputs:
+                    return node
+                raise ExecutionError(f"query {self.query.name}: column '{name}' is in the data "
+                                     "of no relation of the query")
+            i, column = found
+            used.add(i)
+            self.needed[i].add(column)
+            return exp.column(_name(i, column))
+
+        return e.copy().transform(visit), used
+
+    def star(self, item: exp.Expression) -> list[exp.Expression] | None:
+        """``*`` / ``x.*`` expanded to the relations' columns in FROM order, else None."""
+        if isinstance(item, exp.Star):
+            indexes = range(len(self.columns))
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+            indexes = [self.position[item.table.lower()]]
+        else:
+            return None
+        out: list[exp.Expression] = []
+        for i in indexes:
+            for column in self.columns[i].values():
+                self.needed[i].add(column)
+                out.append(exp.alias_(exp.column(_name(i, column)), column, quoted=True))
+        return out
+
+
+@dataclass
+class _Prepared:
+    final_sql: str  # over the view {view}
+    filters: dict[int, list[str]]
+    conditions: list[tuple[frozenset[int], str]]
+    constant: list[str]
+    needed: list[set[str]]
+
+
+def _select_of(sql: str) -> exp.Select:
+    tree = sqlglot.parse_one(sql.removeprefix("\ufeff"))
+    while isinstance(tree, exp.Subquery):
+        tree = tree.this
+    if not isinstance(tree, exp.Select):
+        raise ExecutionError("only a SELECT block can be executed")
+    return tree
+
+
+def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    if e is None:
+        return []
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.And):
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _prepare(query: Query, schemas: dict[str, list[str]], view: str) -> _Prepared:
+    if not query.sql:
+        raise ExecutionError(f"query {query.name} has no SQL text to execute")
+    select = _select_of(query.sql)
+    rw = _Rewriter(query, schemas)
+    outputs = frozenset(i.alias.lower() for i in select.expressions if isinstance(i, exp.Alias))
+    conditions: list[exp.Expression] = _conjuncts(select.args.get("where") and
+                                                  select.args["where"].this)
+    for join in select.args.get("joins") or []:
+        conditions += _conjuncts(join.args.get("on"))
+    filters: dict[int, list[str]] = {}
+    joins: list[tuple[frozenset[int], str]] = []
+    constant: list[str] = []
+    for c in conditions:
+        renamed, used = rw.rename(c)
+        text = renamed.sql(dialect="spark")
+        if len(used) == 1:
+            filters.setdefault(next(iter(used)), []).append(text)
+        elif used:
+            joins.append((frozenset(used), text))
+        else:
+            constant.append(text)
+    final = select.copy()
+    items: list[exp.Expression] = []
+    for item in select.expressions:
+        expanded = rw.star(item)
+        if expanded is not None:
+            items += expanded
+            continue
+        renamed, _ = rw.rename(item)
+        if isinstance(item, exp.Column):  # keep the output name a bare column has
+            renamed = exp.alias_(renamed, item.name, quoted=True)
+        items.append(renamed)
+    final.set("expressions", items)
+    group = select.args.get("group")
+    if group is not None:
+        final.set("group", exp.Group(expressions=[
+            rw.rename(g, outputs)[0] for g in group.expressions]))
+    having = select.args.get("having")
+    if having is not None:
+        final.set("having", exp.Having(this=rw.rename(having.this, outputs)[0]))
+    order = select.args.get("order")
+    if order is not None:
+        final.set("order", exp.Order(expressions=[
+            rw.rename(o, outputs, prefer_output=True)[0] for o in order.expressions]))
+    final.set("from_" if "from_" in final.args else "from", exp.From(this=exp.to_table(view)))
+    final.set("joins", None)
+    final.set("where", None)
+    return _Prepared(final.sql(dialect="spark"), filters, joins, constant, rw.needed)
+
+
+# -- data ----------------------------------------------------------------------------------------
+def find_tables(query: Query, data_dir: str | Path) -> dict[str, Any]:
+    """Table -> where its data is, for every table the query uses, found in ``data_dir`` as
+    ``reopt stats`` finds tables (``X.parquet`` files or folders, CSV); no Spark needed, so
+    the CLI checks this before starting it."""
+    from reopt.costmodel import stats
+
+    sources = {s.name: s for s in stats._discover([str(data_dir)])}
+    out = {}
+    for table in dict.fromkeys(r.table for r in query.relations):
+        src = sources.get(table.lower())
+        if src is None:
+            raise ExecutionError(f"{data_dir}: no table '{table}' (query {query.name} uses it; "
+                                 f"the folder has {', '.join(sorted(sources)) or 'none'})")
+        out[table] = src
+    return out
+
+
+def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict[str, DataFrame]:
+    """Table -> DataFrame for every table the query uses (see :func:`find_tables`)."""
+    from reopt.costmodel import stats
+
+    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()}
+
+
+# -- the plan as DataFrames ----------------------------------------------------------------------
+class _Builder:
+    def __init__(self, query: Query, tables: dict[str, DataFrame], prepared: _Prepared):
+        self.query = query
+        self.tables = tables
+        self.prepared = prepared
+        self.observed: dict[int, str] = {}  # id(node) -> name of its observation
+        self.scanned: dict[int, str] = {}  # id(scan node) -> its count before filters
+        self.run = uuid.uuid4().hex[:8]
+
+    def _observe(self, node: PlanNode, df: DataFrame, before_filters: bool = False
+                 ) -> DataFrame:
+        """``df`` counted as it flows: a named ``observe`` (Spark's ``CollectMetrics``), read
+        from the executed query's observed metrics (a ``pyspark.sql.Observation`` would wait
+        forever here: the answer is a query over a view of these frames, not the frame the
+        Observation was attached to)."""
+        from pyspark.sql import functions as F
+
+        name = f"reopt_{self.run}_{len(self.observed) + len(self.scanned)}"
+        (self.scanned if before_filters else self.observed)[id(node)] = name
+        return df.observe(name, F.count(F.lit(1)).alias("rows"))
+
+    def scan(self, node: PlanNode) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        alias = node.relations[0]
+        i = self.query.index(alias)
+        df = self.tables[self.query.relations[i].table]
+        df = df.select(*[F.col(f"`{c}`").alias(_name(i, c))
+                         for c in sorted(self.prepared.needed[i])])
+        filters = self.prepared.filters.get(i, [])
+        if filters:  # the table's rows too, counted in the same pass
+            df = self._observe(node, df, before_filters=True)
+        for text in filters:
+            df = df.filter(F.expr(text))
+        return self._observe(node, df)
+
+    def join(self, node: PlanNode, left: DataFrame, right: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        lset = {self.query.index(a) for a in node.children[0].relations}
+        rset = {self.query.index(a) for a in node.children[1].relations}
+        both = lset | rset
+        conds = [text for used, text in self.prepared.conditions
+                 if used <= both and not used <= lset and not used <= rset]
+        hint = JOIN_HINTS.get(node.op)
+        if hint is not None:
+            right = right.hint(hint)
+        if conds:
+            df = left.join(right, F.expr(" AND ".join(f"({c})" for c in conds)), "inner")
+        else:
+            df = left.crossJoin(right)
+        return self._observe(node, df)
+
+    def build(self, node: PlanNode) -> DataFrame:
+        log = node.alt.log_op
+        if log == "scan":
+            return self.scan(node)
+        if log == "join":
+            left, right = (self.build(c) for c in node.children)
+            return self.join(node, left, right)
+        if log == "sort" or len(node.children) == 1:  # a sort enforcer or the final operator
+            return self.build(node.children[0])
+        raise ExecutionError(f"cannot execute plan operator '{node.op}' ({log})")
+
+
+def collect(df: DataFrame) -> list[tuple]:
+    """The rows of ``df`` as tuples, through Arrow (``toPandas``: many times faster than
+    ``collect()`` for a large answer). Numbers come as numpy or ``Decimal`` values, dates as
+    ``datetime.date``; a NULL in a numeric column may come as NaN (the digest reads both as
+    NULL)."""
+    frame = df.toPandas()
+    return list(frame.itertuples(index=False, name=None))
+
+
+def _metrics(answer: DataFrame) -> dict[str, int]:
+    """Name -> count of every observation in the executed plan of ``answer``."""
+    scala = answer._jdf.queryExecution().observedMetrics()
+    out = {}
+    it = scala.iterator()
+    while it.hasNext():
+        pair = it.next()
+        out[pair._1()] = int(pair._2().getLong(0))
+    return out
+
+
+def _observed(node: PlanNode, builder: _Builder, metrics: dict[str, int],
+              result_rows: int) -> int:
+    name = builder.observed.get(id(node))
+    if name is not None:
+        if name not in metrics:  # a bug: every observed frame is part of the answer's plan
+            raise ReoptError(f"Spark reported no row count for plan node {node.op} "
+                             f"{{{', '.join(node.relations)}}}")
+        return metrics[name]
+    if node.alt.log_op == "sort":
+        return _observed(node.children[0], builder, metrics, result_rows)
+    return result_rows  # the final operator: the answer's rows
+
+
+def execute(plan: PlanNode, query: Query, data_dir: str | Path,
+            spark: SparkSession) -> Execution:
+    """Run ``plan`` (a plan of ``query``) over the tables in ``data_dir`` on ``spark``.
+
+    Returns the result rows, their :func:`answer_digest`, the wall time of the run (planning
+    and execution, not reading the schemas) and, for every plan node in pre-order, the
+    estimated and the observed output rows. Raises :class:`ExecutionError` (one line) when a
+    table of the query is missing from ``data_dir`` or a column of the query is in none of
+    its relations' data. Empty tables are fine (empty answer, zero rows observed).
+    """
+    from reopt.spark import execution_settings
+
+    relations = set(query.aliases)
+    if set(plan.relations) != relations:
+        raise ExecutionError(f"the plan covers {sorted(plan.relations)}, query {query.name} "
+                             f"has {sorted(relations)}")
+    tables = read_tables(query, data_dir, spark)
+    schemas = {t: df.columns for t, df in tables.items()}
+    view = f"reopt_plan_{uuid.uuid4().hex[:12]}"
+    prepared = _prepare(query, schemas, view)
+    builder = _Builder(query, tables, prepared)
+    with execution_settings(spark):
+        t0 = time.perf_counter()
+        joined = builder.build(plan)
+        if prepared.constant:
+            from pyspark.sql import functions as F
+
+            joined = joined.filter(F.expr(" AND ".join(f"({c})" for c in prepared.constant)))
+        joined.createOrReplaceTempView(view)
+        try:
+            answer = spark.sql(prepared.final_sql)
+            rows = collect(answer)
+            columns = list(answer.columns)
+            metrics = _metrics(answer)
+            spark_plan = answer._jdf.queryExecution().executedPlan().toString()
+        finally:
+            spark.catalog.dropTempView(view)
+        seconds = time.perf_counter() - t0
+    nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows),
+                     _observed(n, builder, metrics, len(rows)),
+                     metrics.get(builder.scanned.get(id(n), "")))
+             for n in plan.walk()]
+    return Execution(columns, rows, answer_digest(rows), seconds, nodes, spark_plan)
+
+
+def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) -> list[tuple]:
+    """Spark SQL's own answer to the query's text, the tables registered as views under
+    their names: the oracle an executed plan must agree with."""
+    tables = read_tables(query, data_dir, spark)
+    for table, df in tables.items():
+        df.createOrReplaceTempView(table)
+    try:
+        return collect(spark.sql(query.sql))
+    finally:
+        for table in tables:
+            spark.catalog.dropTempView(table)
