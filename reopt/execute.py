@@ -110,30 +110,31 @@ class Execution:
     """Spark's executed physical plan (its joins show the operators the hints chose)."""
 
     def deltas(self, scale: float = 1.0) -> list[str]:
-        """The observations as cardinality deltas for the next optimization, each count
-        times ``scale`` (the size of the data the next run will see relative to this one),
-        rounded, at least 1 (a delta's number must be positive: an empty result is reported
-        as one row). First the rows each scanned relation has (``card ALIAS =N``: for a
-        filtered scan its rows before the filters, else its output), then the output of every
-        filtered scan and join (``card {a,b} =N``), smallest sets first, so no set is set
-        above its relations' rows. A sort or the final operator adds nothing (a sort keeps
-        its input; the final's groups are not a relation set)."""
+        """The observations as deltas for the next optimization, each count times ``scale``
+        (the size of the data the next run will see relative to this one), rounded. First the
+        rows each scanned relation has before its filters (``card ALIAS =N``, at least 1: a
+        table's rows are a statistic, and must be positive), then the output of every
+        filtered scan and join as an observation (``card {a,b} := N``: pinned, never moved by
+        later corrections of its subsets; 0 is estimated as one row), smallest sets first. A
+        sort or the final operator adds nothing (a sort keeps its input; the final's groups
+        are not a relation set)."""
         if not (math.isfinite(scale) and scale > 0):
             raise ReoptError(f"scale must be a finite number > 0, got {scale}")
 
         def n_of(rows: int) -> int:
-            return max(1, round(rows * scale))
+            return round(rows * scale)
 
         bases, sets = {}, {}
         for n in self.nodes:
             if n.logical == "scan":
-                bases[n.relations[0]] = n_of(n.observed if n.scanned is None else n.scanned)
+                bases[n.relations[0]] = max(1, n_of(n.observed if n.scanned is None
+                                                    else n.scanned))
                 if n.scanned is None:
                     continue
             if n.logical in ("scan", "join"):
                 sets[n.relations] = n_of(n.observed)
         return ([f"card {a} ={rows}" for a, rows in bases.items()] +
-                [f"card {{{','.join(r)}}} ={rows}"
+                [f"card {{{','.join(r)}}} := {rows}"
                  for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
 
     def to_json(self) -> dict[str, Any]:
