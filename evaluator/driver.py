@@ -25,6 +25,15 @@ from reopt.plan import PlanNode, build_plan
 
 INPUTS = {"Expr": (LONG, LONG, STRING)}
 RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan", "Bound")
+_ALT = (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "SearchSpace": _ALT,
+    "PlanCost": (*_ALT, DOUBLE, DOUBLE),
+    "BestCost": (LONG, LONG, STRING, DOUBLE),
+    "BestPlan": (*_ALT, DOUBLE, DOUBLE),
+}
+"""The relations the driver reads plans and metrics from, with their column types: a rule
+program must define each (``rules/optimizer.dl``'s R1-R10), or there is no plan to read."""
 ENGINES = ("python", "spark")
 
 
@@ -64,10 +73,29 @@ def load_program(rules: str | Path | None = None, pruning: str = "none") -> Comp
         raise ReoptError(f"unknown pruning mode '{pruning}' "
                          f"(choose from {', '.join(PRUNING_MODES)})")
     t0 = time.perf_counter()
-    prog = compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS,
-                           PRUNING_MODES[pruning])
+    files = rule_files(rules)
+    prog = compile_program(parse_files(files), BUILTINS, INPUTS, PRUNING_MODES[pruning])
+    check_interface(prog, files)
     prog.compile_seconds = time.perf_counter() - t0
     return prog
+
+
+def check_interface(prog: CompiledProgram, files: list[Path]) -> None:
+    """Refuse a program lacking a relation the driver reads (:data:`REQUIRED`), or defining
+    one with other columns, naming the relation, what it should be and where it is defined —
+    instead of a ``KeyError`` when the plan is read."""
+    where = files[0].parent if len(files) > 1 else files[0]
+    for pred, types in REQUIRED.items():
+        have = prog.schemas.get(pred)
+        if have is None:
+            raise ReoptError(f"{where}: the rule files define no relation {pred}, which the "
+                             f"optimizer reads the plan from ({pred}({', '.join(types)}); "
+                             "see rules/optimizer.dl)")
+        if have != types:
+            rule = next((r for r in prog.rules if r.head.pred == pred), None)
+            pos = rule.pos if rule else where
+            raise ReoptError(f"{pos}: {pred} has columns ({', '.join(have)}) but the optimizer "
+                             f"reads {pred}({', '.join(types)})")
 
 
 @dataclass

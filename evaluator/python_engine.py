@@ -32,7 +32,12 @@ from reopt.evaluator.compiler import (
     Variant,
     match_terms,
 )
+from reopt.evaluator.failures import rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
+
+_CRASHES = (LookupError, ArithmeticError, TypeError, ValueError, AttributeError, AssertionError)
+"""What a variant raises when its rule hands a built-in inputs it cannot take (a relation set
+the query does not have): reported as a rule error, naming the rule."""
 
 COMPARE = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -334,7 +339,12 @@ class PythonEngine:
     ) -> list[tuple]:
         hit = _CODE.get(id(v))
         fn = hit[1] if hit is not None and hit[0]() is v else _generate(v)
-        return fn(full, delta, self.ctx, self._fns)
+        try:
+            return fn(full, delta, self.ctx, self._fns)
+        except ReoptError:
+            raise
+        except _CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise rule_failure(v, e, self.program.builtins, self.ctx) from e
 
     # -- fixpoint -----------------------------------------------------------------------------
     def evaluate(

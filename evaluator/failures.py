@@ -1,0 +1,68 @@
+"""Turning a crash inside a rule's evaluation into one line about the rule.
+
+Rules compute values (``e2 = e + 1``) that they may then hand to built-in functions; a
+built-in given a relation set its query does not have fails deep inside the plan space with an
+``IndexError`` or a ``KeyError``. Checking every input of every call would slow the hot loop of
+every evaluation, so nothing is checked up front: when a variant fails, :func:`rule_failure`
+finds the built-in call that failed in the traceback (zero cost until something fails) and
+says which rule passed which inputs and what is wrong with them.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from reopt.costmodel.builtins import Builtin
+from reopt.evaluator.compiler import RuleError, Variant
+
+_SHOWN = 6
+"""Inputs shown of a failed call (a cost built-in takes a dozen)."""
+
+
+def failed_call(err: BaseException, builtins: Mapping[str, Builtin]
+                ) -> tuple[str, tuple] | None:
+    """The innermost built-in call in ``err``'s traceback: its name and its inputs (the
+    tuple form's arguments after ``ctx``), or None when no built-in was running."""
+    codes = {b.fn.__code__: name for name, b in builtins.items()
+             if hasattr(b.fn, "__code__")}
+    found = None
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        name = codes.get(frame.f_code)
+        if name is not None:
+            code = frame.f_code
+            params = code.co_varnames[1:code.co_argcount]
+            found = (name, tuple(frame.f_locals.get(p) for p in params))
+    return found
+
+
+def bad_input(inputs: tuple, ctx: Mapping[int, Any]) -> str | None:
+    """What is wrong with a built-in's ``(q, expr, …)`` inputs, if the query id or the
+    relation set is the problem (the usual one: a rule computed a relation set)."""
+    if len(inputs) < 2 or not all(isinstance(x, int) for x in inputs[:2]):
+        return None
+    q, expr = inputs[:2]
+    space = ctx.get(q)
+    if space is None:
+        return f"{q} is not the id of a query of this evaluation"
+    if not space.is_expression(expr):
+        return (f"{expr} is not a relation set of query {space.query.name} (built-ins take "
+                "the relation sets that Expr and their own outputs give, not computed ones)")
+    return None
+
+
+def rule_failure(v: Variant, err: Exception, builtins: Mapping[str, Builtin],
+                 ctx: Mapping[int, Any]) -> RuleError:
+    """One line naming the rule (file, line), the built-in call that failed and why."""
+    rule = str(v.rule)
+    if len(rule) > 120:
+        rule = rule[:117] + "..."
+    call = failed_call(err, builtins)
+    cause = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    if call is None:
+        return RuleError(f"{v.rule.pos}: evaluating rule {rule} failed: {cause}")
+    name, inputs = call
+    shown = ", ".join(repr(x) for x in inputs[:_SHOWN]) + (", …" if len(inputs) > _SHOWN else "")
+    why = bad_input(inputs, ctx) or cause
+    return RuleError(f"{v.rule.pos}: rule {rule} called {name}({shown}), which failed: {why}")
