@@ -18,6 +18,7 @@ from typing import Any
 from reopt.costmodel.builtins import BOOLEAN, BUILTINS, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import Alt, PlanSpace
+from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
 from reopt.evaluator.parser import parse_files
 from reopt.evaluator.python_engine import PythonEngine, RunStats
@@ -67,8 +68,10 @@ Evita Raced baseline: pruning against equivalent plans only, never deleting plan
 entries."""
 
 
-def load_program(rules: str | Path | None = None, pruning: str = "none") -> CompiledProgram:
-    """Read and compile the rule files with the features of pruning mode ``pruning``."""
+def load_program(rules: str | Path | None = None, pruning: str = "none",
+                 budget: Budget | None = None) -> CompiledProgram:
+    """Read and compile the rule files with the features of pruning mode ``pruning``; its
+    evaluations stop with an error beyond ``budget`` (default: :class:`Budget`'s)."""
     if pruning not in PRUNING_MODES:
         raise ReoptError(f"unknown pruning mode '{pruning}' "
                          f"(choose from {', '.join(PRUNING_MODES)})")
@@ -77,6 +80,8 @@ def load_program(rules: str | Path | None = None, pruning: str = "none") -> Comp
     prog = compile_program(parse_files(files), BUILTINS, INPUTS, PRUNING_MODES[pruning])
     check_interface(prog, files)
     prog.compile_seconds = time.perf_counter() - t0
+    if budget is not None:
+        prog.budget = budget
     return prog
 
 

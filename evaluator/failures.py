@@ -15,10 +15,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from reopt.costmodel.builtins import Builtin
+from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.compiler import RuleError, Variant
 
 _SHOWN = 6
 """Inputs shown of a failed call (a cost built-in takes a dozen)."""
+
+
+CRASHES = (LookupError, ArithmeticError, TypeError, ValueError, AttributeError,
+           AssertionError)
+"""What evaluating a rule raises when the rule hands a built-in inputs it cannot take (a
+relation set the query does not have): reported in the rules' terms."""
 
 
 def failed_call(err: BaseException, builtins: Mapping[str, Builtin]
@@ -52,17 +59,38 @@ def bad_input(inputs: tuple, ctx: Mapping[int, Any]) -> str | None:
     return None
 
 
+def call_failure(err: BaseException, builtins: Mapping[str, Builtin],
+                 ctx: Mapping[int, Any]) -> str | None:
+    """``called Fn_x(inputs), which failed: why`` for the built-in call that raised ``err``,
+    or None when the failure was not inside a built-in."""
+    call = failed_call(err, builtins)
+    if call is None:
+        return None
+    name, inputs = call
+    shown = ", ".join(repr(x) for x in inputs[:_SHOWN]) + (", …" if len(inputs) > _SHOWN else "")
+    why = bad_input(inputs, ctx) or _cause(err)
+    return f"called {name}({shown}), which failed: {why}"
+
+
+def _cause(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:200]
+
+
 def rule_failure(v: Variant, err: Exception, builtins: Mapping[str, Builtin],
                  ctx: Mapping[int, Any]) -> RuleError:
     """One line naming the rule (file, line), the built-in call that failed and why."""
     rule = str(v.rule)
     if len(rule) > 120:
         rule = rule[:117] + "..."
-    call = failed_call(err, builtins)
-    cause = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    call = call_failure(err, builtins, ctx)
     if call is None:
-        return RuleError(f"{v.rule.pos}: evaluating rule {rule} failed: {cause}")
-    name, inputs = call
-    shown = ", ".join(repr(x) for x in inputs[:_SHOWN]) + (", …" if len(inputs) > _SHOWN else "")
-    why = bad_input(inputs, ctx) or cause
-    return RuleError(f"{v.rule.pos}: rule {rule} called {name}({shown}), which failed: {why}")
+        return RuleError(f"{v.rule.pos}: evaluating rule {rule} failed: {_cause(err)}")
+    return RuleError(f"{v.rule.pos}: rule {rule} {call}")
+
+
+def executor_failure(err: BaseException, builtins: Mapping[str, Builtin],
+                     ctx: Mapping[int, Any]) -> ReoptError:
+    """The same for a built-in that failed inside a Spark task, where the rule is not known:
+    the error's one line is what the driver reports (the Python worker's exception line)."""
+    call = call_failure(err, builtins, ctx)
+    return ReoptError(f"a rule {call}" if call else f"evaluating a rule failed: {_cause(err)}")

@@ -32,12 +32,8 @@ from reopt.evaluator.compiler import (
     Variant,
     match_terms,
 )
-from reopt.evaluator.failures import rule_failure
+from reopt.evaluator.failures import CRASHES, rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
-
-_CRASHES = (LookupError, ArithmeticError, TypeError, ValueError, AttributeError, AssertionError)
-"""What a variant raises when its rule hands a built-in inputs it cannot take (a relation set
-the query does not have): reported as a rule error, naming the rule."""
 
 COMPARE = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -343,7 +339,7 @@ class PythonEngine:
             return fn(full, delta, self.ctx, self._fns)
         except ReoptError:
             raise
-        except _CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
             raise rule_failure(v, e, self.program.builtins, self.ctx) from e
 
     # -- fixpoint -----------------------------------------------------------------------------
@@ -393,7 +389,7 @@ class PythonEngine:
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
         while True:
             delta = {p: self._release(p, rows) for p, rows in pending.items()}
-            self.stats.iterations += 1
+            self._iterated(delta)
             if not stratum.recursive or not any(delta.values()):
                 return
             pending = {p: [] for p in stratum.preds}
@@ -452,7 +448,7 @@ class PythonEngine:
                 for step, _ in steps.walk(at_current, done):
                     ran = True
                     delta = {p: self._release(p, pending[p].pop(current)) for p in step}
-                    self.stats.iterations += 1
+                    self._iterated(delta)
                     for v in stratum.deltas:
                         d = delta.get(v.delta_pred)  # type: ignore[arg-type]
                         if d:
@@ -461,6 +457,13 @@ class PythonEngine:
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
                                  f"rank {current}; the rank must separate them")
+
+    def _iterated(self, delta: Mapping[str, Relation]) -> None:
+        """Count a fixpoint iteration whose new tuples are ``delta``, within the program's
+        budget (:mod:`.budget`: a program without a fixpoint stops with an error)."""
+        self.stats.iterations += 1
+        self.program.budget.step(self.stats.iterations, {p: len(d) for p, d in delta.items()},
+                                 lambda p: len(self.full[p]), self.program.rules)
 
     # -- inserting: aggregates, selection, bounds, suppression ---------------------------------
     def _release(self, pred: str, rows: list[tuple]) -> Relation:

@@ -152,6 +152,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from reopt.costmodel.builtins import BUILTINS
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
@@ -174,8 +175,10 @@ from reopt.evaluator.compiler import (
     match_terms,
 )
 from reopt.evaluator.driver import column_names
+from reopt.evaluator.failures import CRASHES, executor_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 from reopt.evaluator.python_engine import RunStats, _getter
+from reopt.spark import worker_reopt_error
 
 SPARK_TYPES: dict[str, T.DataType] = {
     LONG: T.LongType(), DOUBLE: T.DoubleType(), STRING: T.StringType(), BOOLEAN: T.BooleanType(),
@@ -266,7 +269,11 @@ def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...],
                  batches: Iterator[pd.DataFrame]):
     ctx = _context(ctx_bc, token)
     for batch in batches:
-        yield _expand(ctx, steps, batch)
+        try:
+            out = _expand(ctx, steps, batch)
+        except CRASHES as e:
+            raise executor_failure(e, BUILTINS, ctx) from None
+        yield out
 
 
 Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None]
@@ -374,7 +381,11 @@ def _tail_batches(ctx_bc, token: str, builtins, local, tails: tuple[Tail, ...], 
                   batches: Iterator[pd.DataFrame]):
     ctx = _context(ctx_bc, token)
     for batch in batches:
-        yield _run_tails(ctx, builtins, local, tails, tag, names, types, batch)
+        try:
+            out = _run_tails(ctx, builtins, local, tails, tag, names, types, batch)
+        except CRASHES as e:
+            raise executor_failure(e, builtins, ctx) from None
+        yield out
 
 
 # -- relations ---------------------------------------------------------------------------------
@@ -933,8 +944,9 @@ class SparkEngine:
         ``derived`` and the sizes) and computes the lowest pending rank of every relation in
         ``lows``; it also materializes the checkpoints made since the last job
         (:attr:`_later`). Each of ``steps`` (per relation, the pending tuples a step took at
-        its rank) that took any counts as an iteration, as in the python engine. Returns the
-        counts and the ranks by relation (a rank is None when nothing is pending)."""
+        its rank) that took any counts as an iteration, as in the python engine; the
+        evaluation's :class:`~reopt.evaluator.budget.Budget` is checked on the counts. Returns
+        the counts and the ranks by relation (a rank is None when nothing is pending)."""
         step_of = [i for i, frames in enumerate(steps) for _ in frames]
         items: list[tuple[DataFrame, str | None]] = [(df, None) for f in steps for df in f]
         names: list[tuple[str, str]] = []
@@ -961,6 +973,8 @@ class SparkEngine:
             self.stats.derived[p] = self.stats.derived.get(p, 0) + n
             self._unknown.discard(p)
             out[p] = n
+        self.program.budget.step(self.stats.iterations, {p: out[p] for p in delta},
+                                 self.size.__getitem__, self.program.rules)
         for p in lows:
             out[p] = got.get(("low", p))  # type: ignore[assignment]
         return out
@@ -976,7 +990,13 @@ class SparkEngine:
         aggs = [F.expr(f"count_if(_i = '{i}')" if e is None
                        else f"min(CASE WHEN _i = '{i}' THEN _x END)")
                 for i, (_, e) in enumerate(items)]
-        row = _union(parts).coalesce(1).agg(*aggs).collect()[0]
+        try:
+            row = _union(parts).coalesce(1).agg(*aggs).collect()[0]
+        except Exception as e:
+            told = worker_reopt_error(e)  # a built-in's failure, raised in a task
+            if told is None:
+                raise
+            raise ReoptError(told) from None
         return list(row)
 
     # -- inserting: aggregates, selection, bounds, suppression ---------------------------------

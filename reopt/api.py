@@ -182,6 +182,8 @@ class Optimizer:
         rules: str | Path | None = None,
         program: Any = None,
         max_pairs: int = MAX_PAIRS,
+        max_tuples: int | None = None,
+        max_iterations: int | None = None,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
         if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
@@ -206,6 +208,8 @@ class Optimizer:
             from reopt.evaluator.driver import load_program
 
             self._program = program or load_program(rules, self.pruning)
+            if max_tuples is not None or max_iterations is not None:
+                self._program = _budgeted(self._program, max_tuples, max_iterations)
 
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
@@ -287,6 +291,19 @@ class Optimizer:
         from reopt.graph import build_graph
 
         return build_graph(self)
+
+
+def _budgeted(program: Any, max_tuples: int | None, max_iterations: int | None) -> Any:
+    """``program`` with the budget given (the other figure kept); a copy, as a program may
+    be shared by other optimizers."""
+    from dataclasses import replace
+
+    from reopt.evaluator.budget import Budget
+
+    b = program.budget
+    budget = Budget(b.max_tuples if max_tuples is None else max_tuples,
+                    b.max_iterations if max_iterations is None else max_iterations)
+    return program if budget == b else replace(program, budget=budget)
 
 
 def optimize_batch(opts: list[Optimizer]) -> list[Step]:

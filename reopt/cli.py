@@ -29,6 +29,7 @@ from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
 from reopt.costmodel.numeric import dumps_strict
+from reopt.evaluator.budget import MAX_ITERATIONS, MAX_TUPLES, Budget
 
 
 def _optimizer_list(text: str) -> list[str]:
@@ -71,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-pairs", type=positive_int, default=MAX_PAIRS, metavar="N",
                    help="refuse a query whose join graph has more than N csg-cmp pairs, before "
                    f"any search (default {MAX_PAIRS:,})")
+    o.add_argument("--max-tuples", type=positive_int, metavar="N",
+                   help="stop the declarative optimizer's evaluation with an error when a "
+                   f"relation holds more than N tuples (default {MAX_TUPLES:,})")
+    o.add_argument("--max-iterations", type=positive_int, metavar="N",
+                   help="stop the declarative optimizer's evaluation with an error after N "
+                   f"fixpoint iterations (default {MAX_ITERATIONS:,})")
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
@@ -128,12 +135,15 @@ def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustmen
 
 
 def _declarative_only(args: argparse.Namespace, names: list[str]) -> None:
-    """``--pruning`` and ``--rules`` configure the datalog evaluation: given to a run of
+    """``--pruning``, ``--rules`` and the evaluation budgets (``--max-tuples``,
+    ``--max-iterations``) configure the datalog evaluation: given to a run of
     procedural optimizers only they would change nothing, so they are an error (as
     ``--master`` is without the spark engine), not silently ignored."""
     if DECLARATIVE in names:
         return
-    for flag, value in (("--pruning", args.pruning), ("--rules", args.rules)):
+    for flag, value in (("--pruning", args.pruning), ("--rules", args.rules),
+                        ("--max-tuples", args.max_tuples),
+                        ("--max-iterations", args.max_iterations)):
         if value is not None:
             raise ReoptError(
                 f"{flag} applies to the declarative optimizer; this run uses only "
@@ -158,7 +168,9 @@ def optimize_main(args: argparse.Namespace) -> int:
     if DECLARATIVE in names:
         from reopt.evaluator.driver import load_program
 
-        program = load_program(args.rules, args.pruning)
+        program = load_program(args.rules, args.pruning,
+                               Budget(args.max_tuples or MAX_TUPLES,
+                                      args.max_iterations or MAX_ITERATIONS))
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,

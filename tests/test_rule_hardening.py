@@ -9,6 +9,7 @@ import pytest
 
 from reopt.api import Optimizer
 from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.budget import BudgetError
 from tests.clirun import one_line_error
 from tests.rulefiles import edited_rules
 
@@ -67,3 +68,73 @@ def test_largest_accepted_constant_and_chain_still_work(tmp_path):
     with pytest.raises(ReoptError, match="does not fit 64 bits"):
         (rules / "extra.dl").write_text(f"Goal(q, e, p) :- Goal(q, e, p), e != {2**63}.\n")
         Optimizer("tpch:q3", engine="python", rules=rules).optimize()
+
+
+# -- budgets: a program without a fixpoint stops with an error, not a hang -------------------
+COUNTER = "Counter(q, 0) :- Expr(q, _, _).\nCounter(q, m) :- Counter(q, n), m = n + 1.\n"
+
+
+def test_repro_counter_without_fixpoint_stops_at_the_iteration_budget(capsys, tmp_path):
+    """The default budget (10,000 iterations: ten times what 62 relations take) stops it."""
+    err = _cli_error(capsys, edited_rules(tmp_path, extra=COUNTER))
+    assert re.search(r"extra\.dl:2:1: no fixpoint after 10,000 iterations \(--max-iterations, "
+                     r"max_iterations=\): relation Counter keeps growing", err), err
+
+
+@pytest.mark.parametrize("limit", [1, 500])
+def test_counter_stops_at_the_tuple_budget(tmp_path, limit):
+    rules = edited_rules(tmp_path, extra=COUNTER)
+    o = Optimizer("tpch:q3", engine="python", rules=rules, max_tuples=limit)
+    # Counter grows by one tuple an iteration: it holds limit + 1 when it is stopped
+    with pytest.raises(BudgetError, match=rf"extra\.dl:2:1: relation Counter holds "
+                                          rf"{limit + 1:,} tuples, more than the budget of "
+                                          rf"{limit:,} \(--max-tuples"):
+        o.optimize()
+
+
+def test_budgets_bind_exactly():
+    """A budget equal to what an evaluation takes lets it finish with the same plan; one less
+    stops it (the iteration count is the one the metrics report)."""
+    plain = Optimizer("tpch:q5", engine="python").optimize()
+    n = plain.metrics["iterations"]
+    within = Optimizer("tpch:q5", engine="python", max_iterations=n).optimize()
+    assert within.cost == plain.cost and within.metrics["iterations"] == n
+    with pytest.raises(BudgetError, match=f"no fixpoint after {n - 1:,} iterations"):
+        Optimizer("tpch:q5", engine="python", max_iterations=n - 1).optimize()
+
+
+@pytest.mark.parametrize("kw", [{"max_tuples": 0}, {"max_iterations": -1},
+                                {"max_tuples": True}, {"max_iterations": 1.5}])
+def test_budget_values_are_checked(kw):
+    with pytest.raises(ReoptError, match=f"{next(iter(kw))} must be a positive integer"):
+        Optimizer("tpch:q3", engine="python", **kw)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-tuples", "0"], "--max-tuples: must be at least 1"),
+    (["--max-iterations", "x"], "--max-iterations: expected a whole number"),
+    (["--optimizer", "topdown", "--max-tuples", "5"],
+     "--max-tuples applies to the declarative optimizer"),
+])
+def test_cli_budget_flags(capsys, argv, message):
+    err = one_line_error(capsys, "optimize", "tpch:q3", "--engine", "python", *argv)
+    assert message in err, err
+
+
+@pytest.mark.spark
+def test_spark_engine_stops_the_counter(spark, tmp_path):
+    rules = edited_rules(tmp_path, extra=COUNTER)
+    o = Optimizer("tpch:q3", engine="spark", rules=rules, max_iterations=3)
+    with pytest.raises(BudgetError, match=r"extra\.dl:2:1: no fixpoint after 3 iterations.*"
+                                          r"relation Counter keeps growing"):
+        o.optimize()
+
+
+@pytest.mark.spark
+def test_spark_engine_names_the_built_in_a_rule_fed_a_computed_relation_set(spark, tmp_path):
+    """In a Spark task the rule is not known; the built-in call and what is wrong are, and
+    they reach the driver as a ReoptError (one line), not as a Python worker's traceback."""
+    rules = edited_rules(tmp_path, extra="Goal(q, e2, p) :- Goal(q, e, p), e2 = e + 1.\n")
+    with pytest.raises(ReoptError, match=r"^a rule called Fn_\w+\(0, \d+, .*which failed: \d+ "
+                                         r"is not a relation set of query tpch:q3"):
+        Optimizer("tpch:q3", engine="spark", rules=rules).optimize()
