@@ -16,6 +16,7 @@ from reopt.api import (
     ENGINES,
     MAX_PAIRS,
     OPTIMIZERS,
+    OVER_BUDGET,
     PRUNING_MODES,
     Optimizer,
     load_catalog,
@@ -72,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--max-pairs", type=positive_int, default=MAX_PAIRS, metavar="N",
                    help="refuse a query whose join graph has more than N csg-cmp pairs, before "
                    f"any search (default {MAX_PAIRS:,})")
+    o.add_argument("--over-budget", choices=OVER_BUDGET, default="error",
+                   help="a query above --max-pairs is refused (error, the default) or gets a "
+                   "greedy plan flagged not exact (greedy)")
     o.add_argument("--max-tuples", type=positive_int, metavar="N",
                    help="stop the declarative optimizer's evaluation with an error when a "
                    f"relation holds more than N tuples (default {MAX_TUPLES:,})")
@@ -174,7 +178,7 @@ def optimize_main(args: argparse.Namespace) -> int:
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
-                  max_pairs=args.max_pairs)
+                  max_pairs=args.max_pairs, over_budget=args.over_budget)
         for query in queries
         for name in names
     ]
@@ -226,7 +230,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         )
         m = init.metrics
         kept = m.get("held") or m.get("explored") or {}
-        if "trees" in kept:  # exhaustive: every plan tree, hence every node
+        if not init.exact:
+            print(f"   NOT EXACT: {init.reason}")
+        elif "trees" in kept:  # exhaustive: every plan tree, hence every node
             print(f"   costed {kept['trees']:,} plan trees")
         elif "or_nodes" in kept and "and_nodes" in kept:
             full = m["search_space"]
@@ -242,6 +248,8 @@ def optimize_main(args: argparse.Namespace) -> int:
                 u, full = m["updated"], m["search_space"]
                 how += (f", incremental: updated {u['or_nodes']}/{full['or_nodes']} OR nodes, "
                         f"{u['and_nodes']}/{full['and_nodes']} AND nodes")
+            if not step.exact:
+                how += ", greedy, not exact"
             print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g} ({how})")
             print(step.plan.explain())
         print()
