@@ -3,14 +3,19 @@ the file, the line and what is wrong (the reproductions that crashed with a trac
 
 from __future__ import annotations
 
+import json
+import math
 import re
 
 import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
 
 from reopt.api import Optimizer
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.budget import BudgetError
 from tests.clirun import one_line_error
+from tests.fuzzing import fuzz
 from tests.rulefiles import edited_rules
 
 BIG = "7" * 5000
@@ -138,3 +143,88 @@ def test_spark_engine_names_the_built_in_a_rule_fed_a_computed_relation_set(spar
     with pytest.raises(ReoptError, match=r"^a rule called Fn_\w+\(0, \d+, .*which failed: \d+ "
                                          r"is not a relation set of query tpch:q3"):
         Optimizer("tpch:q3", engine="spark", rules=rules).optimize()
+
+
+# -- fuzz: random edits of the rule files ------------------------------------------------------
+SNIPPETS = [
+    COUNTER,
+    "Goal(q, e2, p) :- Goal(q, e, p), e2 = e + 1.\n",
+    "Goal(q, e2, p) :- Goal(q, e, p), e2 = e - e.\n",
+    "Goal(q, -1, \"any\") :- Expr(q, _, _).\n",
+    "Goal(q, 3, \"any\") :- Expr(q, _, _).\n",
+    "Goal(7, e, p) :- Goal(q, e, p).\n",
+    "Goal(q, e, \"sort:nosuch\") :- Goal(q, e, _).\n",
+    "Goal(q, e, p2) :- Goal(q, e, p), p2 = p + 1.\n",
+    "Goal(q, e, p) :- Goal(q, e, p, x).\n",
+    "Goal(q, e, p) :- Goal(q, e, p), !Goal(q, e, p).\n",
+    "Goal(q, e, p) :- Nope(q, e, p).\n",
+    "Expr(q, e, p) :- Goal(q, e, p).\n",
+    "BestCost(q, e, p, 0.0) :- Goal(q, e, p).\n",
+    "Big(q, c) :- BestCost(q, _, _, c0), c = c0 + 1e308 + 1e308.\n",
+    "Neg(q, c) :- BestCost(q, _, _, c0), c = 0 - c0 - 1e308.\n",
+    f"Goal(q, e, p) :- Goal(q, e, p), e != {BIG}.\n",
+    "Goal(q, e, p) :- Goal(q, e, p), e != 1e400.\n",
+    f"Goal(q, e, p) :- Goal(q, e, p), e != {' - '.join(['1'] * 150)}.\n",
+    "JoinMethod(warp).\n", "ScanMethod(1).\n", "FinalMethod(\"\").\n",
+    ".schedule descending Fn_rank Goal SearchSpace.\n", ".bogus X.\n", ".aggsel Goal.\n",
+    "% only a comment\n", "\x00\ufffd", "Goal(q, e, p) :- Goal(q, e, p)",
+]
+SWAPS = [("min<cost>", "max<cost>"), ("Fn_split", "Fn_splat"), ("lExpr != 0", "lExpr = 0"),
+         ("ascending", "descending"), (".schedule", "% .schedule"), ("prop", "_"),
+         ("cost)", "md)"), ("q, ", ""), (":-", ":- !"), ("R9:", "R9 R9:")]
+
+
+@st.composite
+def rule_edits(draw) -> list[tuple]:
+    """One to three edits of the rule directory: a snippet appended, a line deleted, a file
+    cut short, or a text swapped (first occurrence)."""
+    edit = st.one_of(
+        st.tuples(st.just("append"), st.sampled_from(SNIPPETS)),
+        st.tuples(st.just("delete"), st.sampled_from(["optimizer.dl", "bounds.dl"]),
+                  st.integers(0, 200)),
+        st.tuples(st.just("cut"), st.sampled_from(["optimizer.dl", "bounds.dl"]),
+                  st.floats(0, 1)),
+        st.tuples(st.just("swap"), st.sampled_from(["optimizer.dl", "bounds.dl"]),
+                  st.sampled_from(SWAPS)),
+    )
+    return draw(st.lists(edit, min_size=1, max_size=3))
+
+
+def _apply(rules, edits: list[tuple]) -> None:
+    for e in edits:
+        if e[0] == "append":
+            with open(rules / "extra.dl", "a", encoding="utf-8") as f:
+                f.write(e[1])
+            continue
+        path = rules / e[1]
+        text = path.read_text(encoding="utf-8")
+        if e[0] == "delete":
+            lines = text.splitlines(keepends=True)
+            if lines:
+                del lines[e[2] % len(lines)]
+            text = "".join(lines)
+        elif e[0] == "cut":
+            text = text[:int(len(text) * e[2])]
+        else:
+            text = text.replace(*e[2], 1)
+        path.write_text(text, encoding="utf-8")
+
+
+@fuzz(60)
+@given(edits=rule_edits())
+def test_fuzz_rule_files(tmp_path_factory, edits):
+    """Every edited rule directory either optimizes Q3 (finite cost, strict JSON) or fails
+    with one ReoptError line; never another exception, never a hang (budgets kept small so a
+    runaway program stops in well under a second)."""
+    rules = edited_rules(tmp_path_factory.mktemp("fuzz"))
+    _apply(rules, edits)
+    try:
+        step = Optimizer("tpch:q3", engine="python", rules=rules, max_iterations=2000,
+                         max_tuples=200_000).optimize()
+    except ReoptError as e:
+        event(f"refused: {type(e).__name__}")
+        assert str(e) and "\n" not in str(e), str(e)
+        return
+    event("optimized")
+    assert math.isfinite(step.cost)
+    json.loads(json.dumps(step.to_json(), allow_nan=False))
