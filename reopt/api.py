@@ -178,6 +178,12 @@ class Optimizer:
     The declarative optimizer maintains its state incrementally on update() (both engines);
     ``topdown``, ``bottomup`` and ``exhaustive`` re-optimize from scratch with the new
     statistics.
+
+    Budgets: ``max_pairs`` csg-cmp pairs for exact search — above it the query is refused,
+    or with ``over_budget="greedy"`` planned greedily (:mod:`reopt.optimizers.greedy`; its
+    steps have ``exact=False`` and a ``reason``); ``max_tuples`` / ``max_iterations`` for the
+    declarative optimizer's rule evaluation (:mod:`reopt.evaluator.budget`; None keeps the
+    program's, by default 20 million tuples per relation and 10,000 iterations).
     """
 
     def __init__(
