@@ -16,6 +16,7 @@ from typing import Any
 
 from reopt.costmodel.builtins import Builtin
 from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Rule
 from reopt.evaluator.compiler import RuleError, Variant
 
 _SHOWN = 6
@@ -76,21 +77,30 @@ def _cause(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}".splitlines()[0][:200]
 
 
+def rule_label(rule: Rule) -> str:
+    """``file:line:col: rule <the rule>``, the rule cut to 120 characters."""
+    text = str(rule)
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{rule.pos}: rule {text}"
+
+
+def describe(label: str, err: BaseException, builtins: Mapping[str, Builtin],
+             ctx: Mapping[int, Any]) -> str:
+    """One line: the rule (``label``, :func:`rule_label`), the built-in call that failed and
+    why — or, when no built-in was running, the exception."""
+    call = call_failure(err, builtins, ctx)
+    return f"{label} {call}" if call else f"{label}: evaluating it failed: {_cause(err)}"
+
+
 def rule_failure(v: Variant, err: Exception, builtins: Mapping[str, Builtin],
                  ctx: Mapping[int, Any]) -> RuleError:
-    """One line naming the rule (file, line), the built-in call that failed and why."""
-    rule = str(v.rule)
-    if len(rule) > 120:
-        rule = rule[:117] + "..."
-    call = call_failure(err, builtins, ctx)
-    if call is None:
-        return RuleError(f"{v.rule.pos}: evaluating rule {rule} failed: {_cause(err)}")
-    return RuleError(f"{v.rule.pos}: rule {rule} {call}")
+    """The error a variant's crash becomes on the python engine."""
+    return RuleError(describe(rule_label(v.rule), err, builtins, ctx))
 
 
-def executor_failure(err: BaseException, builtins: Mapping[str, Builtin],
+def executor_failure(label: str, err: BaseException, builtins: Mapping[str, Builtin],
                      ctx: Mapping[int, Any]) -> ReoptError:
-    """The same for a built-in that failed inside a Spark task, where the rule is not known:
-    the error's one line is what the driver reports (the Python worker's exception line)."""
-    call = call_failure(err, builtins, ctx)
-    return ReoptError(f"a rule {call}" if call else f"evaluating a rule failed: {_cause(err)}")
+    """The same inside a Spark task: raised there, its one line is what the driver reports
+    (:func:`reopt.spark.worker_reopt_error`)."""
+    return ReoptError(describe(label, err, builtins, ctx))

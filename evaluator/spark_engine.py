@@ -175,7 +175,7 @@ from reopt.evaluator.compiler import (
     match_terms,
 )
 from reopt.evaluator.driver import column_names
-from reopt.evaluator.failures import CRASHES, executor_failure
+from reopt.evaluator.failures import CRASHES, executor_failure, rule_label
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 from reopt.evaluator.python_engine import RunStats, _getter
 from reopt.spark import worker_reopt_error
@@ -265,21 +265,23 @@ def _context(ctx_bc, token: str) -> Mapping[int, Any]:
     return ctx
 
 
-def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...],
+def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...], label: str,
                  batches: Iterator[pd.DataFrame]):
+    """Run of built-in calls of the rule ``label`` (:func:`rule_label`) over each batch."""
     ctx = _context(ctx_bc, token)
     for batch in batches:
         try:
             out = _expand(ctx, steps, batch)
-        except CRASHES as e:
-            raise executor_failure(e, BUILTINS, ctx) from None
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise executor_failure(label, e, BUILTINS, ctx) from None
         yield out
 
 
-Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None]
+Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None, str]
 """One variant's Python tail in a fused run (see :meth:`SparkEngine.run_group`): the wide
 columns holding its variables, the variables, the compiled ops the python engine runs, the
-head terms, and the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)``)."""
+head terms, the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)``), and its
+rule (:func:`rule_label`), named when a built-in it calls fails."""
 
 
 _COMPARE = {
@@ -354,26 +356,36 @@ def _run_tails(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
         where.setdefault(g, []).append(i)
     out: list[list] = [[] for _ in names]
     for g, pos in where.items():
-        slots, variables, ops, head, rank = tails[g]
-        data = [batch[c].tolist() for c in slots]
-        rows = [tuple(c[i] for c in data) for i in pos]
-        schema = {v: j for j, v in enumerate(variables)}
-        for op in ops:
-            rows = _tail_step(op, schema, ctx, builtins, local)(rows)
-        if not rows:
-            continue
-        gets = [_getter(t.var if isinstance(t, Aggregate) else t, schema) for t in head]
-        got = [tuple(g(r) for g in gets) for r in rows]
-        for j in range(len(gets)):
-            out[j].extend(r[j] for r in got)
-        if rank is not None:
-            if rank[0] == "k":
-                out[-1].extend([str(rank[1])] * len(got))
-            else:
-                fn, n = builtins[rank[1]].fn, rank[2]
-                out[-1].extend(str(fn(ctx, *r[:n])[0][0]) for r in got)
+        try:
+            _run_tail(ctx, builtins, local, tails[g], batch, pos, out)
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise executor_failure(tails[g][5], e, builtins, ctx) from None
     return pd.DataFrame({n: pd.Series(vals, dtype=PANDAS_DTYPES[t])
                          for n, t, vals in zip(names, types, out, strict=True)})
+
+
+def _run_tail(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
+              local: Mapping[str, list[tuple]], tail: Tail, batch: pd.DataFrame,
+              pos: list[int], out: list[list]) -> None:
+    """One variant's tail over its rows (``pos``) of the batch, appended to ``out``."""
+    slots, variables, ops, head, rank, _ = tail
+    data = [batch[c].tolist() for c in slots]
+    rows = [tuple(c[i] for c in data) for i in pos]
+    schema = {v: j for j, v in enumerate(variables)}
+    for op in ops:
+        rows = _tail_step(op, schema, ctx, builtins, local)(rows)
+    if not rows:
+        return
+    gets = [_getter(t.var if isinstance(t, Aggregate) else t, schema) for t in head]
+    got = [tuple(g(r) for g in gets) for r in rows]
+    for j in range(len(gets)):
+        out[j].extend(r[j] for r in got)
+    if rank is not None:
+        if rank[0] == "k":
+            out[-1].extend([str(rank[1])] * len(got))
+        else:
+            fn, n = builtins[rank[1]].fn, rank[2]
+            out[-1].extend(str(fn(ctx, *r[:n])[0][0]) for r in got)
 
 
 def _tail_batches(ctx_bc, token: str, builtins, local, tails: tuple[Tail, ...], tag: str,
@@ -381,11 +393,7 @@ def _tail_batches(ctx_bc, token: str, builtins, local, tails: tuple[Tail, ...], 
                   batches: Iterator[pd.DataFrame]):
     ctx = _context(ctx_bc, token)
     for batch in batches:
-        try:
-            out = _run_tails(ctx, builtins, local, tails, tag, names, types, batch)
-        except CRASHES as e:
-            raise executor_failure(e, builtins, ctx) from None
-        yield out
+        yield _run_tails(ctx, builtins, local, tails, tag, names, types, batch)
 
 
 # -- relations ---------------------------------------------------------------------------------
@@ -509,7 +517,7 @@ class SparkEngine:
         own code (:func:`_run_tails`), which also computes ranks. A variant whose tail calls
         nothing and whose rank is known (or not needed) stays entirely in Spark."""
         frames: list[DataFrame] = []
-        tails: list[tuple[_Bindings, tuple, tuple, tuple | None]] = []
+        tails: list[tuple[_Bindings, tuple, tuple, tuple | None, str]] = []
         for v in variants:
             if self._skip(v):
                 continue
@@ -519,7 +527,7 @@ class SparkEngine:
                 isinstance(op, Call) for op in v.ops[cut:])
             b = self._bindings(v, full, delta, old, cut if python else len(v.ops))
             if python:
-                tails.append((b, v.ops[cut:], v.head, rk))
+                tails.append((b, v.ops[cut:], v.head, rk, rule_label(v.rule)))
                 continue
             df = self._project(b, v)
             if rk is not None and rank is not None:
@@ -572,7 +580,7 @@ class SparkEngine:
                 j = i
                 while j < len(ops) and isinstance(ops[j], Call):
                     j += 1
-                self._call(b, ops[i:j])  # type: ignore[arg-type]
+                self._call(b, ops[i:j], rule_label(v.rule))  # type: ignore[arg-type]
                 i = j
                 continue
             else:
@@ -580,7 +588,7 @@ class SparkEngine:
             i += 1
         return b
 
-    def _fused(self, pred: str, tails: list[tuple[_Bindings, tuple, tuple, tuple | None]],
+    def _fused(self, pred: str, tails: list[tuple[_Bindings, tuple, tuple, tuple | None, str]],
                rank: _Rank | None) -> DataFrame:
         """One ``mapInPandas`` finishing every tail: the bindings of all the variants in one
         frame, each variable in a *slot* (a column per type and position; unused slots hold a
@@ -603,13 +611,13 @@ class SparkEngine:
         parts, specs = [], []
         builtins: dict[str, Any] = {}
         local: dict[str, list[tuple]] = {}
-        for g, ((b, ops, head, rk), slots) in enumerate(zip(tails, placed, strict=True)):
+        for g, ((b, ops, head, rk, label), slots) in enumerate(zip(tails, placed, strict=True)):
             by_slot = {slot: col for col, slot in slots.values()}
             parts.append(_sel(b.df, f"{g} AS {tag}", *[
                 f"{_ident(by_slot[s])} AS {s}" if s in by_slot else f"{zero[ty]} AS {s}"
                 for s, ty in all_slots]))
             specs.append((tuple(slots[v][1] for v in slots), tuple(slots), tuple(ops),
-                          tuple(head), rk))
+                          tuple(head), rk, label))
             for op in ops:
                 if isinstance(op, Call):
                     builtins[op.name] = self.program.builtins[op.name]
@@ -703,7 +711,7 @@ class SparkEngine:
         drop = [k for _, k in key_of.values()] + (["_k"] if fields[0][0] == "_k" else [])
         b.df, b.unit = (df.drop(*drop) if drop else df), False
 
-    def _call(self, b: _Bindings, ops: list[Call]) -> None:
+    def _call(self, b: _Bindings, ops: list[Call], label: str) -> None:
         steps: list[CallStep] = []
         fields = list(b.df.schema.fields)
         for op in ops:
@@ -719,7 +727,7 @@ class SparkEngine:
                 binds.append((j, col, ty))
                 fields.append(T.StructField(col, SPARK_TYPES[ty]))
             steps.append((builtin.fn, inputs, tuple(binds), tuple(checks)))
-        fn = functools.partial(_map_batches, self._ctx_bc, self._token, tuple(steps))
+        fn = functools.partial(_map_batches, self._ctx_bc, self._token, tuple(steps), label)
         b.df, b.unit = b.df.mapInPandas(fn, T.StructType(fields)), False
 
     def _filter(self, b: _Bindings, op: Filter) -> None:
