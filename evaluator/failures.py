@@ -3,9 +3,11 @@
 Rules compute values (``e2 = e + 1``) that they may then hand to built-in functions; a
 built-in given a relation set its query does not have fails deep inside the plan space with an
 ``IndexError`` or a ``KeyError``. Checking every input of every call would slow the hot loop of
-every evaluation, so nothing is checked up front: when a variant fails, :func:`rule_failure`
+every evaluation, so nothing is checked up front: when a variant fails, :func:`describe`
 finds the built-in call that failed in the traceback (zero cost until something fails) and
-says which rule passed which inputs and what is wrong with them.
+says which rule passed which inputs and what is wrong with them — on the python engine as a
+:class:`RuleError` (:func:`rule_failure`), inside a Spark task as a ReoptError the task raises
+and the driver reports as it is (:func:`executor_failure`).
 """
 
 from __future__ import annotations
