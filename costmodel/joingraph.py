@@ -124,14 +124,16 @@ class JoinGraph:
         nb = self.neighborhood(s) & ~x
         if not nb:
             return
+        # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which the
+        # budget must refuse without making the list
+        self.examined += (1 << nb.bit_count()) - 1
+        if self._budget is not None and self.examined > self._budget:
+            raise _OverBudget
         subs = []
         t = nb
         while t:
             subs.append(t)
             t = (t - 1) & nb
-        self.examined += len(subs)
-        if self._budget is not None and self.examined > self._budget:
-            raise _OverBudget
         for t in subs:
             out.append(s | t)
         xn = x | nb

@@ -536,11 +536,16 @@ class PlanSpace:
             ands += self.columns(*node).count
         return {"or_nodes": ors, "and_nodes": ands}
 
+    def within_budget(self, max_pairs: int) -> bool:
+        """Whether the join graph has at most ``max_pairs`` csg-cmp pairs (then enumerated
+        once, for the search; else found out after about ``2 * max_pairs`` sets)."""
+        return self.graph.pairs_within(max_pairs) is not None
+
     def check_size(self, max_pairs: int) -> None:
         """Refuse, before any search, a query whose join graph has more than ``max_pairs``
         csg-cmp pairs (:meth:`JoinGraph.pairs_within`): exact optimization takes time in
         proportion to them (a 30-relation star has 7.8 billion)."""
-        if self.graph.pairs_within(max_pairs) is None:
+        if not self.within_budget(max_pairs):
             raise OptimizerError(
                 f"query {self.query.name}: its {self.query.n} relations have more than "
                 f"{max_pairs:,} csg-cmp pairs to search (--max-pairs {max_pairs}); raise "

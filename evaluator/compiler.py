@@ -40,6 +40,7 @@ from reopt.evaluator.ast import (
     Var,
     Wildcard,
 )
+from reopt.evaluator.budget import Budget
 from reopt.evaluator.features import Features, Schedule, read_features
 
 FULL, DELTA, OLD = "full", "delta", "old"
@@ -189,6 +190,9 @@ class CompiledProgram:
     aggregate over the union of all its rules' bodies."""
     compile_seconds: float = 0.0
     """Wall time of reading, parsing and compiling the rule files (set by the driver)."""
+    budget: Budget = field(default_factory=Budget)
+    """The iterations and tuples an evaluation may take before it is stopped as having no
+    fixpoint (set by the driver from ``--max-tuples``/``--max-iterations``)."""
 
     triggers: dict[str, list[Variant]] = field(default_factory=dict)
     """Relation → for every rule body atom of it, the variant that derives what depends on

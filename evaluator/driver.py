@@ -18,6 +18,7 @@ from typing import Any
 from reopt.costmodel.builtins import BOOLEAN, BUILTINS, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import Alt, PlanSpace
+from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
 from reopt.evaluator.parser import parse_files
 from reopt.evaluator.python_engine import PythonEngine, RunStats
@@ -25,6 +26,15 @@ from reopt.plan import PlanNode, build_plan
 
 INPUTS = {"Expr": (LONG, LONG, STRING)}
 RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan", "Bound")
+_ALT = (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "SearchSpace": _ALT,
+    "PlanCost": (*_ALT, DOUBLE, DOUBLE),
+    "BestCost": (LONG, LONG, STRING, DOUBLE),
+    "BestPlan": (*_ALT, DOUBLE, DOUBLE),
+}
+"""The relations the driver reads plans and metrics from, with their column types: a rule
+program must define each (``rules/optimizer.dl``'s R1-R10), or there is no plan to read."""
 ENGINES = ("python", "spark")
 
 
@@ -58,16 +68,39 @@ Evita Raced baseline: pruning against equivalent plans only, never deleting plan
 entries."""
 
 
-def load_program(rules: str | Path | None = None, pruning: str = "none") -> CompiledProgram:
-    """Read and compile the rule files with the features of pruning mode ``pruning``."""
+def load_program(rules: str | Path | None = None, pruning: str = "none",
+                 budget: Budget | None = None) -> CompiledProgram:
+    """Read and compile the rule files with the features of pruning mode ``pruning``; its
+    evaluations stop with an error beyond ``budget`` (default: :class:`Budget`'s)."""
     if pruning not in PRUNING_MODES:
         raise ReoptError(f"unknown pruning mode '{pruning}' "
                          f"(choose from {', '.join(PRUNING_MODES)})")
     t0 = time.perf_counter()
-    prog = compile_program(parse_files(rule_files(rules)), BUILTINS, INPUTS,
-                           PRUNING_MODES[pruning])
+    files = rule_files(rules)
+    prog = compile_program(parse_files(files), BUILTINS, INPUTS, PRUNING_MODES[pruning])
+    check_interface(prog, files)
     prog.compile_seconds = time.perf_counter() - t0
+    if budget is not None:
+        prog.budget = budget
     return prog
+
+
+def check_interface(prog: CompiledProgram, files: list[Path]) -> None:
+    """Refuse a program lacking a relation the driver reads (:data:`REQUIRED`), or defining
+    one with other columns, naming the relation, what it should be and where it is defined —
+    instead of a ``KeyError`` when the plan is read."""
+    where = files[0].parent if len(files) > 1 else files[0]
+    for pred, types in REQUIRED.items():
+        have = prog.schemas.get(pred)
+        if have is None:
+            raise ReoptError(f"{where}: the rule files define no relation {pred}, which the "
+                             f"optimizer reads the plan from ({pred}({', '.join(types)}); "
+                             "see rules/optimizer.dl)")
+        if have != types:
+            rule = next((r for r in prog.rules if r.head.pred == pred), None)
+            pos = rule.pos if rule else where
+            raise ReoptError(f"{pos}: {pred} has columns ({', '.join(have)}) but the optimizer "
+                             f"reads {pred}({', '.join(types)})")
 
 
 @dataclass

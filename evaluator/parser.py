@@ -41,6 +41,12 @@ from reopt.evaluator.ast import (
 AGGREGATES = ("min", "max")
 ARITHMETIC = ("+", "-")
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
+MAX_ARITH_TERMS = 100
+"""The most terms one ``+``/``-`` chain may have: the compiler and the engines walk a chain
+recursively, and rules compute a few costs, so a longer chain is a mistake, refused with
+its position instead of exhausting the interpreter's stack."""
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+"""An integer constant must fit the 64-bit columns (``long``) that hold it."""
 _KEYWORDS = {"true": True, "false": False, "inf": math.inf}
 
 _TOKEN = re.compile(
@@ -223,9 +229,15 @@ class _Parser:
 
     def term(self) -> Term:
         """A term, possibly arithmetic: ``a - b - c`` (``+``/``-``, left-associative)."""
+        start = self.tok
         left = self.simple_term()
+        terms = 1
         while self.tok.kind == "punct" and self.tok.text in ARITHMETIC:
             op_tok = self.tok
+            terms += 1
+            if terms > MAX_ARITH_TERMS:
+                raise RuleSyntaxError(f"{start.pos}: arithmetic of more than {MAX_ARITH_TERMS} "
+                                      "terms (a '+'/'-' chain this long is not supported)")
             self.i += 1
             right = self.simple_term()
             for side in (left, right):
@@ -237,9 +249,7 @@ class _Parser:
     def simple_term(self) -> Term:
         if self.tok.kind == "punct" and self.tok.text == "-" and self.peek().kind == "number":
             self.i += 1
-            c = self.simple_term()
-            assert isinstance(c, Const)
-            return Const(-c.value)
+            return self.number(self.tok, negative=True)
         t = self.tok
         self.i += 1
         if t.kind == "ident":
@@ -251,10 +261,28 @@ class _Parser:
         if t.kind == "string":
             return Const(t.text[1:-1])
         if t.kind == "number":
-            v = float(t.text)
-            return Const(int(v) if re.fullmatch(r"\d+", t.text) else v)
+            self.i -= 1
+            return self.number(t)
         self.i -= 1
         raise self.error("expected a variable, '_' or a constant")
+
+    def number(self, t: _Tok, negative: bool = False) -> Const:
+        """A numeric constant: an integer that fits 64 bits, or a finite float. Anything else
+        (a 5,000-digit integer, ``1e400``) is an error at its position, not a silent ``inf``
+        or a crash converting it."""
+        self.i += 1
+        sign = -1 if negative else 1
+        if re.fullmatch(r"\d+", t.text):
+            digits = t.text.lstrip("0") or "0"
+            if len(digits) <= 19 and LONG_MIN <= sign * int(digits) <= LONG_MAX:
+                return Const(sign * int(digits))
+            raise RuleSyntaxError(f"{t.pos}: integer constant of {len(digits):,} digits does "
+                                  f"not fit 64 bits ({LONG_MIN} to {LONG_MAX})")
+        v = sign * float(t.text)
+        if not math.isfinite(v):
+            shown = t.text if len(t.text) <= 30 else f"{t.text[:20]}… ({len(t.text):,} chars)"
+            raise RuleSyntaxError(f"{t.pos}: number {shown} is out of the float range")
+        return Const(v)
 
 
 def parse(text: str, file: str = "<rules>") -> Program:

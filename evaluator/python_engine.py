@@ -32,6 +32,7 @@ from reopt.evaluator.compiler import (
     Variant,
     match_terms,
 )
+from reopt.evaluator.failures import CRASHES, rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 
 COMPARE = {
@@ -334,7 +335,12 @@ class PythonEngine:
     ) -> list[tuple]:
         hit = _CODE.get(id(v))
         fn = hit[1] if hit is not None and hit[0]() is v else _generate(v)
-        return fn(full, delta, self.ctx, self._fns)
+        try:
+            return fn(full, delta, self.ctx, self._fns)
+        except ReoptError:
+            raise
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise rule_failure(v, e, self.program.builtins, self.ctx) from e
 
     # -- fixpoint -----------------------------------------------------------------------------
     def evaluate(
@@ -383,7 +389,7 @@ class PythonEngine:
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
         while True:
             delta = {p: self._release(p, rows) for p, rows in pending.items()}
-            self.stats.iterations += 1
+            self._iterated(delta)
             if not stratum.recursive or not any(delta.values()):
                 return
             pending = {p: [] for p in stratum.preds}
@@ -442,7 +448,7 @@ class PythonEngine:
                 for step, _ in steps.walk(at_current, done):
                     ran = True
                     delta = {p: self._release(p, pending[p].pop(current)) for p in step}
-                    self.stats.iterations += 1
+                    self._iterated(delta)
                     for v in stratum.deltas:
                         d = delta.get(v.delta_pred)  # type: ignore[arg-type]
                         if d:
@@ -451,6 +457,13 @@ class PythonEngine:
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
                                  f"rank {current}; the rank must separate them")
+
+    def _iterated(self, delta: Mapping[str, Relation]) -> None:
+        """Count a fixpoint iteration whose new tuples are ``delta``, within the program's
+        budget (:mod:`.budget`: a program without a fixpoint stops with an error)."""
+        self.stats.iterations += 1
+        self.program.budget.step(self.stats.iterations, {p: len(d) for p, d in delta.items()},
+                                 lambda p: len(self.full[p]), self.program.rules)
 
     # -- inserting: aggregates, selection, bounds, suppression ---------------------------------
     def _release(self, pred: str, rows: list[tuple]) -> Relation:

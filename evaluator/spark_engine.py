@@ -152,6 +152,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from reopt.costmodel.builtins import BUILTINS
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
@@ -174,8 +175,10 @@ from reopt.evaluator.compiler import (
     match_terms,
 )
 from reopt.evaluator.driver import column_names
+from reopt.evaluator.failures import CRASHES, executor_failure, rule_label
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 from reopt.evaluator.python_engine import RunStats, _getter
+from reopt.spark import worker_reopt_error
 
 SPARK_TYPES: dict[str, T.DataType] = {
     LONG: T.LongType(), DOUBLE: T.DoubleType(), STRING: T.StringType(), BOOLEAN: T.BooleanType(),
@@ -262,17 +265,23 @@ def _context(ctx_bc, token: str) -> Mapping[int, Any]:
     return ctx
 
 
-def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...],
+def _map_batches(ctx_bc, token: str, steps: tuple[CallStep, ...], label: str,
                  batches: Iterator[pd.DataFrame]):
+    """Run of built-in calls of the rule ``label`` (:func:`rule_label`) over each batch."""
     ctx = _context(ctx_bc, token)
     for batch in batches:
-        yield _expand(ctx, steps, batch)
+        try:
+            out = _expand(ctx, steps, batch)
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise executor_failure(label, e, BUILTINS, ctx) from None
+        yield out
 
 
-Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None]
+Tail = tuple[tuple[str, ...], tuple[str, ...], tuple, tuple, tuple | None, str]
 """One variant's Python tail in a fused run (see :meth:`SparkEngine.run_group`): the wide
 columns holding its variables, the variables, the compiled ops the python engine runs, the
-head terms, and the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)``)."""
+head terms, the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)``), and its
+rule (:func:`rule_label`), named when a built-in it calls fails."""
 
 
 _COMPARE = {
@@ -347,26 +356,36 @@ def _run_tails(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
         where.setdefault(g, []).append(i)
     out: list[list] = [[] for _ in names]
     for g, pos in where.items():
-        slots, variables, ops, head, rank = tails[g]
-        data = [batch[c].tolist() for c in slots]
-        rows = [tuple(c[i] for c in data) for i in pos]
-        schema = {v: j for j, v in enumerate(variables)}
-        for op in ops:
-            rows = _tail_step(op, schema, ctx, builtins, local)(rows)
-        if not rows:
-            continue
-        gets = [_getter(t.var if isinstance(t, Aggregate) else t, schema) for t in head]
-        got = [tuple(g(r) for g in gets) for r in rows]
-        for j in range(len(gets)):
-            out[j].extend(r[j] for r in got)
-        if rank is not None:
-            if rank[0] == "k":
-                out[-1].extend([str(rank[1])] * len(got))
-            else:
-                fn, n = builtins[rank[1]].fn, rank[2]
-                out[-1].extend(str(fn(ctx, *r[:n])[0][0]) for r in got)
+        try:
+            _run_tail(ctx, builtins, local, tails[g], batch, pos, out)
+        except CRASHES as e:  # a rule fed a built-in what it cannot take: say which
+            raise executor_failure(tails[g][5], e, builtins, ctx) from None
     return pd.DataFrame({n: pd.Series(vals, dtype=PANDAS_DTYPES[t])
                          for n, t, vals in zip(names, types, out, strict=True)})
+
+
+def _run_tail(ctx: Mapping[int, Any], builtins: Mapping[str, Any],
+              local: Mapping[str, list[tuple]], tail: Tail, batch: pd.DataFrame,
+              pos: list[int], out: list[list]) -> None:
+    """One variant's tail over its rows (``pos``) of the batch, appended to ``out``."""
+    slots, variables, ops, head, rank, _ = tail
+    data = [batch[c].tolist() for c in slots]
+    rows = [tuple(c[i] for c in data) for i in pos]
+    schema = {v: j for j, v in enumerate(variables)}
+    for op in ops:
+        rows = _tail_step(op, schema, ctx, builtins, local)(rows)
+    if not rows:
+        return
+    gets = [_getter(t.var if isinstance(t, Aggregate) else t, schema) for t in head]
+    got = [tuple(g(r) for g in gets) for r in rows]
+    for j in range(len(gets)):
+        out[j].extend(r[j] for r in got)
+    if rank is not None:
+        if rank[0] == "k":
+            out[-1].extend([str(rank[1])] * len(got))
+        else:
+            fn, n = builtins[rank[1]].fn, rank[2]
+            out[-1].extend(str(fn(ctx, *r[:n])[0][0]) for r in got)
 
 
 def _tail_batches(ctx_bc, token: str, builtins, local, tails: tuple[Tail, ...], tag: str,
@@ -498,7 +517,7 @@ class SparkEngine:
         own code (:func:`_run_tails`), which also computes ranks. A variant whose tail calls
         nothing and whose rank is known (or not needed) stays entirely in Spark."""
         frames: list[DataFrame] = []
-        tails: list[tuple[_Bindings, tuple, tuple, tuple | None]] = []
+        tails: list[tuple[_Bindings, tuple, tuple, tuple | None, str]] = []
         for v in variants:
             if self._skip(v):
                 continue
@@ -508,7 +527,7 @@ class SparkEngine:
                 isinstance(op, Call) for op in v.ops[cut:])
             b = self._bindings(v, full, delta, old, cut if python else len(v.ops))
             if python:
-                tails.append((b, v.ops[cut:], v.head, rk))
+                tails.append((b, v.ops[cut:], v.head, rk, rule_label(v.rule)))
                 continue
             df = self._project(b, v)
             if rk is not None and rank is not None:
@@ -561,7 +580,7 @@ class SparkEngine:
                 j = i
                 while j < len(ops) and isinstance(ops[j], Call):
                     j += 1
-                self._call(b, ops[i:j])  # type: ignore[arg-type]
+                self._call(b, ops[i:j], rule_label(v.rule))  # type: ignore[arg-type]
                 i = j
                 continue
             else:
@@ -569,7 +588,7 @@ class SparkEngine:
             i += 1
         return b
 
-    def _fused(self, pred: str, tails: list[tuple[_Bindings, tuple, tuple, tuple | None]],
+    def _fused(self, pred: str, tails: list[tuple[_Bindings, tuple, tuple, tuple | None, str]],
                rank: _Rank | None) -> DataFrame:
         """One ``mapInPandas`` finishing every tail: the bindings of all the variants in one
         frame, each variable in a *slot* (a column per type and position; unused slots hold a
@@ -592,13 +611,13 @@ class SparkEngine:
         parts, specs = [], []
         builtins: dict[str, Any] = {}
         local: dict[str, list[tuple]] = {}
-        for g, ((b, ops, head, rk), slots) in enumerate(zip(tails, placed, strict=True)):
+        for g, ((b, ops, head, rk, label), slots) in enumerate(zip(tails, placed, strict=True)):
             by_slot = {slot: col for col, slot in slots.values()}
             parts.append(_sel(b.df, f"{g} AS {tag}", *[
                 f"{_ident(by_slot[s])} AS {s}" if s in by_slot else f"{zero[ty]} AS {s}"
                 for s, ty in all_slots]))
             specs.append((tuple(slots[v][1] for v in slots), tuple(slots), tuple(ops),
-                          tuple(head), rk))
+                          tuple(head), rk, label))
             for op in ops:
                 if isinstance(op, Call):
                     builtins[op.name] = self.program.builtins[op.name]
@@ -692,7 +711,7 @@ class SparkEngine:
         drop = [k for _, k in key_of.values()] + (["_k"] if fields[0][0] == "_k" else [])
         b.df, b.unit = (df.drop(*drop) if drop else df), False
 
-    def _call(self, b: _Bindings, ops: list[Call]) -> None:
+    def _call(self, b: _Bindings, ops: list[Call], label: str) -> None:
         steps: list[CallStep] = []
         fields = list(b.df.schema.fields)
         for op in ops:
@@ -708,7 +727,7 @@ class SparkEngine:
                 binds.append((j, col, ty))
                 fields.append(T.StructField(col, SPARK_TYPES[ty]))
             steps.append((builtin.fn, inputs, tuple(binds), tuple(checks)))
-        fn = functools.partial(_map_batches, self._ctx_bc, self._token, tuple(steps))
+        fn = functools.partial(_map_batches, self._ctx_bc, self._token, tuple(steps), label)
         b.df, b.unit = b.df.mapInPandas(fn, T.StructType(fields)), False
 
     def _filter(self, b: _Bindings, op: Filter) -> None:
@@ -933,8 +952,9 @@ class SparkEngine:
         ``derived`` and the sizes) and computes the lowest pending rank of every relation in
         ``lows``; it also materializes the checkpoints made since the last job
         (:attr:`_later`). Each of ``steps`` (per relation, the pending tuples a step took at
-        its rank) that took any counts as an iteration, as in the python engine. Returns the
-        counts and the ranks by relation (a rank is None when nothing is pending)."""
+        its rank) that took any counts as an iteration, as in the python engine; the
+        evaluation's :class:`~reopt.evaluator.budget.Budget` is checked on the counts. Returns
+        the counts and the ranks by relation (a rank is None when nothing is pending)."""
         step_of = [i for i, frames in enumerate(steps) for _ in frames]
         items: list[tuple[DataFrame, str | None]] = [(df, None) for f in steps for df in f]
         names: list[tuple[str, str]] = []
@@ -961,6 +981,8 @@ class SparkEngine:
             self.stats.derived[p] = self.stats.derived.get(p, 0) + n
             self._unknown.discard(p)
             out[p] = n
+        self.program.budget.step(self.stats.iterations, {p: out[p] for p in delta},
+                                 self.size.__getitem__, self.program.rules)
         for p in lows:
             out[p] = got.get(("low", p))  # type: ignore[assignment]
         return out
@@ -976,7 +998,13 @@ class SparkEngine:
         aggs = [F.expr(f"count_if(_i = '{i}')" if e is None
                        else f"min(CASE WHEN _i = '{i}' THEN _x END)")
                 for i, (_, e) in enumerate(items)]
-        row = _union(parts).coalesce(1).agg(*aggs).collect()[0]
+        try:
+            row = _union(parts).coalesce(1).agg(*aggs).collect()[0]
+        except Exception as e:
+            told = worker_reopt_error(e)  # a built-in's failure, raised in a task
+            if told is None:
+                raise
+            raise ReoptError(told) from None
         return list(row)
 
     # -- inserting: aggregates, selection, bounds, suppression ---------------------------------

@@ -41,6 +41,9 @@ PROCEDURAL: dict[str, Callable[[PlanSpace], Result]] = {
     "exhaustive": exhaustive,
 }
 DECLARATIVE = "declarative"
+OVER_BUDGET = ("error", "greedy")
+"""What happens to a query above ``max_pairs``: refused with an error (the default), or
+planned by greedy operator ordering (:mod:`reopt.optimizers.greedy`), flagged not exact."""
 MAX_PAIRS = 1_000_000
 """Default search-space budget: a query whose join graph has more csg-cmp pairs is refused
 before any search (``max_pairs``, CLI ``--max-pairs``). A million pairs is a few seconds of
@@ -128,6 +131,10 @@ class Step:
     metrics: dict[str, Any]
     deltas: list[str] = field(default_factory=list)
     estimates: dict[str, Any] | None = None
+    exact: bool = True
+    """False for a greedy plan (``over_budget="greedy"``): not necessarily the cheapest."""
+    reason: str = ""
+    """Why the plan is not exact (empty when it is)."""
 
     def explain(self) -> str:
         """The plan as an indented tree with estimated rows and cumulative cost per node."""
@@ -135,8 +142,11 @@ class Step:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "cost": self.cost, "plan": self.plan.to_json(), "metrics": self.metrics
+            "cost": self.cost, "exact": self.exact, "plan": self.plan.to_json(),
+            "metrics": self.metrics
         }
+        if not self.exact:
+            out["reason"] = self.reason
         if self.deltas:
             out["deltas"] = self.deltas
         if self.estimates is not None:
@@ -172,6 +182,12 @@ class Optimizer:
     The declarative optimizer maintains its state incrementally on update() (both engines);
     ``topdown``, ``bottomup`` and ``exhaustive`` re-optimize from scratch with the new
     statistics.
+
+    Budgets: ``max_pairs`` csg-cmp pairs for exact search — above it the query is refused,
+    or with ``over_budget="greedy"`` planned greedily (:mod:`reopt.optimizers.greedy`; its
+    steps have ``exact=False`` and a ``reason``); ``max_tuples`` / ``max_iterations`` for the
+    declarative optimizer's rule evaluation (:mod:`reopt.evaluator.budget`; None keeps the
+    program's, by default 20 million tuples per relation and 10,000 iterations).
     """
 
     def __init__(
@@ -187,9 +203,17 @@ class Optimizer:
         program: Any = None,
         max_pairs: int = MAX_PAIRS,
         observed_supersets: str = DEFAULT_OBSERVED_SUPERSETS,
+        max_tuples: int | None = None,
+        max_iterations: int | None = None,
+        over_budget: str = "error",
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
         policy = _choice("observed_supersets policy", observed_supersets, OBSERVED_SUPERSETS)
+        self.over_budget = _choice("over_budget choice", over_budget, OVER_BUDGET)
+        self._greedy = ""
+        """Why the last optimize() planned greedily (the query is above ``max_pairs``), or
+        empty: then there is no session, memo or relations, and update() plans greedily
+        again."""
         if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
             raise ReoptError(f"max_pairs must be a positive integer, not {max_pairs!r}")
         self.max_pairs = max_pairs
@@ -214,6 +238,8 @@ class Optimizer:
             from reopt.evaluator.driver import load_program
 
             self._program = program or load_program(rules, self.pruning)
+            if max_tuples is not None or max_iterations is not None:
+                self._program = _budgeted(self._program, max_tuples, max_iterations)
 
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
@@ -233,6 +259,9 @@ class Optimizer:
         if self.optimizer != DECLARATIVE:
             raise ReoptError(f"relations(): the {self.optimizer} optimizer holds no relations "
                              "(only the declarative one evaluates rules)")
+        if self._greedy:
+            raise ReoptError(f"relations(): query {self.query.name} was planned greedily "
+                             f"({self._greedy}); no rules were evaluated")
         if self._evaluation is None:
             raise ReoptError("relations(): optimize() first")
         return self._evaluation.frames()
@@ -253,7 +282,7 @@ class Optimizer:
         raises before anything changes; any other failure while re-optimizing (see
         :func:`update_steps`) is a one-line :class:`DeltaError` naming the query and the
         deltas, with the optimizer restored to exactly its state before the call."""
-        if self.optimizer == DECLARATIVE and self._session is None:
+        if self.optimizer == DECLARATIVE and self._session is None and not self._greedy:
             raise ReoptError("update(): optimize() first: the declarative optimizer maintains "
                              "the state of its last optimize()")
         items = _listify(deltas)
@@ -294,7 +323,23 @@ class Optimizer:
         optimize() first."""
         from reopt.graph import build_graph
 
+        if self._greedy:
+            raise ReoptError(f"graph(): query {self.query.name} is above the search-space "
+                             f"budget ({self._greedy}); its and-or graph is too large to build")
         return build_graph(self)
+
+
+def _budgeted(program: Any, max_tuples: int | None, max_iterations: int | None) -> Any:
+    """``program`` with the budget given (the other figure kept); a copy, as a program may
+    be shared by other optimizers."""
+    from dataclasses import replace
+
+    from reopt.evaluator.budget import Budget
+
+    b = program.budget
+    budget = Budget(b.max_tuples if max_tuples is None else max_tuples,
+                    b.max_iterations if max_iterations is None else max_iterations)
+    return program if budget == b else replace(program, budget=budget)
 
 
 def optimize_batch(opts: list[Optimizer]) -> list[Step]:
@@ -306,12 +351,22 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
     # enumerates the join graph, which each space keeps for its optimizer (timed with it)
     spaces: list[PlanSpace] = []
     checked: list[float] = []
-    for o in opts:
+    over: dict[int, str] = {}
+    for i, o in enumerate(opts):
         t0 = time.perf_counter()
         spaces.append(o.space())
-        spaces[-1].check_size(o.max_pairs)
+        if o.over_budget == "greedy" and not spaces[-1].within_budget(o.max_pairs):
+            over[i] = (f"its {o.query.n} relations have more than {o.max_pairs:,} csg-cmp "
+                       f"pairs (--max-pairs {o.max_pairs}): greedy operator ordering, "
+                       "not necessarily the cheapest plan")
+        else:
+            spaces[-1].check_size(o.max_pairs)
         checked.append(time.perf_counter() - t0)
     for i, o in enumerate(opts):
+        o._greedy = over.get(i, "")
+        if i in over:
+            steps[i] = _greedy_step(o, spaces[i], checked[i])
+            continue
         if o.optimizer == DECLARATIVE:
             groups.setdefault((o.engine, id(o._program)), []).append(i)
             continue
@@ -348,6 +403,22 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
             steps[i] = _finite(o, Step(ev.best_cost(q), ev.best_plan(q), metrics,
                                        estimates=estimates(spaces[i])))
     return [steps[i] for i in range(len(opts))]
+
+
+def _greedy_step(o: Optimizer, space: PlanSpace, checked: float) -> Step:
+    """The greedy plan of a query above its budget (:mod:`reopt.optimizers.greedy`), whatever
+    its optimizer: flagged not exact, with why. A declarative optimizer's old session (or an
+    incremental one's memo) is dropped: it holds another query state than this plan."""
+    from reopt.optimizers.greedy import greedy
+
+    t0 = time.perf_counter() - checked
+    result = greedy(space)
+    if o._session is not None and o in o._session.members:
+        o._session.members.remove(o)
+    o._session = o._evaluation = o._incremental = None
+    metrics = {"seconds": time.perf_counter() - t0, "explored": result.explored}
+    return _finite(o, Step(result.cost, result.plan, metrics, estimates=estimates(space),
+                           exact=False, reason=f"query {o.query.name}: {o._greedy}"))
 
 
 def update_batch(opts: list[Optimizer], adjustments: list[Adjustments]) -> list[Step]:

@@ -16,6 +16,7 @@ from reopt.api import (
     ENGINES,
     MAX_PAIRS,
     OPTIMIZERS,
+    OVER_BUDGET,
     PRUNING_MODES,
     Optimizer,
     load_catalog,
@@ -33,6 +34,7 @@ from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
 from reopt.costmodel.numeric import dumps_strict
+from reopt.evaluator.budget import MAX_ITERATIONS, MAX_TUPLES, Budget
 
 
 def _optimizer_list(text: str) -> list[str]:
@@ -80,6 +82,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="how sets no 'card {…} := N' observed use their observed subsets: keep "
                    "their estimates, or propagate the observed/estimated ratio of the largest "
                    f"disjoint ones (default: {DEFAULT_OBSERVED_SUPERSETS})")
+    o.add_argument("--over-budget", choices=OVER_BUDGET, default="error",
+                   help="a query above --max-pairs is refused (error, the default) or gets a "
+                   "greedy plan flagged not exact (greedy)")
+    o.add_argument("--max-tuples", type=positive_int, metavar="N",
+                   help="stop the declarative optimizer's evaluation with an error when a "
+                   f"relation holds more than N tuples (default {MAX_TUPLES:,})")
+    o.add_argument("--max-iterations", type=positive_int, metavar="N",
+                   help="stop the declarative optimizer's evaluation with an error after N "
+                   f"fixpoint iterations (default {MAX_ITERATIONS:,})")
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     e = sub.add_parser("execute", help="optimize a query, run its plan on Spark over a data "
                        "folder, compare estimated and observed rows")
@@ -159,12 +170,15 @@ def _plan_steps(opts: list[Optimizer], steps: list[list]) -> list[list[Adjustmen
 
 
 def _declarative_only(args: argparse.Namespace, names: list[str]) -> None:
-    """``--pruning`` and ``--rules`` configure the datalog evaluation: given to a run of
+    """``--pruning``, ``--rules`` and the evaluation budgets (``--max-tuples``,
+    ``--max-iterations``) configure the datalog evaluation: given to a run of
     procedural optimizers only they would change nothing, so they are an error (as
     ``--master`` is without the spark engine), not silently ignored."""
     if DECLARATIVE in names:
         return
-    for flag, value in (("--pruning", args.pruning), ("--rules", args.rules)):
+    for flag, value in (("--pruning", args.pruning), ("--rules", args.rules),
+                        ("--max-tuples", args.max_tuples),
+                        ("--max-iterations", args.max_iterations)):
         if value is not None:
             raise ReoptError(
                 f"{flag} applies to the declarative optimizer; this run uses only "
@@ -189,11 +203,14 @@ def optimize_main(args: argparse.Namespace) -> int:
     if DECLARATIVE in names:
         from reopt.evaluator.driver import load_program
 
-        program = load_program(args.rules, args.pruning)
+        program = load_program(args.rules, args.pruning,
+                               Budget(args.max_tuples or MAX_TUPLES,
+                                      args.max_iterations or MAX_ITERATIONS))
     sessions = [
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
-                  max_pairs=args.max_pairs, observed_supersets=args.observed_supersets)
+                  max_pairs=args.max_pairs, observed_supersets=args.observed_supersets,
+                  over_budget=args.over_budget)
         for query in queries
         for name in names
     ]
@@ -245,7 +262,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         )
         m = init.metrics
         kept = m.get("held") or m.get("explored") or {}
-        if "trees" in kept:  # exhaustive: every plan tree, hence every node
+        if not init.exact:
+            print(f"   NOT EXACT: {init.reason}")
+        elif "trees" in kept:  # exhaustive: every plan tree, hence every node
             print(f"   costed {kept['trees']:,} plan trees")
         elif "or_nodes" in kept and "and_nodes" in kept:
             full = m["search_space"]
@@ -261,6 +280,8 @@ def optimize_main(args: argparse.Namespace) -> int:
                 u, full = m["updated"], m["search_space"]
                 how += (f", incremental: updated {u['or_nodes']}/{full['or_nodes']} OR nodes, "
                         f"{u['and_nodes']}/{full['and_nodes']} AND nodes")
+            if not step.exact:
+                how += ", greedy, not exact"
             print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g} ({how})")
             print(step.plan.explain())
         print()

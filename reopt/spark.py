@@ -273,7 +273,7 @@ def first_meaningful_line(text: str) -> str:
     at most 300 characters ("" for an empty text).
     """
     lines = text.splitlines()
-    tb = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    tb = [i for i, line in enumerate(lines) if "Traceback (most recent call" in line]
     if tb:  # the exception line: the first unindented line after the last traceback's frames
         for line in lines[tb[-1] + 1:]:
             if line.strip() and not line[0].isspace():
@@ -300,6 +300,17 @@ def _clean(line: str) -> str:
         line = _JAVA_CLASS.sub("", line, count=1)
     line = " ".join(line.split())
     return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 1] + "…"
+
+
+def worker_reopt_error(exc: BaseException) -> str | None:
+    """The message of a :class:`ReoptError` that a Python worker raised inside a Spark task
+    (a rule that fed a built-in what it cannot take, see :mod:`reopt.evaluator.failures`),
+    or None: bad input is reported as such, not as a failure of Spark."""
+    if not is_spark_error(exc):
+        return None
+    text = _exception_text(exc)
+    m = re.search(r"^(?:[\w.]+\.)?ReoptError: (.+)$", text, re.M)
+    return " ".join(m.group(1).split()) if m else None
 
 
 def is_spark_error(exc: BaseException) -> bool:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 from clirun import one_line_error, run
-from hypothesis import HealthCheck, event, given, settings
+from fuzzing import fuzz
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from reopt.api import Optimizer
@@ -42,6 +43,10 @@ BIG5000 = "9" * 5000
 
 
 def make(optimizer: str, query: str = "tpch:q3", catalog=None, **kw) -> Optimizer:
+    """An optimizer on the python engine; ``greedy`` is topdown with a budget of one pair and
+    ``over_budget="greedy"``, so that a query of three or more relations is planned greedily."""
+    if optimizer == "greedy":
+        optimizer, kw = "topdown", {"max_pairs": 1, "over_budget": "greedy", **kw}
     return Optimizer(query, catalog, optimizer=optimizer, engine="python", **kw)
 
 
@@ -527,8 +532,9 @@ def test_cli_process_json_is_strict():
 
 # --- fuzz ------------------------------------------------------------------------------------
 #
-# Derandomized and bounded (a few hundred inputs, some seconds): malformed and extreme SQL,
-# catalogs and deltas through the API, and a share of them through the CLI in process.
+# Derandomized and bounded (a few hundred inputs, some seconds; REOPT_FUZZ_EXAMPLES=N for a
+# long run, tests/fuzzing.py): malformed and extreme SQL, catalogs and deltas through the API,
+# and a share of them through the CLI in process. Rule files: tests/test_rule_hardening.py.
 
 GOOD_NUMBERS = st.sampled_from(["2", "0.5", ".5", "1e6", "3", "0.125", "8", "1e50", "1e-50",
                                  "1e99", "1e-300", "5e-324", "1e308", "1.7976931348623157e308"])
@@ -612,9 +618,6 @@ BATCHES = st.lists(st.lists(st.one_of(delta_texts(), delta_texts(), delta_json()
                             max_size=2)
                    .map(lambda ds: ds[0] if ds[0].lstrip().startswith(("[", "{"))
                         else "; ".join(ds)), min_size=1, max_size=4)
-FUZZ = settings(derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
 
 
 def _check_step(step) -> None:
@@ -635,7 +638,7 @@ def _optimized_or_refused(make_optimizer) -> None:
     _check_step(o.optimize())
 
 
-@settings(FUZZ, max_examples=120)
+@fuzz(120)
 @given(sql=sql_texts())
 def test_fuzz_sql(sql):
     _optimized_or_refused(lambda: make("topdown", sql))
@@ -669,7 +672,7 @@ def catalog_texts(draw) -> str:
     return text
 
 
-@settings(FUZZ, max_examples=80)
+@fuzz(80)
 @given(text=catalog_texts(),
        encoding=st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-16", "latin-1"]))
 def test_fuzz_catalogs(tmp_path_factory, text, encoding):
@@ -691,15 +694,15 @@ def _replay(optimizer: str, accepted: list[str]) -> Optimizer:
     return fresh
 
 
-@settings(FUZZ, max_examples=60)
-@given(optimizer=st.sampled_from(PROCEDURAL), batches=BATCHES)
+@fuzz(60)
+@given(optimizer=st.sampled_from((*PROCEDURAL, "greedy")), batches=BATCHES)
 def test_fuzz_deltas_procedural(optimizer, batches):
     """Random batches, good and bad: accepted ones give finite costs; after each refused one
     the optimizer answers as a fresh one given the accepted batches does."""
     _fuzz_updates(optimizer, batches)
 
 
-@settings(FUZZ, max_examples=12)
+@fuzz(12)
 @given(batches=BATCHES)
 def test_fuzz_deltas_declarative(batches):
     _fuzz_updates("declarative", batches)
@@ -727,7 +730,7 @@ def _fuzz_updates(optimizer: str, batches: list[str]) -> None:
             _replay(optimizer, accepted).update(probe).cost, rel=1e-9)
 
 
-@settings(FUZZ, max_examples=40)
+@fuzz(40)
 @given(sql=sql_texts(), batches=BATCHES,
        flags=st.sampled_from([[], ["--json"], ["--sf", "1e90"], ["--sf", "1_000"],
                               ["--pruning", "none"], ["--optimizer", "topdown-inc"],

@@ -1,0 +1,118 @@
+"""A greedy plan for a query above the search-space budget (opt-in: ``over_budget="greedy"``).
+
+Exact optimization takes time in proportion to the csg-cmp pairs, and a 30-relation star has
+7.8 billion. Above the budget (``--max-pairs``) a query is refused, or — when asked — gets the
+plan of **Greedy Operator Ordering** (GOO; Fegaras, *A New Heuristic for Optimizing Large
+Queries*, DEXA 1998; DuckDB's join-order optimizer falls back to it above its limits):
+
+1. *Join order.* Start with one sub-plan per relation; repeatedly join the two sub-plans,
+   connected by a join predicate, whose result has the smallest estimated cardinality (the
+   estimator every optimizer uses). Only when no two are connected (a disconnected join graph,
+   whose sub-plans are then whole components) is the pair joined by a cross product, again the
+   smallest. Ties go to the lowest pair of relation sets, so the tree is deterministic.
+2. *Physical operators.* Bottom-up dynamic programming over the plan space **restricted to the
+   greedy tree's splits**: each tree node is an expression of the space, its alternatives
+   those :class:`~reopt.costmodel.space.PlanSpace` gives for that one split (both orders,
+   every join method of the cost model), scans for leaves, sort enforcers, the final operator;
+   each OR node keeps its cheapest plan per interesting property, as :mod:`.bottomup` does, so
+   under ``io`` every child's property requirement is met by a costed plan.
+
+The result is a valid plan of the query's space, so its cost is at least the exact optimum
+(equal for two relations, where the join tree is forced). Nothing here enumerates the join
+graph's csgs or pairs: the work is O(n³) estimates for n relations plus the alternatives of
+2n - 1 expressions.
+"""
+
+from __future__ import annotations
+
+from reopt.costmodel.space import ANY, Alt, PlanSpace
+from reopt.optimizers.base import Result, without_gc
+from reopt.plan import build_plan
+
+Node = tuple[int, str]
+
+
+def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
+    """GOO's joins in the order made: ``(left, right)`` relation sets, ``left < right``;
+    the last one's union is every relation (empty for a one-relation query)."""
+    plans = [1 << i for i in range(space.query.n)]
+    card, neighbors = space.estimator.card, space.neighbors
+    joins: list[tuple[int, int]] = []
+    while len(plans) > 1:
+        best: tuple[bool, float, int, int] | None = None
+        for i, a in enumerate(plans):
+            near = neighbors(a)
+            for b in plans[i + 1:]:
+                crossed = not near & b  # a cross product: only if nothing is connected
+                key = (crossed, card(a | b), min(a, b), max(a, b))
+                if best is None or key < best:
+                    best = key
+        assert best is not None
+        _, _, a, b = best
+        plans = [p for p in plans if p not in (a, b)] + [a | b]
+        joins.append((a, b))
+    return joins
+
+
+class Greedy:
+    """The restricted bottom-up DP over one greedy join tree."""
+
+    def __init__(self, space: PlanSpace):
+        self.space = space
+        self.joins = greedy_tree(space)
+        self.best: dict[Node, tuple[float, Alt]] = {}
+        self.costed = 0
+
+    def alternatives(self, expr: int, prop: str, split: tuple[int, int] | None) -> list[Alt]:
+        """The space's alternatives of OR node ``(expr, prop)`` that use only the greedy
+        tree's split of ``expr`` (both orders) — what :meth:`PlanSpace.columns` would list
+        for the node, minus the joins over other splits, without enumerating those."""
+        space = self.space
+        if expr == space.top:
+            return space.final_alternatives(expr, prop)
+        out = list(space.scan_alternatives(expr, prop)) if split is None else []
+        out += space.enforcer_alternatives(expr, prop)
+        if split is not None:
+            a, b = split
+            for method in space.model.join_methods:
+                for left, right in ((a, b), (b, a)):
+                    out += space.model.join_alternatives(space, expr, prop, left, right, method)
+        return out
+
+    def settle(self, expr: int, prop: str, split: tuple[int, int] | None) -> None:
+        space, best = self.space, self.best
+        winner: tuple[float, Alt] | None = None
+        for alt in self.alternatives(expr, prop, split):
+            self.costed += 1
+            total = space.local_cost(alt)
+            for child in alt.children:
+                got = best.get(child)
+                if got is None:
+                    break
+                total += got[0]
+            else:
+                if winner is None or total < winner[0]:
+                    winner = (total, alt)
+        if winner is not None:
+            best[(expr, prop)] = winner
+
+    @without_gc
+    def optimize(self) -> Result:
+        space = self.space
+        order: list[tuple[int, tuple[int, int] | None]] = [
+            (1 << i, None) for i in range(space.query.n)]
+        order += [(a | b, (a, b)) for a, b in self.joins]
+        for expr, split in order:  # children before parents; 'any' before sort orders
+            for prop in space.interesting_props(expr):
+                self.settle(expr, prop, split)
+        if space.root[0] == space.top:
+            self.settle(space.top, ANY, None)
+        if space.root not in self.best:
+            raise RuntimeError(f"query {space.query.name}: the greedy join tree has no plan")
+        plan = build_plan(space, lambda node: self.best[node][1])
+        return Result(plan.cost, plan, {"or_nodes": len(self.best), "and_nodes": self.costed})
+
+
+def greedy(space: PlanSpace) -> Result:
+    """The greedy plan of ``space``'s query (module doc)."""
+    return Greedy(space).optimize()
