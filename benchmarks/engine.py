@@ -52,7 +52,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness import FIG6_SETS, markdown_table, median, parser, same_cost, script
+from harness import FIG6_SETS, markdown_table, median, out_file, parser, same_cost, script
 from workload import WorkloadQuery, generate, large_queries
 
 from reopt.api import Optimizer
@@ -763,6 +763,22 @@ WHAT = (
     "the query's base statistics (re-running it per step would take the whole budget).")
 
 
+def reading(data: dict[str, Any]) -> list[str]:
+    """One line per goal: met or not, by the tables' own verdicts, and the floor."""
+    out = []
+    for caption, _, _, summary in tables(data)[:-1]:
+        goal = caption.split(" — ")[0].removeprefix("Goal: ")
+        out.append(f"{goal}: {'met' if summary == 'met' else '**not met**'} in this run.")
+    f = data["floor"]
+    if f["polars"] is not None:
+        out.append(
+            f"The floor on {f['query']} ({f['pairs']:,} pairs): Polars "
+            f"{ms(median(f['polars']['cpu']))} ms CPU, enumerating the pairs "
+            f"{ms(median(f['enumerate']['cpu']))} ms; the declarative optimizer's `all` "
+            "from scratch on the same query is in the first table.")
+    return out
+
+
 def render(data: dict[str, Any], command: str) -> str:
     out = [f"Command: `{command}` · rounds: {data['repeat']} · run time "
            f"{data['seconds'] / 60:.1f} min", ""]
@@ -771,6 +787,7 @@ def render(data: dict[str, Any], command: str) -> str:
                 "from.**", ""]
     for caption, header, rows, _ in tables(data):
         out += [caption + ":", "", *markdown_table(header, rows), ""]
+    out += ["Reading:", "", *(f"* {r}" for r in reading(data)), ""]
     return "\n".join(out)
 
 
@@ -780,8 +797,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="smoke run: 4 small generated queries and Q5, one round (seconds)")
     ap.add_argument("--repeat", type=positive_int, default=None, metavar="N",
                     help="rounds of each fast measurement (default 3; --quick: 1)")
-    ap.add_argument("--out", default=None, metavar="FILE", help="write the markdown here")
-    ap.add_argument("--json", default=None, metavar="FILE", help="write the raw numbers here")
+    ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
+                    help="write the markdown here (default: standard output)")
+    ap.add_argument("--json", type=out_file, default=None, metavar="FILE",
+                    help="write the raw numbers here")
     a = ap.parse_args(argv)
     cfg = Config(quick=a.quick, repeat=a.repeat or (1 if a.quick else 3),
                  log=lambda s: print(s, file=sys.stderr, flush=True))
