@@ -142,6 +142,8 @@ def ms(x: float) -> str:
 
 
 def ratio(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
     return f"{x:,.0f}×" if x >= 100 else f"{x:.2f}×"
 
 
