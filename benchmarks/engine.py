@@ -97,6 +97,8 @@ IO_PAIRS = 25_000
 optimizer takes about 9 s CPU at 35,000 pairs, minutes on the 14–17-relation cliques)."""
 IO_MODES = ("none", "all")
 """Modes run on the workload under ``io`` (TPC-H: every mode of MODES)."""
+Q5_REPEAT = 7
+"""Rounds of each Q5 set × factor (milliseconds each; --quick: 1)."""
 STEPS = 4
 """Delta steps per query (of the workload's 8; --quick: 2)."""
 UPDATE_BUDGET = 20.0
@@ -437,20 +439,34 @@ def updates_table(rows: list[dict[str, Any]]) -> tuple[str, list[str], list, str
 
 
 def q5_sweep(cfg: Config) -> dict[str, Any]:
-    """Figure 6's sweep of Q5 (``io``): each set × factor, warm update vs a fresh declarative
-    and a fresh topdown under the changed statistics (harness.measure), and the same deltas
-    as one ``reopt optimize`` call (each followed by its inverse) as the CLI reports them."""
-    from harness import inverse, measure
+    """Figure 6's sweep of Q5 (``io``): each set × factor, interleaved round by round, a warm
+    declarative optimizer's update() (then, untimed, the inverse delta) vs a fresh declarative
+    and a fresh topdown optimizing under the changed statistics, CPU seconds of each whole
+    call; and the same deltas as one ``reopt optimize`` call (each followed by its inverse)
+    as the CLI reports them (its ``seconds``: the evaluation's wall time)."""
+    from harness import inverse
 
     sets = ("A", "E") if cfg.quick else tuple(FIG6_SETS)
     factors = (8.0,) if cfg.quick else (0.125, 0.5, 2.0, 8.0)
+    q5 = Subject.tpch("tpch:q5")
     warm = []
     for k in sets:
         for f in factors:
             d = f"card {{{FIG6_SETS[k]}}} *{f:g}"
-            m = measure("tpch:q5", d, "all", cfg.repeat)
-            warm.append({"set": k, "factor": f, "delta": d, "inc": m["inc"], "full": m["full"],
-                         "topdown": m["topdown"], "exact": m["same_cost"]})
+            dec = _declarative(q5, "io")
+            dec.optimize()
+            changed = dec.check([d])
+            fresh, td = _declarative(q5, "io"), _procedural(q5, "io", "topdown")
+            fresh.adjustments = td.adjustments = changed
+            inc_t, full_t, td_t = Times(), Times(), Times()
+            for _ in range(1 if cfg.quick else Q5_REPEAT):
+                got = inc_t.add(partial(dec.update, d))
+                dec.update(inverse(d))
+                full_t.add(fresh.optimize)
+                want = td_t.add(td.optimize).cost
+            warm.append({"set": k, "factor": f, "delta": d, "inc": inc_t.cpu_med,
+                         "full": full_t.cpu_med, "topdown": td_t.cpu_med,
+                         "exact": same_cost(got.cost, want)})
     args = [sys.executable, "-m", "reopt.cli", "optimize", "tpch:q5", "--cost-model", "io",
             "--optimizer", "declarative", "--engine", "python", "--json"]
     for w in warm:
@@ -478,8 +494,8 @@ def _q5_topdown(delta: str) -> float:
 
 
 def q5_table(data: dict[str, Any]) -> tuple[str, list[str], list, str]:
-    header = ["set", "factor", "update ms (wall)", "declarative from scratch ms",
-              "from scratch / update", "topdown ms", "topdown / update", "exact"]
+    header = ["set", "factor", "update ms (CPU)", "declarative from scratch ms (CPU)",
+              "from scratch / update", "topdown ms (CPU)", "topdown / update", "exact"]
     out, sp, at_e = [], [], []
     for w in data["warm"]:
         x, y = w["full"] / w["inc"], w["topdown"] / w["inc"]
@@ -490,8 +506,8 @@ def q5_table(data: dict[str, Any]) -> tuple[str, list[str], list, str]:
                     ms(w["topdown"]), ratio(y), "yes" if w["exact"] else "NO"])
     cli = data["cli"]
     cli_x = cli["initial"] / median(cli["steps"])
-    out.append(["all, one CLI call", "–", ms(median(cli["steps"])), ms(cli["initial"]),
-                 ratio(cli_x), "–", "–", "yes" if cli["exact"] else "NO"])
+    out.append(["all, one CLI call (wall ms it reports)", "–", ms(median(cli["steps"])),
+                ms(cli["initial"]), ratio(cli_x), "–", "–", "yes" if cli["exact"] else "NO"])
     ok1 = median(sp) >= GOAL_Q5_SPEEDUP
     ok2 = cli_x >= GOAL_Q5_SPEEDUP
     ok3 = (median(at_e) >= GOAL_Q5_E_VS_TOPDOWN) if at_e else None
