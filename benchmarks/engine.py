@@ -149,6 +149,11 @@ def ratio(x: float) -> str:
     return f"{x:,.0f}×" if x >= 100 else f"{x:.2f}×"
 
 
+TableOut = tuple[str, list[str], list[list[Any]], list[tuple[str, bool | None]]]
+"""A table: caption (its goals and verdicts), header, rows, and the goals as (what, met:
+True, False, or None when nothing was measured)."""
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a (nothing measured)" if ok is None else "**met**" if ok else "**not met**"
 
@@ -279,7 +284,7 @@ def _cpu(r: dict[str, Any], mode: str = "all") -> float | None:
     return median(m["cpu"]) if m else None
 
 
-def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> tuple[str, list[str], list, str]:
+def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> TableOut:
     """Goal 1: the declarative optimizer (``all``) from scratch against topdown/bottomup."""
     header = ["query", "model", "relations", "csg-cmp pairs", "declarative all ms (CPU)",
               "declarative all ms (wall)", "topdown ms (CPU)", "bottomup ms (CPU)",
@@ -333,7 +338,7 @@ def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> tuple[str, list[str
     return caption, header, out, goals
 
 
-def bounds_table(rows: list[dict[str, Any]]) -> tuple[str, list[str], list, str]:
+def bounds_table(rows: list[dict[str, Any]]) -> TableOut:
     """Goal 4: derived PlanCost tuples per pruning mode."""
     header = ["query", "model", "relations", "csg-cmp pairs",
               *(f"{m} PlanCost" for m in MODES), *(f"{m} ms (CPU)" for m in MODES[:-1]),
@@ -406,7 +411,7 @@ def updates(cfg: Config, subjects: Sequence[Subject], scratch_rows: list[dict[st
     return rows
 
 
-def updates_table(rows: list[dict[str, Any]]) -> tuple[str, list[str], list, str]:
+def updates_table(rows: list[dict[str, Any]]) -> TableOut:
     header = ["query", "relations", "csg-cmp pairs", "steps", "declarative update ms (CPU)",
               "declarative from scratch ms (CPU)", "from scratch / update",
               "topdown-inc update ms (CPU)", "update / topdown-inc", "exact"]
@@ -459,13 +464,16 @@ def q5_sweep(cfg: Config) -> dict[str, Any]:
             fresh, td = _declarative(q5, "io"), _procedural(q5, "io", "topdown")
             fresh.adjustments = td.adjustments = changed
             inc_t, full_t, td_t = Times(), Times(), Times()
+            inc_e, full_e = [], []  # the engine's own seconds (Step.metrics, wall)
             for _ in range(1 if cfg.quick else Q5_REPEAT):
                 got = inc_t.add(partial(dec.update, d))
+                inc_e.append(got.metrics["seconds"])
                 dec.update(inverse(d))
-                full_t.add(fresh.optimize)
+                full_e.append(full_t.add(fresh.optimize).metrics["seconds"])
                 want = td_t.add(td.optimize).cost
             warm.append({"set": k, "factor": f, "delta": d, "inc": inc_t.cpu_med,
                          "full": full_t.cpu_med, "topdown": td_t.cpu_med,
+                         "inc_engine": median(inc_e), "full_engine": median(full_e),
                          "exact": same_cost(got.cost, want)})
     args = [sys.executable, "-m", "reopt.cli", "optimize", "tpch:q5", "--cost-model", "io",
             "--optimizer", "declarative", "--engine", "python", "--json"]
@@ -493,26 +501,33 @@ def _q5_topdown(delta: str) -> float:
     return o.optimize().cost
 
 
-def q5_table(data: dict[str, Any]) -> tuple[str, list[str], list, str]:
+def q5_table(data: dict[str, Any]) -> TableOut:
     header = ["set", "factor", "update ms (CPU)", "declarative from scratch ms (CPU)",
-              "from scratch / update", "topdown ms (CPU)", "topdown / update", "exact"]
-    out, sp, at_e = [], [], []
+              "from scratch / update", "topdown ms (CPU)", "topdown / update",
+              "engine's own: update ms (wall)", "engine's own: from scratch / update", "exact"]
+    out, sp, at_e, eng = [], [], [], []
     for w in data["warm"]:
         x, y = w["full"] / w["inc"], w["topdown"] / w["inc"]
+        e = w["full_engine"] / w["inc_engine"]
         sp.append(x)
+        eng.append(e)
         if w["set"] == "E":
             at_e.append(y)
         out.append([w["set"], f"{w['factor']:g}", ms(w["inc"]), ms(w["full"]), ratio(x),
-                    ms(w["topdown"]), ratio(y), "yes" if w["exact"] else "NO"])
+                    ms(w["topdown"]), ratio(y), ms(w["inc_engine"]), ratio(e),
+                    "yes" if w["exact"] else "NO"])
     cli = data["cli"]
     cli_x = cli["initial"] / median(cli["steps"])
     out.append(["all, one CLI call (wall ms it reports)", "–", ms(median(cli["steps"])),
-                ms(cli["initial"]), ratio(cli_x), "–", "–", "yes" if cli["exact"] else "NO"])
+                ms(cli["initial"]), ratio(cli_x), "–", "–", "–", "–",
+                "yes" if cli["exact"] else "NO"])
     ok1 = median(sp) >= GOAL_Q5_SPEEDUP
     ok2 = cli_x >= GOAL_Q5_SPEEDUP
     ok3 = (median(at_e) >= GOAL_Q5_E_VS_TOPDOWN) if at_e else None
     caption = (f"Goal: TPC-H Q5's Figure 6 sweep (`io`, `all`) ≥ {GOAL_Q5_SPEEDUP:g}× faster "
-               f"than from scratch warm — this run: median {ratio(median(sp))}: {verdict(ok1)}; "
+               f"than from scratch warm — this run: median {ratio(median(sp))} in CPU time of "
+               f"each whole call: {verdict(ok1)} (by the engine's own wall seconds, which leave "
+               f"out parsing and checking the delta: median {ratio(median(eng))}); "
                f"as one `reopt optimize` call reports it (initial {ms(cli['initial'])} ms / "
                f"median step {ms(median(cli['steps']))} ms) — {ratio(cli_x)}: {verdict(ok2)}; "
                f"≥ {GOAL_Q5_E_VS_TOPDOWN:g}× faster than `topdown` from scratch at E — this run: "
@@ -571,7 +586,7 @@ def adaptive(cfg: Config, subjects: Sequence[Subject], scratch_rows: list[dict[s
     return rows
 
 
-def loop_table(rows: list[dict[str, Any]]) -> tuple[str, list[str], list, str]:
+def loop_table(rows: list[dict[str, Any]]) -> TableOut:
     header = ["query", "relations", "csg-cmp pairs", "rounds", "declarative round ms (CPU)",
               "from scratch / round", "topdown-inc round ms (CPU)", "round / topdown-inc",
               "every round exact"]
@@ -644,7 +659,7 @@ def peak_rss(s: Subject, model: str = "cout") -> tuple[float, float]:
     return peak / 1024, before / 1024
 
 
-def rss_table(data: dict[str, Any]) -> tuple[str, list[str], list, str]:
+def rss_table(data: dict[str, Any]) -> TableOut:
     header = ["query", "csg-cmp pairs", "peak RSS MiB", "RSS before optimizing MiB"]
     out = [[k, f"{v['pairs']:,}", f"{v['peak']:.0f}", f"{v['before']:.0f}"]
            for k, v in data.items()]
@@ -726,7 +741,7 @@ def floor(cfg: Config, s: Subject) -> dict[str, Any]:
     return out
 
 
-def floor_table(d: dict[str, Any]) -> tuple[str, list[str], list, str]:
+def floor_table(d: dict[str, Any]) -> TableOut:
     header = ["what", "ms (CPU)", "ms (wall)", "C_out optimum"]
     rows = [["enumerate the csg-cmp pairs (`JoinGraph.halves()`, fresh graph)",
              ms(median(d["enumerate"]["cpu"])), ms(median(d["enumerate"]["wall"])), "–"],
