@@ -15,7 +15,7 @@ markdown report and the raw numbers ``DIR/bench.json``.
 * Figure 9 — incremental vs non-incremental ``topdown`` and ``bottomup`` on Figure 6's deltas.
 * Figures 13 / 14 — Q10 and Q8Join, each base relation's rows × 1/8…8.
 * ``enum`` — the large-query workload: enumeration in proportion to the csg-cmp pairs.
-* ``engine`` (opt-in: ``--only engine``, about 10 minutes) — the declarative optimizer
+* ``engine`` (opt-in: ``--only engine``, 5–15 minutes) — the declarative optimizer
   against issue 18's goals (``engine.py``).
 
 Where it writes, unless --out / --markdown say otherwise:
@@ -93,7 +93,7 @@ FIGURES = ("fig5", "table3", "fig6", "fig8", "fig9", "fig13", "enum")
 is the large-query workload (benchmarks/enumeration.py)."""
 OPT_IN = ("engine",)
 """Sections only ``--only`` runs: ``engine`` (benchmarks/engine.py, issue 18's goals) takes
-about 10 minutes more on 2 cores, half again the full run's time."""
+5–15 minutes on 2 cores, by the load (the full run: about 20)."""
 SECTION_KEYS = FIGURES + OPT_IN
 
 FIG5_QUERIES = ("tpch:q5", "tpch:q5s", "tpch:q10", "tpch:q8join", "tpch:q8joins")
