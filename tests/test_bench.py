@@ -239,6 +239,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("pruning.py", ["--repeat", "0"]),
     ("pruning.py", ["--engines", "python,nope"]), ("incremental.py", ["--repeat", "0"]),
     ("profile_python.py", ["--repeat", "0"]), ("profile_python.py", ["--queries", "tpch:q99"]),
+    ("engine.py", ["--repeat", "0"]), ("engine.py", ["--out", str(BENCH)]),
     ("sparkrun.py", []),  # stdin is not JSON
 ])
 def test_script_bad_options_are_one_line(name, args):
@@ -251,7 +252,7 @@ def test_script_bad_options_are_one_line(name, args):
 
 
 @pytest.mark.parametrize("name", ["initial.py", "pruning.py", "incremental.py",
-                                  "profile_python.py", "sparkrun.py"])
+                                  "profile_python.py", "sparkrun.py", "engine.py"])
 def test_script_help(name):
     """Every option is explained; the docstrings (the description) are not stale."""
     r = _script(name, "--help")
@@ -264,3 +265,70 @@ def test_script_help(name):
             assert len(line.split()) > 2 or rest.strip(), f"{name} {option}: no help"
     assert "until the pruning issue" not in r.stdout
     assert "re-evaluates from scratch" not in r.stdout
+
+
+# -- the engine benchmark (benchmarks/engine.py --quick) ------------------------------------
+
+@pytest.fixture(scope="module")
+def engine_quick(bench_run):
+    """One ``--quick`` run of benchmarks/engine.py (small queries, one round: seconds), its
+    raw numbers and its tables. ``bench_run`` puts benchmarks/ on sys.path."""
+    import engine
+
+    data = engine.run(engine.Config(quick=True, repeat=1, log=lambda _: None))
+    return engine, data, engine.tables(data)
+
+
+def test_engine_quick_tables_have_their_rows(engine_quick):
+    engine, data, found = engine_quick
+    names = sorted(wq.name for wq in engine.workload(engine.Config(quick=True)))
+    assert len(names) == 4
+    captions = [c for c, *_ in found]
+    assert len(found) == 8
+    assert all(c.startswith("Goal: ") for c in captions[:-1])
+    assert captions[-1].startswith("The floor on the largest query")
+    for caption, header, rows, _ in found:
+        assert rows, caption
+        assert all(len(r) == len(header) for r in rows), caption
+    # from scratch: every workload query under cout and io, then TPC-H Q5
+    assert sorted((r[0], r[1]) for r in found[0][2]) == sorted(
+        (n, m) for n in names for m in ("cout", "io"))
+    assert [r[0] for r in found[1][2]] == ["tpch:q5"]
+    assert len(found[2][2]) == 2 * len(names) + 1  # bounds: cout, io, TPC-H
+    assert sorted(r[0] for r in found[3][2]) == names  # --quick: every query's deltas
+    assert [r[0] for r in found[4][2]] == ["A", "E",
+                                           "all, one CLI call (wall ms it reports)"]
+    assert sorted(r[0] for r in found[5][2]) == names
+    text = engine.render(data, "python benchmarks/engine.py --quick")
+    assert text.count("Goal: ") == 7 and "Reading:" in text
+
+
+def test_engine_quick_every_plan_is_exact(engine_quick):
+    """Every measured plan costs what a fresh topdown finds (the harness's own checks), and
+    the floor's Polars pass and pure-Python DPccp reach topdown's C_out optimum."""
+    engine, data, found = engine_quick
+    for caption, header, rows, _ in found[:-1]:
+        for name in ("exact", "every round exact"):
+            if name in header:
+                col = header.index(name)
+                assert {r[col] for r in rows} <= {"yes", "–"}, (caption, rows)
+                assert any(r[col] == "yes" for r in rows), caption
+    for r in data["loop"]:
+        assert r["ended"] and r["rounds"] >= 1, r  # small queries: the loop ends
+    f = data["floor"]
+    largest = max(engine.workload(engine.Config(quick=True)), key=lambda s: s.pairs)
+    assert f["query"] == largest.name and f["pairs"] == largest.pairs
+    want = engine._topdown_cost(largest, "cout")
+    assert f["optimum"] == pytest.approx(want, rel=1e-9)
+    assert f["polars"] is not None, "polars is in the dev extra"
+    assert f["polars_optimum"] == pytest.approx(want, rel=1e-9)
+
+
+def test_engine_quick_plancost_shrinks_with_pruning(engine_quick):
+    """Pruning only removes PlanCost tuples: none ≥ aggsel ≥ aggsel+bound ≥ all > 0."""
+    _, data, _ = engine_quick
+    for r in data["scratch_cout"] + data["scratch_tpch"]:
+        got = [r["modes"][m]["plancost"] for m in ("none", "aggsel", "aggsel+bound", "all")
+               if m in r["modes"]]
+        assert len(got) >= 3 and got == sorted(got, reverse=True) and got[-1] > 0, (
+            r["query"], got)
