@@ -60,18 +60,25 @@ def _grow(start: int, exclude: int, neighbors: np.ndarray, out: np.ndarray, k: i
         nb = _neighborhood(s, neighbors) & ~x
         if nb == 0:
             continue
+        # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which the
+        # budget must refuse without making them
+        count = 0
+        m = nb
+        while m != 0:
+            count += 1
+            m &= m - 1
+        examined += (np.int64(1) << count) - 1
+        if examined > budget:
+            return out, k, examined, True
         xn = x | nb
         t = nb
         while t != 0:
-            examined += 1
             out = _push(out, k, s | t)
             k += 1
             stack_s = _push(stack_s, top, s | t)
             stack_x = _push(stack_x, top, xn)
             top += 1
             t = (t - 1) & nb
-        if examined > budget:
-            return out, k, examined, True
     return out, k, examined, False
 
 
