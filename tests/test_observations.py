@@ -308,22 +308,6 @@ def test_the_cli_takes_observations_and_the_policy(capsys):
     assert "invalid choice: 'largest'" in capsys.readouterr().err
 
 
-@pytest.mark.spark
-def test_the_spark_engine_follows(spark):
-    """The spark engine calls the same built-ins: one small query, the python engine's cost."""
-    costs = {}
-    for engine in ("python", "spark"):
-        o = Optimizer("tpch:q3", cost_model="cout", engine=engine,
-                      observed_supersets="propagate")
-        o.optimize()
-        costs[engine] = o.update("card {orders,lineitem} := 3; card customer := 10").cost
-    assert costs["spark"] == costs["python"]
-    o = Optimizer("tpch:q3", cost_model="cout", optimizer="bottomup",
-                  observed_supersets="propagate")
-    o.optimize()
-    assert o.update("card {orders,lineitem} := 3; card customer := 10").cost == costs["spark"]
-
-
 def test_a_table_under_several_aliases_must_be_observed_by_alias():
     q = Query("t", (Relation("a1", "a"), Relation("a2", "a"), Relation("b", "b")),
               joins=(JoinPredicate.of(C("a1", "x"), C("b", "x")),
