@@ -5,8 +5,8 @@ or tuples of them (operators, properties, OR nodes) could choose among equal-cos
 alternatives differently from one run to the next. The oracle is the program itself run in
 separate processes under different hash seeds: every number and plan must be identical,
 wall-clock times aside. Ties between equal-cost alternatives are broken by the space's fixed
-order of alternatives (README, "Optimizers"); ``io``'s alternatives on the same inputs (both
-orders of a cross product, a sort enforcer against a sorted scan) tie often.
+order of alternatives (README, "Optimizers"); ties remain wherever alternatives cost the
+same, e.g. joins of equal-sized inputs.
 """
 
 from __future__ import annotations
