@@ -164,13 +164,24 @@ def choose_split(query: Query, data_dir: str | Path) -> tuple[str, str]:
     return best.alias, best.table
 
 
-def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession) -> Splits:
-    """Choose the split relation and count each split's rows (one Spark pass)."""
+def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
+                alias: str | None = None) -> Splits:
+    """Choose the split relation (``alias``, else :func:`choose_split`) and count each
+    split's rows (one Spark pass)."""
     from pyspark.sql import functions as F
 
     if k < 1:
         raise ReoptError(f"the number of splits must be at least 1, got {k}")
-    alias, table = choose_split(query, data_dir)
+    if alias is None:
+        alias, table = choose_split(query, data_dir)
+    else:
+        if alias not in query.aliases:
+            raise ReoptError(f"query {query.name} has no relation '{alias}' to split "
+                             f"(it has {', '.join(query.aliases)})")
+        table = query.relations[query.index(alias)].table
+        if sum(r.table == table for r in query.relations) > 1:
+            raise ReoptError(f"query {query.name} joins table '{table}' with itself; "
+                             f"'{alias}' cannot be split")
     df = read_tables(query, data_dir, spark)[table]
     column = df.columns[0]
     counts = {int(r[0]): int(r[1]) for r in df.groupBy(
@@ -205,7 +216,8 @@ class Loop:
     """The split runs of one query over one data folder, shared by the strategies."""
 
     def __init__(self, make_optimizer: Callable[[], Optimizer], data_dir: str | Path, k: int,
-                 spark: SparkSession, deltas: list[str] | None = None):
+                 spark: SparkSession, deltas: list[str] | None = None,
+                 split: str | None = None):
         self.make_optimizer = make_optimizer
         self.data_dir = data_dir
         self.spark = spark
@@ -215,7 +227,7 @@ class Loop:
         self.combiner: Combiner = combiner(self.query.sql, self.query.name) if k > 1 else \
             _whole(self.query.sql)
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
-        self.splits = make_splits(self.query, data_dir, k, spark)
+        self.splits = make_splits(self.query, data_dir, k, spark, split)
 
     def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None
             ) -> StrategyRun:

@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of the query's tables (as written by reopt data tpch)")
     r.add_argument("--splits", type=positive_int, default=4, metavar="K",
                    help="split the largest input into K hash splits (default 4)")
+    r.add_argument("--split", metavar="ALIAS", help="the relation to split (default: the "
+                   "largest input on disk among tables the query names once)")
     r.add_argument("--strategy", default="adaptive", type=_strategy_list,
                    help="one or a comma-separated list of: static, adaptive, hindsight, spark, "
                    "or all (default adaptive); each runs over the same splits")
@@ -384,7 +386,11 @@ def run_main(args: argparse.Namespace) -> int:
     find_tables(query, args.data)
     if args.splits > 1:
         combiner(query.sql, query.name)
-    loop = Loop(make_optimizer, args.data, args.splits, get_spark(args.master), deltas)
+    if args.split is not None and args.split not in query.aliases:
+        raise ReoptError(f"--split {args.split}: query {query.name} has no such relation (it "
+                         f"has {', '.join(query.aliases)})")
+    loop = Loop(make_optimizer, args.data, args.splits, get_spark(args.master), deltas,
+                args.split)
     s = loop.splits
     if not args.json:
         print(f"== {query.name} on {args.data}: {s.alias} ({s.table}) in {s.k} hash splits of "

@@ -36,9 +36,9 @@ def skew_dir(tmp_path_factory, spark):
     return out
 
 
-def loop(query: str, data, spark, k: int = 3, deltas=()) -> Loop:
+def loop(query: str, data, spark, k: int = 3, deltas=(), split=None) -> Loop:
     return Loop(lambda: Optimizer(f"tpch:{query}", CATALOG, optimizer="topdown-inc"),
-                data, k, spark, list(deltas))
+                data, k, spark, list(deltas), split)
 
 
 @pytest.mark.parametrize("query", ["q3", "q5"])
@@ -124,7 +124,7 @@ def test_empty_splits_are_a_no_op(spark, tpch_dir, tmp_path):
     lineitem = pq.read_table(tpch_dir / "lineitem.parquet").to_pandas()
     pq.write_table(pa.Table.from_pandas(lineitem[lineitem["l_orderkey"] == kept.as_py()],
                                         preserve_index=False), few / "lineitem.parquet")
-    run_loop = loop("q5", few, spark, k=3)
+    run_loop = loop("q5", few, spark, k=3, split="lineitem")
     assert sorted(run_loop.splits.rows)[:2] == [0, 0]
     run = run_loop.run("adaptive")
     assert run.answer_digest == answer_digest(spark_sql_answer(run_loop.query, few, spark))
