@@ -134,3 +134,15 @@ def test_empty_splits_are_a_no_op(spark, tpch_dir, tmp_path):
             assert not split.plan_changed  # the empty split before pushed nothing
         if split.split_rows == 0:
             assert split.result_rows == 0
+
+
+def test_only_the_split_relations_counts_are_scaled():
+    """The next split holds twice the lineitem rows; orders and their filter are whole."""
+    from reopt.execute import NodeRun
+
+    nodes = [NodeRun("hashjoin", "join", ("orders", "lineitem"), 10.0, 30),
+             NodeRun("tablescan", "scan", ("orders",), 5.0, 7, scanned=100),
+             NodeRun("tablescan", "scan", ("lineitem",), 20.0, 41)]
+    deltas = Execution([], [], "", 0.0, nodes).deltas(2.0, scaled="lineitem")
+    assert deltas == ["card orders =100", "card lineitem =82", "card {orders} := 7",
+                      "card {orders,lineitem} := 60"]
