@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 STRATEGIES = ("static", "adaptive", "hindsight", "spark")
+SPLIT_BY = ("hash", "range")
 SPARK_SETTINGS = {
     "spark.sql.cbo.enabled": "true",
     "spark.sql.cbo.joinReorder.enabled": "true",
@@ -86,9 +88,19 @@ class Splits:
     k: int
     rows: list[int]
     """Rows of the split table in each split."""
+    by: str = "hash"
+    conditions: tuple[str, ...] = ()
+    """``range`` only: the condition of each split (``hash``: computed)."""
 
     def condition(self, i: int) -> str:
+        if self.by == "range":
+            return self.conditions[i]
         return f"pmod(xxhash64(`{self.column}`), {self.k}) = {i}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alias": self.alias, "table": self.table, "by": self.by,
+                "column": self.column, "k": self.k, "rows": self.rows,
+                "conditions": [self.condition(i) for i in range(self.k)]}
 
 
 @dataclass
@@ -169,9 +181,13 @@ def choose_split(query: Query, data_dir: str | Path) -> tuple[str, str]:
 
 
 def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
-                alias: str | None = None) -> Splits:
-    """Choose the split relation (``alias``, else :func:`choose_split`) and count each
-    split's rows (one Spark pass)."""
+                alias: str | None = None, by: str = "hash", column: str | None = None
+                ) -> Splits:
+    """Choose the split relation (``alias``, else :func:`choose_split`) and its splits:
+    ``hash`` of ``column`` (default: the table's first), or ``range``s of ``column`` cut at
+    its approximate quantiles (equal-sized splits in the column's order: a date column
+    gives the splits in time order); count each split's rows (one Spark pass, two for
+    ``range``)."""
     from pyspark.sql import functions as F
 
     if k < 1:
@@ -186,11 +202,57 @@ def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
         if sum(r.table == table for r in query.relations) > 1:
             raise ReoptError(f"query {query.name} joins table '{table}' with itself; "
                              f"'{alias}' cannot be split")
+    if by not in SPLIT_BY:
+        raise ReoptError(f"unknown split kind '{by}' (choose from {', '.join(SPLIT_BY)})")
     df = read_tables(query, data_dir, spark)[table]
-    column = df.columns[0]
-    counts = {int(r[0]): int(r[1]) for r in df.groupBy(
-        F.expr(f"pmod(xxhash64(`{column}`), {k})")).count().collect()}
-    return Splits(alias, table, column, k, [counts.get(i, 0) for i in range(k)])
+    if column is None:
+        column = df.columns[0]
+    else:
+        found = {c.lower(): c for c in df.columns}.get(column.lower())
+        if found is None:
+            raise ExecutionError(f"{data_dir}: table '{table}' has no column '{column}' to "
+                                 "split by")
+        column = found
+    if by == "hash":
+        counts = {int(r[0]): int(r[1]) for r in df.groupBy(
+            F.expr(f"pmod(xxhash64(`{column}`), {k})")).count().collect()}
+        return Splits(alias, table, column, k, [counts.get(i, 0) for i in range(k)])
+    conditions = _range_conditions(df, column, k)
+    rows = df.select(*[F.count_if(F.expr(c)).alias(f"s{i}")
+                       for i, c in enumerate(conditions)]).first()
+    return Splits(alias, table, column, k, [int(n) for n in rows], "range", tuple(conditions))
+
+
+def _range_conditions(df: Any, column: str, k: int) -> list[str]:
+    """``k`` conditions cutting ``column`` at its approximate ``i/k`` quantiles; NULLs go to
+    the first split. Equal boundaries (a skewed column) leave empty splits."""
+    from pyspark.sql import functions as F
+
+    if k == 1:
+        return ["true"]
+    fractions = ", ".join(repr(i / k) for i in range(1, k))
+    cuts = df.select(F.expr(f"percentile_approx(`{column}`, array({fractions}))")).first()[0]
+    if cuts is None:  # an empty table: every row (none) in the first split
+        return ["true"] + ["false"] * (k - 1)
+    bounds = [_literal(v) for v in cuts]
+    col = f"`{column}`"
+    out = [f"({col} IS NULL OR {col} < {bounds[0]})"]
+    out += [f"({col} >= {lo} AND {col} < {hi})" for lo, hi in pairwise(bounds)]
+    out.append(f"{col} >= {bounds[-1]}")
+    return out
+
+
+def _literal(v: Any) -> str:
+    """A Spark SQL literal of a quantile value (a number, date, timestamp or string)."""
+    import datetime as dt
+
+    if isinstance(v, dt.datetime):
+        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
+    if isinstance(v, dt.date):
+        return f"DATE '{v.isoformat()}'"
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return repr(v) if not hasattr(v, "to_eng_string") else str(v)
 
 
 @contextlib.contextmanager
@@ -221,7 +283,7 @@ class Loop:
 
     def __init__(self, make_optimizer: Callable[[], Optimizer], data_dir: str | Path, k: int,
                  spark: SparkSession, deltas: list[str] | None = None,
-                 split: str | None = None):
+                 split: str | None = None, by: str = "hash", column: str | None = None):
         self.make_optimizer = make_optimizer
         self.data_dir = data_dir
         self.spark = spark
@@ -231,7 +293,7 @@ class Loop:
         self.combiner: Combiner = combiner(self.query.sql, self.query.name) if k > 1 else \
             _whole(self.query.sql)
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
-        self.splits = make_splits(self.query, data_dir, k, spark, split)
+        self.splits = make_splits(self.query, data_dir, k, spark, split, by, column)
 
     def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None
             ) -> StrategyRun:

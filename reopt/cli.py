@@ -110,6 +110,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="split the largest input into K hash splits (default 4)")
     r.add_argument("--split", metavar="ALIAS", help="the relation to split (default: the "
                    "largest input on disk among tables the query names once)")
+    r.add_argument("--split-by", default="hash", choices=("hash", "range"),
+                   help="hash splits (default) or ranges at the column's quantiles, in order")
+    r.add_argument("--split-column", metavar="COL", help="the column splits are cut by "
+                   "(default: the split table's first column)")
     r.add_argument("--strategy", default="adaptive", type=_strategy_list,
                    help="one or a comma-separated list of: static, adaptive, hindsight, spark, "
                    "or all (default adaptive); each runs over the same splits")
@@ -390,11 +394,11 @@ def run_main(args: argparse.Namespace) -> int:
         raise ReoptError(f"--split {args.split}: query {query.name} has no such relation (it "
                          f"has {', '.join(query.aliases)})")
     loop = Loop(make_optimizer, args.data, args.splits, get_spark(args.master), deltas,
-                args.split)
+                args.split, args.split_by, args.split_column)
     s = loop.splits
     if not args.json:
-        print(f"== {query.name} on {args.data}: {s.alias} ({s.table}) in {s.k} hash splits of "
-              f"{s.column}: {', '.join(map(str, s.rows))} rows")
+        print(f"== {query.name} on {args.data}: {s.alias} ({s.table}) in {s.k} {s.by} splits "
+              f"of {s.column}: {', '.join(map(str, s.rows))} rows")
     runs = []
     with tqdm(total=s.k * len(args.strategy), desc="splits", unit="split", leave=False,
               file=sys.stderr, disable=None) as bar:
@@ -420,8 +424,7 @@ def run_main(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"query": query.name, "data": args.data, "optimizer": args.optimizer,
                "cost_model": args.cost_model, "deltas": deltas,
-               "split": {"alias": s.alias, "table": s.table, "column": s.column, "k": s.k,
-                         "rows": s.rows},
+               "split": s.to_json(),
                "same_answer": len(digests) == 1,
                "strategies": [r.to_json() for r in runs]}
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
