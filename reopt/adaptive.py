@@ -3,8 +3,10 @@
 The largest input of the query (the relation whose table takes the most bytes on disk among
 the tables the query names once; a self-joined table is never split) is cut into ``K`` splits
 by hash: split ``i`` holds the rows with ``pmod(xxhash64(key), K) = i``, ``key`` being the
-table's first column (TPC-H: its key, ``l_orderkey`` for lineitem). Hash splits are disjoint,
-cover the table, and are of about equal size whatever the key's skew in value. Each split runs
+chosen column or the table's first (TPC-H: its key, ``l_orderkey`` for lineitem). Hash splits
+are disjoint, cover the table, and are of about equal size whatever the key's skew in value.
+Range splits cut the column at its approximate quantiles and run in the column's order (by a
+date: in time order, so drifting data differs from split to split). Each split runs
 the query with the other relations whole; inner joins distribute over the split, and
 :mod:`reopt.combine` combines the splits' answers into the whole query's answer.
 
