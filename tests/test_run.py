@@ -125,6 +125,10 @@ def test_bad_input(spark, tpch_dir, tmp_path, capsys):
     pq.write_table(customer, partial / "customer.parquet")
     with pytest.raises(ExecutionError, match="column 'c_mktsegment' is in the data of no"):
         loop("q3", partial, spark, k=2).run("static")
+    # a split column the split table lacks
+    with pytest.raises(ExecutionError, match="table 'lineitem' has no column 'l_nope'"):
+        Loop(lambda: Optimizer("tpch:q3", CATALOG, optimizer="topdown-inc"), tpch_dir, 2,
+             spark, by="range", column="l_nope")
 
 
 def test_empty_splits_are_a_no_op(spark, tpch_dir, tmp_path):
