@@ -1,13 +1,14 @@
 """The adaptive loop (``reopt run``): every strategy over the same splits, side by side.
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
-[--delta D]... [--cost-model io|cout]`` (DIR as ``reopt data tpch`` writes it; the built-in
-catalog at the scale factor it records; ``--delta`` changes it before the first plan, e.g.
-``"card orders *1000"`` for a wrong statistic the observations must correct). Per query, a
-warm-up run of the ``static`` strategy is not counted (the JVM and the file cache), then each
-strategy runs once: its total execution time over the splits, its total re-optimization
-time, how often the plan changed, and whether its answer digests as the others'. Session
-start-up and the ``spark`` strategy's writing and ``ANALYZE`` of its tables are excluded.
+[--split-by hash|range] [--split-column COL] [--delta D]... [--cost-model io|cout]``
+(DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
+``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
+statistic the observations must correct). Per query, a warm-up run of the ``static``
+strategy is not counted (the JVM and the file cache), then each strategy runs once: its
+total execution time over the splits, its total re-optimization time, how often the plan
+changed, and whether its answer digests as the others'. Session start-up and the ``spark``
+strategy's writing and ``ANALYZE`` of its tables are excluded.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--queries", default="q3,q5")
     ap.add_argument("--splits", type=int, default=4)
     ap.add_argument("--delta", action="append", default=[])
+    ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
+    ap.add_argument("--split-column")
     ap.add_argument("--cost-model", default="io")
     args = ap.parse_args(argv)
     catalog = load_catalog(None, _data_scale_factor(args.data))
     spark = get_spark()
-    print(f"data {args.data}, {args.splits} splits, deltas {args.delta or 'none'}")
+    print(f"data {args.data}, {args.splits} {args.split_by} splits"
+          f"{' of ' + args.split_column if args.split_column else ''}, "
+          f"deltas {args.delta or 'none'}")
     print("| query | strategy | exec (s) | reopt (s) | plan changes | result rows | same answer |")
     print("|---|---|---|---|---|---|---|")
     for q in args.queries.split(","):
@@ -39,7 +44,8 @@ def main(argv: list[str]) -> int:
             return Optimizer(f"tpch:{q}", catalog, cost_model=args.cost_model,
                              optimizer="topdown-inc")
 
-        loop = Loop(make, args.data, args.splits, spark, args.delta)
+        loop = Loop(make, args.data, args.splits, spark, args.delta, by=args.split_by,
+                    column=args.split_column)
         reference = loop.run("static").answer_digest  # warm-up, not counted
         for strategy in STRATEGIES:
             run = loop.run(strategy)
