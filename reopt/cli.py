@@ -1,4 +1,4 @@
-"""Command line: ``reopt optimize``, ``execute``, ``stats``, ``data`` and ``bench``.
+"""Command line: ``reopt optimize``, ``execute``, ``run``, ``stats``, ``data`` and ``bench``.
 
 Bad input of any kind ends with one line ``reopt: <what is wrong>`` on stderr and exit code 2.
 """
@@ -112,6 +112,37 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--master", help="Spark master URL (default: local[*], or "
                    "$REOPT_SPARK_MASTER)")
     e.add_argument("--json", action="store_true", help="print JSON")
+    r = sub.add_parser("run", help="run a query split by split on Spark, re-optimizing "
+                       "between splits from what each observed; compare strategies")
+    r.add_argument("query", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
+    r.add_argument("--data", required=True, metavar="DIR",
+                   help="folder of the query's tables (as written by reopt data tpch)")
+    r.add_argument("--splits", type=positive_int, default=4, metavar="K",
+                   help="split the largest input into K hash splits (default 4)")
+    r.add_argument("--split", metavar="ALIAS", help="the relation to split (default: the "
+                   "largest input on disk among tables the query names once)")
+    r.add_argument("--split-by", default="hash", choices=("hash", "range"),
+                   help="hash splits (default) or ranges at the column's quantiles, in order")
+    r.add_argument("--split-column", metavar="COL", help="the column splits are cut by "
+                   "(default: the split table's first column)")
+    r.add_argument("--strategy", default="adaptive", type=_strategy_list,
+                   help="one or a comma-separated list of: static, adaptive, hindsight, spark, "
+                   "or all (default adaptive); each runs over the same splits")
+    r.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics at "
+                   "the data's scale factor)")
+    r.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
+                   "(default: the one DIR/reopt-data.json records, else 1)")
+    r.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    r.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
+                   help="the optimizer that plans and re-plans (default topdown-inc)")
+    r.add_argument("--engine", default="python", choices=ENGINES,
+                   help="engine of the declarative optimizer (default python)")
+    r.add_argument("--delta", action="append", default=[], metavar="D",
+                   help="a delta applied to the catalog before the first plan (repeatable), "
+                   "e.g. a wrong statistic the observations must correct")
+    r.add_argument("--master", help="Spark master URL (default: local[*], or "
+                   "$REOPT_SPARK_MASTER)")
+    r.add_argument("--json", action="store_true", help="print JSON")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
     d = sub.add_parser("data", help="generate TPC-H data as Parquet (reopt data tpch --help)")
@@ -340,6 +371,94 @@ def execute_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _strategy_list(text: str) -> list[str]:
+    from reopt.adaptive import STRATEGIES
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if names == ["all"]:
+        return list(STRATEGIES)
+    for n in names or [""]:
+        if n not in STRATEGIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown strategy '{n}' (choose from {', '.join(STRATEGIES)}, or all)")
+    return list(dict.fromkeys(names))
+
+
+def run_main(args: argparse.Namespace) -> int:
+    """``reopt run``: the adaptive loop over the splits of the query's largest input, one run
+    per strategy, each split reported as it ends, then whether the answers agree."""
+    from tqdm import tqdm
+
+    from reopt.adaptive import Loop
+    from reopt.combine import combiner
+    from reopt.execute import find_tables
+    from reopt.spark import get_spark
+
+    if args.catalog is not None and args.sf is not None:
+        raise ReoptError("--sf scales the built-in TPC-H catalog; a --catalog file has its own "
+                         "row counts")
+    sf = args.sf if args.sf is not None else _data_scale_factor(args.data)
+    catalog = load_catalog(args.catalog, sf)
+    query = load_query(args.query, catalog)
+
+    def make_optimizer() -> Optimizer:
+        return Optimizer(query, catalog, cost_model=args.cost_model, optimizer=args.optimizer,
+                         engine=args.engine)
+
+    deltas = [str(d) for text in args.delta for d in parse_deltas(text)]
+    if deltas:  # bad input fails before Spark starts
+        make_optimizer().check(deltas)
+    find_tables(query, args.data)
+    if args.splits > 1:
+        combiner(query.sql, query.name)
+    if args.split is not None and args.split not in query.aliases:
+        raise ReoptError(f"--split {args.split}: query {query.name} has no such relation (it "
+                         f"has {', '.join(query.aliases)})")
+    loop = Loop(make_optimizer, args.data, args.splits, get_spark(args.master), deltas,
+                args.split, args.split_by, args.split_column)
+    s = loop.splits
+    if not args.json:
+        print(f"== {query.name} on {args.data}: {s.alias} ({s.table}) in {s.k} {s.by} splits "
+              f"of {s.column}: {', '.join(map(str, s.rows))} rows")
+    runs = []
+    with tqdm(total=s.k * len(args.strategy), desc="splits", unit="split", leave=False,
+              file=sys.stderr, disable=None) as bar:
+        for strategy in args.strategy:
+            def report(split, strategy=strategy) -> None:
+                bar.update(1)
+                if args.json:
+                    return
+                changed = "changed" if split.plan_changed else "same"
+                stats = ("" if split.statistics_seconds is None
+                         else f" analyze {split.statistics_seconds:.2f} s")
+                bar.write(f"{strategy:9} split {split.index}: {split.split_rows} rows, plan "
+                          f"{changed}, reopt {split.reopt_seconds:.3f} s, exec "
+                          f"{split.execution_seconds:.2f} s{stats}, {split.result_rows} "
+                          f"result rows\n          {split.plan}")
+                for n in split.nodes:
+                    if n.logical in ("scan", "join"):
+                        bar.write(f"            {{{', '.join(n.relations)}}} estimated="
+                                  f"{n.estimated:.6g} observed={n.observed}")
+
+            runs.append(loop.run(strategy, report))
+    digests = {r.answer_digest for r in runs}
+    if args.json:
+        doc = {"query": query.name, "data": args.data, "optimizer": args.optimizer,
+               "cost_model": args.cost_model, "deltas": deltas,
+               "split": s.to_json(),
+               "same_answer": len(digests) == 1,
+               "strategies": [r.to_json() for r in runs]}
+        sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
+    else:
+        for r in runs:
+            doc = r.to_json()
+            print(f"{r.strategy:9} total: reopt {doc['reopt_seconds']:.3f} s, exec "
+                  f"{doc['execution_seconds']:.2f} s, {doc['plan_changes']} plan changes, "
+                  f"{len(r.rows)} result rows, answer_digest {r.answer_digest[:16]}…")
+        print("same answer: " + ("yes" if len(digests) == 1 else "NO"))
+    return 0 if len(digests) == 1 else 1
+
+
 def _depths(plan) -> list[int]:
     out: list[int] = []
 
@@ -368,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "execute":
             return execute_main(args)
+        if args.command == "run":
+            return run_main(args)
         return optimize_main(args)
     except ReoptError as e:
         print(f"reopt: {e}", file=sys.stderr)

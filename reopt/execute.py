@@ -109,9 +109,11 @@ class Execution:
     spark_plan: str = ""
     """Spark's executed physical plan (its joins show the operators the hints chose)."""
 
-    def deltas(self, scale: float = 1.0) -> list[str]:
+    def deltas(self, scale: float = 1.0, scaled: str | None = None) -> list[str]:
         """The observations as deltas for the next optimization, each count times ``scale``
-        (the size of the data the next run will see relative to this one), rounded. First the
+        (the size of the data the next run will see relative to this one), rounded; with
+        ``scaled`` (an alias), only the counts of sets holding that relation are (the next run
+        sees another split of it, the other relations whole). First the
         rows each scanned relation has before its filters (``card ALIAS =N``, at least 1: a
         table's rows are a statistic, and must be positive), then the output of every
         filtered scan and join as an observation (``card {a,b} := N``: pinned, never moved by
@@ -121,18 +123,18 @@ class Execution:
         if not (math.isfinite(scale) and scale > 0):
             raise ReoptError(f"scale must be a finite number > 0, got {scale}")
 
-        def n_of(rows: int) -> int:
-            return round(rows * scale)
+        def n_of(rows: int, relations: tuple[str, ...]) -> int:
+            return round(rows * scale) if scaled is None or scaled in relations else rows
 
         bases, sets = {}, {}
         for n in self.nodes:
             if n.logical == "scan":
                 bases[n.relations[0]] = max(1, n_of(n.observed if n.scanned is None
-                                                    else n.scanned))
+                                                    else n.scanned, n.relations))
                 if n.scanned is None:
                     continue
             if n.logical in ("scan", "join"):
-                sets[n.relations] = n_of(n.observed)
+                sets[n.relations] = n_of(n.observed, n.relations)
         return ([f"card {a} ={rows}" for a, rows in bases.items()] +
                 [f"card {{{','.join(r)}}} := {rows}"
                  for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
@@ -358,10 +360,12 @@ def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict
 
 # -- the plan as DataFrames ----------------------------------------------------------------------
 class _Builder:
-    def __init__(self, query: Query, tables: dict[str, DataFrame], prepared: _Prepared):
+    def __init__(self, query: Query, tables: dict[str, DataFrame], prepared: _Prepared,
+                 restrict: dict[str, str]):
         self.query = query
         self.tables = tables
         self.prepared = prepared
+        self.restrict = restrict
         self.observed: dict[int, str] = {}  # id(node) -> name of its observation
         self.scanned: dict[int, str] = {}  # id(scan node) -> its count before filters
         self.run = uuid.uuid4().hex[:8]
@@ -384,6 +388,8 @@ class _Builder:
         alias = node.relations[0]
         i = self.query.index(alias)
         df = self.tables[self.query.relations[i].table]
+        if alias in self.restrict:  # one split of this relation: its rows are the split's
+            df = df.filter(F.expr(self.restrict[alias]))
         df = df.select(*[F.col(f"`{c}`").alias(_name(i, c))
                          for c in sorted(self.prepared.needed[i])])
         filters = self.prepared.filters.get(i, [])
@@ -456,7 +462,7 @@ def _observed(node: PlanNode, builder: _Builder, metrics: dict[str, int],
 
 
 def execute(plan: PlanNode, query: Query, data_dir: str | Path,
-            spark: SparkSession) -> Execution:
+            spark: SparkSession, restrict: dict[str, str] | None = None) -> Execution:
     """Run ``plan`` (a plan of ``query``) over the tables in ``data_dir`` on ``spark``.
 
     Returns the result rows, their :func:`answer_digest`, the wall time of the run (planning
@@ -464,6 +470,10 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
     estimated and the observed output rows. Raises :class:`ExecutionError` (one line) when a
     table of the query is missing from ``data_dir`` or a column of the query is in none of
     its relations' data. Empty tables are fine (empty answer, zero rows observed).
+
+    ``restrict`` maps an alias to a Spark SQL condition over its table's own columns: that
+    relation reads only the rows meeting it (one split of it, :mod:`reopt.adaptive`), and its
+    scan observes them as the table's rows.
     """
     from reopt.spark import execution_settings
 
@@ -475,7 +485,11 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
     schemas = {t: df.columns for t, df in tables.items()}
     view = f"reopt_plan_{uuid.uuid4().hex[:12]}"
     prepared = _prepare(query, schemas, view)
-    builder = _Builder(query, tables, prepared)
+    unknown = set(restrict or ()) - relations
+    if unknown:
+        raise ExecutionError(f"query {query.name} has no relation {sorted(unknown)[0]!r} to "
+                             "restrict")
+    builder = _Builder(query, tables, prepared, dict(restrict or {}))
     with execution_settings(spark):
         t0 = time.perf_counter()
         joined = builder.build(plan)

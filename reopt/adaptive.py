@@ -1,0 +1,397 @@
+"""``reopt run``: execute a query split by split, observing and re-planning between splits.
+
+The largest input of the query (the relation whose table takes the most bytes on disk among
+the tables the query names once; a self-joined table is never split) is cut into ``K`` splits
+by hash: split ``i`` holds the rows with ``pmod(xxhash64(key), K) = i``, ``key`` being the
+chosen column or the table's first (TPC-H: its key, ``l_orderkey`` for lineitem). Hash splits
+are disjoint, cover the table, and are of about equal size whatever the key's skew in value.
+Range splits cut the column at its approximate quantiles and run in the column's order (by a
+date: in time order, so drifting data differs from split to split). Each split runs
+the query with the other relations whole; inner joins distribute over the split, and
+:mod:`reopt.combine` combines the splits' answers into the whole query's answer.
+
+Strategies, each over the same splits:
+
+``static``
+    reopt's first plan (catalog statistics, the split relation scaled to one split), never
+    changed.
+``adaptive``
+    after each split, its observations (:meth:`~reopt.execute.Execution.deltas`, scaled by
+    the next split's size over this one's) go into the incremental session
+    (:meth:`~reopt.api.Optimizer.update`); the next split runs the new best plan.
+``hindsight``
+    before each split, an untimed first run of the current plan on that split observes it;
+    the plan re-optimized with those observations is the one timed: the best an adaptive
+    scheme could do with what the plan's nodes observe.
+``spark``
+    Spark SQL's own plan for the query text over the split: cost-based optimization and join
+    reordering on, ``ANALYZE TABLE … COMPUTE STATISTICS FOR ALL COLUMNS`` on every table
+    (written as Parquet tables of a scratch database, the split table as the split; untimed),
+    adaptive execution on.
+
+An empty split (no rows of the split relation) is run, adds nothing to the answer, and its
+observations are not pushed: the plan stays as it was (a documented no-op).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reopt.api import Optimizer
+from reopt.combine import Combiner, combiner
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.query import Query
+from reopt.execute import (
+    ExecutionError,
+    NodeRun,
+    answer_digest,
+    collect,
+    execute,
+    find_tables,
+    read_tables,
+)
+from reopt.plan import PlanNode
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STRATEGIES = ("static", "adaptive", "hindsight", "spark")
+SPLIT_BY = ("hash", "range")
+SPARK_SETTINGS = {
+    "spark.sql.cbo.enabled": "true",
+    "spark.sql.cbo.joinReorder.enabled": "true",
+    "spark.sql.cbo.planStats.enabled": "true",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.codegen.wholeStage": "true",
+}
+"""Spark SQL settings of the ``spark`` strategy, restored after each split."""
+SPARK_JOINS = re.compile(r"\b(BroadcastHashJoin|ShuffledHashJoin|SortMergeJoin|"
+                         r"BroadcastNestedLoopJoin|CartesianProduct)\b")
+
+
+@dataclass(frozen=True)
+class Splits:
+    """How the split relation is cut: ``condition(i)`` selects split ``i``."""
+
+    alias: str
+    table: str
+    column: str
+    k: int
+    rows: list[int]
+    """Rows of the split table in each split."""
+    by: str = "hash"
+    conditions: tuple[str, ...] = ()
+    """``range`` only: the condition of each split (``hash``: computed)."""
+
+    def condition(self, i: int) -> str:
+        if self.by == "range":
+            return self.conditions[i]
+        return f"pmod(xxhash64(`{self.column}`), {self.k}) = {i}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alias": self.alias, "table": self.table, "by": self.by,
+                "column": self.column, "k": self.k, "rows": self.rows,
+                "conditions": [self.condition(i) for i in range(self.k)]}
+
+
+@dataclass
+class SplitRun:
+    """One split under one strategy."""
+
+    index: int
+    split_rows: int
+    plan: str
+    plan_changed: bool
+    reopt_seconds: float
+    execution_seconds: float
+    result_rows: int
+    nodes: list[NodeRun] = field(default_factory=list)
+    statistics_seconds: float | None = None
+    """``spark`` only: writing and ``ANALYZE``-ing the split's tables (not in execution)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"split": self.index, "split_rows": self.split_rows, "plan": self.plan,
+                "plan_changed": self.plan_changed, "reopt_seconds": self.reopt_seconds,
+                "execution_seconds": self.execution_seconds, "result_rows": self.result_rows,
+                "nodes": [n.to_json() for n in self.nodes]}
+        if self.statistics_seconds is not None:
+            out["statistics_seconds"] = self.statistics_seconds
+        return out
+
+
+@dataclass
+class StrategyRun:
+    """A whole run of one strategy: its splits and the combined answer."""
+
+    strategy: str
+    splits: list[SplitRun]
+    columns: list[str]
+    rows: list[tuple]
+
+    @property
+    def answer_digest(self) -> str:
+        return answer_digest(self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "result_rows": len(self.rows),
+                "answer_digest": self.answer_digest,
+                "reopt_seconds": sum(s.reopt_seconds for s in self.splits),
+                "execution_seconds": sum(s.execution_seconds for s in self.splits),
+                "plan_changes": sum(s.plan_changed for s in self.splits),
+                "splits": [s.to_json() for s in self.splits]}
+
+
+def plan_shape(plan: PlanNode) -> str:
+    """The plan in one line: operators and join order (``hashjoin(tablescan orders, …)``)."""
+    if plan.alt.log_op == "scan":
+        return f"{plan.op} {plan.relations[0]}"
+    inner = ", ".join(plan_shape(c) for c in plan.children)
+    return f"{plan.op}({inner})"
+
+
+def choose_split(query: Query, data_dir: str | Path) -> tuple[str, str]:
+    """(alias, table) of the query's largest input by bytes on disk, among tables the query
+    names once (splitting a self-joined table would split both its relations)."""
+    sources = find_tables(query, data_dir)
+    counts: dict[str, int] = {}
+    for r in query.relations:
+        counts[r.table] = counts.get(r.table, 0) + 1
+
+    def size(src: Any) -> int:
+        path = Path(src.path)
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+
+    candidates = [r for r in query.relations if counts[r.table] == 1]
+    if not candidates:
+        raise ExecutionError(f"query {query.name}: every table is joined with itself; no "
+                             "input can be split")
+    best = max(candidates, key=lambda r: size(sources[r.table]))
+    return best.alias, best.table
+
+
+def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
+                alias: str | None = None, by: str = "hash", column: str | None = None
+                ) -> Splits:
+    """Choose the split relation (``alias``, else :func:`choose_split`) and its splits:
+    ``hash`` of ``column`` (default: the table's first), or ``range``s of ``column`` cut at
+    its approximate quantiles (equal-sized splits in the column's order: a date column
+    gives the splits in time order); count each split's rows (one Spark pass, two for
+    ``range``)."""
+    from pyspark.sql import functions as F
+
+    if k < 1:
+        raise ReoptError(f"the number of splits must be at least 1, got {k}")
+    if alias is None:
+        alias, table = choose_split(query, data_dir)
+    else:
+        if alias not in query.aliases:
+            raise ReoptError(f"query {query.name} has no relation '{alias}' to split "
+                             f"(it has {', '.join(query.aliases)})")
+        table = query.relations[query.index(alias)].table
+        if sum(r.table == table for r in query.relations) > 1:
+            raise ReoptError(f"query {query.name} joins table '{table}' with itself; "
+                             f"'{alias}' cannot be split")
+    if by not in SPLIT_BY:
+        raise ReoptError(f"unknown split kind '{by}' (choose from {', '.join(SPLIT_BY)})")
+    df = read_tables(query, data_dir, spark)[table]
+    if column is None:
+        column = df.columns[0]
+    else:
+        found = {c.lower(): c for c in df.columns}.get(column.lower())
+        if found is None:
+            raise ExecutionError(f"{data_dir}: table '{table}' has no column '{column}' to "
+                                 "split by")
+        column = found
+    if by == "hash":
+        counts = {int(r[0]): int(r[1]) for r in df.groupBy(
+            F.expr(f"pmod(xxhash64(`{column}`), {k})")).count().collect()}
+        return Splits(alias, table, column, k, [counts.get(i, 0) for i in range(k)])
+    conditions = _range_conditions(df, column, k)
+    rows = df.select(*[F.count_if(F.expr(c)).alias(f"s{i}")
+                       for i, c in enumerate(conditions)]).first()
+    return Splits(alias, table, column, k, [int(n) for n in rows], "range", tuple(conditions))
+
+
+def _range_conditions(df: Any, column: str, k: int) -> list[str]:
+    """``k`` conditions cutting ``column`` at its approximate ``i/k`` quantiles; NULLs go to
+    the first split. Equal boundaries (a skewed column) leave empty splits."""
+    from pyspark.sql import functions as F
+
+    if k == 1:
+        return ["true"]
+    fractions = ", ".join(repr(i / k) for i in range(1, k))
+    cuts = df.select(F.expr(f"percentile_approx(`{column}`, array({fractions}))")).first()[0]
+    if cuts is None:  # an empty table: every row (none) in the first split
+        return ["true"] + ["false"] * (k - 1)
+    bounds = [_literal(v) for v in cuts]
+    col = f"`{column}`"
+    out = [f"({col} IS NULL OR {col} < {bounds[0]})"]
+    out += [f"({col} >= {lo} AND {col} < {hi})" for lo, hi in pairwise(bounds)]
+    out.append(f"{col} >= {bounds[-1]}")
+    return out
+
+
+def _literal(v: Any) -> str:
+    """A Spark SQL literal of a quantile value (a number, date, timestamp or string)."""
+    import datetime as dt
+
+    if isinstance(v, dt.datetime):
+        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
+    if isinstance(v, dt.date):
+        return f"DATE '{v.isoformat()}'"
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return repr(v) if not hasattr(v, "to_eng_string") else str(v)
+
+
+@contextlib.contextmanager
+def spark_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` for the block, every one put back (or unset) after."""
+    conf = spark.conf
+    before = {k: conf.get(k, None) for k in settings}
+    excluded = conf.get("spark.sql.optimizer.excludedRules", None)
+    try:
+        for k, v in settings.items():
+            conf.set(k, v)
+        if excluded:  # Spark's own join reordering must be allowed for its baseline
+            from reopt.spark import REORDER_JOIN
+
+            conf.set("spark.sql.optimizer.excludedRules",
+                     ",".join(r for r in excluded.split(",") if r and r != REORDER_JOIN))
+        yield
+    finally:
+        for k, v in [*before.items(), ("spark.sql.optimizer.excludedRules", excluded)]:
+            if v is None:
+                conf.unset(k)
+            else:
+                conf.set(k, v)
+
+
+class Loop:
+    """The split runs of one query over one data folder, shared by the strategies."""
+
+    def __init__(self, make_optimizer: Callable[[], Optimizer], data_dir: str | Path, k: int,
+                 spark: SparkSession, deltas: list[str] | None = None,
+                 split: str | None = None, by: str = "hash", column: str | None = None):
+        self.make_optimizer = make_optimizer
+        self.data_dir = data_dir
+        self.spark = spark
+        self.deltas = list(deltas or [])
+        probe = make_optimizer()
+        self.query = probe.query
+        self.combiner: Combiner = combiner(self.query.sql, self.query.name) if k > 1 else \
+            _whole(self.query.sql)
+        self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
+        self.splits = make_splits(self.query, data_dir, k, spark, split, by, column)
+
+    def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None
+            ) -> StrategyRun:
+        if strategy not in STRATEGIES:
+            raise ReoptError(f"unknown strategy '{strategy}' (choose from "
+                             f"{', '.join(STRATEGIES)})")
+        runs: list[SplitRun] = []
+        partials: list[list[tuple]] = []
+        columns: list[str] = []
+        steps = self._spark_splits() if strategy == "spark" else self._reopt_splits(strategy)
+        for split, cols, rows in steps:
+            runs.append(split)
+            partials.append(rows)
+            columns = columns or cols
+            if progress is not None:
+                progress(split)
+        return StrategyRun(strategy, runs, columns, self.combiner.combine(partials))
+
+    def _reopt_splits(self, strategy: str) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+        s = self.splits
+        o = self.make_optimizer()
+        t0 = time.perf_counter()
+        step = o.optimize()
+        first = [f"card {s.alias} *{1 / s.k!r}"] if s.k > 1 else []
+        if first or self.deltas:
+            step = o.update(self.deltas + first)
+        reopt = time.perf_counter() - t0
+        previous: str | None = None
+        for i in range(s.k):
+            restrict = {s.alias: s.condition(i)}
+            if strategy == "hindsight" and s.rows[i] > 0:
+                seen = execute(step.plan, self.split_query, self.data_dir, self.spark, restrict)
+                t0 = time.perf_counter()
+                step = o.update(seen.deltas())
+                reopt += time.perf_counter() - t0
+            run = execute(step.plan, self.split_query, self.data_dir, self.spark, restrict)
+            shape = plan_shape(step.plan)
+            yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
+                            reopt, run.seconds, len(run.rows), run.nodes),
+                   run.columns, run.rows)
+            previous, reopt = shape, 0.0
+            nxt = i + 1
+            if strategy == "adaptive" and nxt < s.k and s.rows[i] > 0 and s.rows[nxt] > 0:
+                t0 = time.perf_counter()
+                step = o.update(run.deltas(s.rows[nxt] / s.rows[i], scaled=s.alias))
+                reopt = time.perf_counter() - t0
+
+    def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+        """Spark's own plans: the tables written as Parquet tables of a scratch database
+        (the split table once per split), ``ANALYZE``d, the query text run over them; the
+        writing and the statistics are untimed (``statistics_seconds``)."""
+        s = self.splits
+        spark = self.spark
+        tables = read_tables(self.query, self.data_dir, spark)
+        db = f"reopt_run_{uuid.uuid4().hex[:12]}"
+        scratch = tempfile.mkdtemp(prefix="reopt-run-")
+        current = spark.catalog.currentDatabase()
+
+        def store(table: str, df: Any) -> None:
+            df.write.mode("overwrite").format("parquet").saveAsTable(f"{db}.{table}")
+            spark.sql(f"ANALYZE TABLE {db}.{table} COMPUTE STATISTICS FOR ALL COLUMNS")
+
+        spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(scratch).as_uri()}'")
+        try:
+            t0 = time.perf_counter()
+            for t, df in tables.items():
+                if t != s.table:
+                    store(t, df)
+            stats = time.perf_counter() - t0
+            previous: str | None = None
+            for i in range(s.k):
+                t0 = time.perf_counter()
+                store(s.table, tables[s.table].filter(s.condition(i)))
+                stats += time.perf_counter() - t0
+                spark.catalog.setCurrentDatabase(db)
+                try:
+                    with spark_settings(spark, SPARK_SETTINGS):
+                        t0 = time.perf_counter()
+                        answer = spark.sql(self.split_query.sql)
+                        rows = collect(answer)
+                        seconds = time.perf_counter() - t0
+                        executed = answer._jdf.queryExecution().executedPlan().toString()
+                finally:
+                    spark.catalog.setCurrentDatabase(current)
+                final = executed.split("== Initial Plan ==")[0]  # AQE prints both plans
+                shape = "spark: " + (", ".join(SPARK_JOINS.findall(final)) or "no join")
+                yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
+                                0.0, seconds, len(rows), statistics_seconds=stats),
+                       list(answer.columns), rows)
+                previous, stats = shape, 0.0
+        finally:
+            spark.catalog.setCurrentDatabase(current)
+            spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _whole(sql: str) -> Combiner:
+    """One split: the query runs as written (ORDER BY, LIMIT, HAVING and all)."""
+    return Combiner(sql, [], False, [], None)
