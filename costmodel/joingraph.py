@@ -10,10 +10,13 @@ Products* (VLDB 2006). Every set it builds is a result, so the work is proportio
 number of csgs plus the number of pairs (:attr:`JoinGraph.examined` counts the sets built;
 ``tests/test_enumeration.py`` holds it to a small multiple of the pairs).
 
-The pairs are computed once per join graph and grouped by their union (:meth:`JoinGraph.lefts`,
-both orders, sorted), which serves top-down search (an expression's splits at once) and
-bottom-up dynamic programming alike; :meth:`JoinGraph.pair_arrays` hands the same pairs to
-batch callers as ``int64`` columns.
+The pairs are computed once per join graph and grouped by their union, each pair once with the
+side holding the union's lowest relation on the left (:meth:`JoinGraph.halves`, what a
+symmetric cost model joins) and in both orders (:meth:`JoinGraph.lefts`), sorted; this serves
+top-down search (an expression's splits at once) and bottom-up dynamic programming alike, and
+:meth:`JoinGraph.pair_arrays` hands the same pairs to batch callers as ``int64`` columns. Large
+graphs are enumerated by the same algorithm compiled (:mod:`~reopt.costmodel.ccp`,
+:func:`compiled_by_default`).
 
 A disconnected graph is planned with cross products between components only: its expressions
 are the csgs of each component plus the unions of two or more whole components, split into two
