@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -284,6 +284,24 @@ def _cpu(r: dict[str, Any], mode: str = "all") -> float | None:
     return median(m["cpu"]) if m else None
 
 
+def _large_with_base(cfg: Config, subjects: Sequence[Subject],
+                     scratch_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
+                     ) -> Iterator[tuple[Subject, float]]:
+    """The subjects of the update goals (>= GOAL_UPDATE_RELATIONS relations, every one in a
+    quick run) with their from-scratch CPU time; those whose from-scratch run was skipped go
+    to ``rows`` as skipped."""
+    ref = {r["query"]: r for r in scratch_rows}
+    for s in subjects:
+        if not cfg.quick and s.relations < GOAL_UPDATE_RELATIONS:
+            continue
+        base = _cpu(ref[s.name]) if s.name in ref else None
+        if base is None:
+            rows.append({"query": s.name, "relations": s.relations, "pairs": s.pairs,
+                         "skipped": "its from-scratch run was skipped"})
+            continue
+        yield s, base
+
+
 def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> TableOut:
     """Goal 1: the declarative optimizer (``all``) from scratch against topdown/bottomup."""
     header = ["query", "model", "relations", "csg-cmp pairs", "declarative all ms (CPU)",
@@ -378,16 +396,8 @@ def updates(cfg: Config, subjects: Sequence[Subject], scratch_rows: list[dict[st
             model: str = "cout") -> list[dict[str, Any]]:
     """Each query's delta sequence: declarative update vs topdown-inc update (same deltas),
     each result checked against a fresh topdown under the same statistics."""
-    ref = {r["query"]: r for r in scratch_rows}
-    rows = []
-    for s in subjects:
-        if not cfg.quick and s.relations < GOAL_UPDATE_RELATIONS:
-            continue
-        base = _cpu(ref[s.name]) if s.name in ref else None
-        if base is None:
-            rows.append({"query": s.name, "relations": s.relations, "pairs": s.pairs,
-                         "skipped": "its from-scratch run was skipped"})
-            continue
+    rows: list[dict[str, Any]] = []
+    for s, base in _large_with_base(cfg, subjects, scratch_rows, rows):
         t = time.perf_counter()
         dec, inc = _declarative(s, model), _procedural(s, model, "topdown-inc")
         dec.optimize()
@@ -548,16 +558,8 @@ def adaptive(cfg: Config, subjects: Sequence[Subject], scratch_rows: list[dict[s
     from observe_loop import Truth, joins
     from observe_loop import _delta as observation
 
-    ref = {r["query"]: r for r in scratch_rows}
-    rows = []
-    for s in subjects:
-        if not cfg.quick and s.relations < GOAL_UPDATE_RELATIONS:
-            continue
-        base = _cpu(ref[s.name]) if s.name in ref else None
-        if base is None:
-            rows.append({"query": s.name, "relations": s.relations, "pairs": s.pairs,
-                         "skipped": "its from-scratch run was skipped"})
-            continue
+    rows: list[dict[str, Any]] = []
+    for s, base in _large_with_base(cfg, subjects, scratch_rows, rows):
         t = time.perf_counter()
         truth = Truth(s.query, s.catalog, SEED)
         dec, inc = _declarative(s, model), _procedural(s, model, "topdown-inc")

@@ -94,29 +94,16 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print JSON instead of plan trees")
     e = sub.add_parser("execute", help="optimize a query, run its plan on Spark over a data "
                        "folder, compare estimated and observed rows")
-    e.add_argument("query", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
-    e.add_argument("--data", required=True, metavar="DIR",
-                   help="folder of the query's tables (as written by reopt data tpch)")
-    e.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics at "
-                   "the data's scale factor)")
-    e.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
-                   "(default: the one DIR/reopt-data.json records, else 1)")
-    e.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    _data_arguments(e)
     e.add_argument("--optimizer", default="topdown", choices=OPTIMIZERS,
                    help="the optimizer whose plan runs (default topdown: every optimizer finds "
                    "the same optimum, topdown quickly)")
-    e.add_argument("--engine", default="python", choices=ENGINES,
-                   help="engine of the declarative optimizer (default python)")
+    _spark_run_arguments(e)
     e.add_argument("--delta", action="append", default=[], metavar="D",
                    help="a delta step applied before the run (repeatable), to run another plan")
-    e.add_argument("--master", help="Spark master URL (default: local[*], or "
-                   "$REOPT_SPARK_MASTER)")
-    e.add_argument("--json", action="store_true", help="print JSON")
     r = sub.add_parser("run", help="run a query split by split on Spark, re-optimizing "
                        "between splits from what each observed; compare strategies")
-    r.add_argument("query", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
-    r.add_argument("--data", required=True, metavar="DIR",
-                   help="folder of the query's tables (as written by reopt data tpch)")
+    _data_arguments(r)
     r.add_argument("--splits", type=positive_int, default=4, metavar="K",
                    help="split the largest input into K hash splits (default 4)")
     r.add_argument("--split", metavar="ALIAS", help="the relation to split (default: the "
@@ -128,21 +115,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--strategy", default="adaptive", type=_strategy_list,
                    help="one or a comma-separated list of: static, adaptive, hindsight, spark, "
                    "or all (default adaptive); each runs over the same splits")
-    r.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics at "
-                   "the data's scale factor)")
-    r.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
-                   "(default: the one DIR/reopt-data.json records, else 1)")
-    r.add_argument("--cost-model", default="io", choices=sorted(MODELS))
     r.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
                    help="the optimizer that plans and re-plans (default topdown-inc)")
-    r.add_argument("--engine", default="python", choices=ENGINES,
-                   help="engine of the declarative optimizer (default python)")
+    _spark_run_arguments(r)
     r.add_argument("--delta", action="append", default=[], metavar="D",
                    help="a delta applied to the catalog before the first plan (repeatable), "
                    "e.g. a wrong statistic the observations must correct")
-    r.add_argument("--master", help="Spark master URL (default: local[*], or "
-                   "$REOPT_SPARK_MASTER)")
-    r.add_argument("--json", action="store_true", help="print JSON")
     s = sub.add_parser("stats", help="compute a catalog from Parquet/CSV tables with Spark")
     s.add_argument("args", nargs=argparse.REMAINDER)
     d = sub.add_parser("data", help="generate TPC-H data as Parquet (reopt data tpch --help)")
@@ -369,6 +347,27 @@ def execute_main(args: argparse.Namespace) -> int:
               f"{scanned}  est/obs={ratio:.3g}")
     print("deltas: " + "; ".join(run.deltas()))
     return 0
+
+
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    """The query, its data folder and its catalog: what ``execute`` and ``run`` share."""
+    p.add_argument("query", metavar="QUERY", help="a .sql file or tpch:q1…q8joins")
+    p.add_argument("--data", required=True, metavar="DIR",
+                   help="folder of the query's tables (as written by reopt data tpch)")
+    p.add_argument("--catalog", help="catalog JSON (default: built-in TPC-H statistics at "
+                   "the data's scale factor)")
+    p.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
+                   "(default: the one DIR/reopt-data.json records, else 1)")
+    p.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+
+
+def _spark_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The engine, the Spark master and the output form of a command that runs on Spark."""
+    p.add_argument("--engine", default="python", choices=ENGINES,
+                   help="engine of the declarative optimizer (default python)")
+    p.add_argument("--master", help="Spark master URL (default: local[*], or "
+                   "$REOPT_SPARK_MASTER)")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _strategy_list(text: str) -> list[str]:
