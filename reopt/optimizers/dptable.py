@@ -173,16 +173,18 @@ class DPTable:
             changed[picked] = (before_best != least) | (before_win != win)
         return done
 
-    def cheapest(self, nodes: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def cheapest(self, nodes: np.ndarray, best: np.ndarray, alts: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """Each node's least cost over its alternatives, ``(local + best[left]) +
         best[right]`` (the loops' additions), and the first alternative reaching it (the
         loops' strict ``<``); ``inf`` and -1 for a node without a finite one. ``best``: the
-        children's best costs by node number (``best[absent] == 0.0``)."""
+        children's best costs by node number (``best[absent] == 0.0``); ``alts``:
+        :meth:`alternatives_of` ``nodes``, if the caller has it."""
         left, right = self.left, self.right
-        starts = self.offsets[nodes]
-        sizes = self.offsets[nodes + 1] - starts
+        sizes = self.offsets[nodes + 1] - self.offsets[nodes]
         first = np.concatenate(([0], sizes.cumsum()[:-1]))
-        alts = np.arange(int(sizes.sum())) + np.repeat(starts - first, sizes)
+        if alts is None:
+            alts = self.alternatives_of(nodes)
         cost = (self.local[alts] + best[left[alts]]) + best[right[alts]]
         least = np.full(len(nodes), np.inf)
         has = sizes > 0

@@ -372,14 +372,14 @@ class _Bulk:
     def _settle(self, nodes: np.ndarray) -> list[int]:
         """Settle the winners among ``nodes`` (one rank, their local costs current) in bulk;
         return the other nodes (entries "no plan under L"), for the search."""
-        opt, table = self.opt, self.table
+        table = self.table
         winners = np.isfinite(self.best[nodes])
         picked = nodes[winners]
         rest = nodes[~winners].tolist()
         if not len(picked):
             return rest
-        least, win = table.cheapest(picked, self.best)  # over alternatives with winners only
         alts = table.alternatives_of(picked)
+        least, win = table.cheapest(picked, self.best, alts)  # alternatives with winners only
         left, right = table.left[alts], table.right[alts]
         unsure = np.isinf(self.best[left]) | np.isinf(self.best[right])
         if unsure.any():
@@ -388,14 +388,8 @@ class _Bulk:
             unsure &= ~(bound > np.repeat(least, sizes))
             if unsure.any():  # some child may matter: give each such child its exact cost
                 self._explore(np.concatenate((left[unsure], right[unsure])))
-                least, win = table.cheapest(picked, self.best)
-        memo, groups = opt.memo, table.groups
-        for k, c, i in zip(picked.tolist(), least.tolist(), win.tolist(), strict=True):
-            g = groups[k]
-            memo[g] = (c, i) if i >= 0 else (math.inf, None)
-            opt._searched.add(g)
-            self.best[k] = c
-            self.lower[k] = c
+                least, win = table.cheapest(picked, self.best, alts)
+        self._enter(picked, least, win)
         return rest
 
     def _explore(self, start: np.ndarray) -> None:
@@ -415,13 +409,18 @@ class _Bulk:
             frontier = kids[~closure[kids] & np.isinf(self.best[kids])]
         nodes = np.flatnonzero(closure)  # node numbers ascend with rank: children first
         table.cost_nodes(opt.space, nodes)
-        memo, groups = opt.memo, table.groups
         for part in np.split(nodes, np.flatnonzero(np.diff(table.rank_of[nodes])) + 1):
-            least, win = table.cheapest(part, self.best)
-            for k, c, i in zip(part.tolist(), least.tolist(), win.tolist(), strict=True):
-                g = groups[k]
-                memo[g] = (c, i) if i >= 0 else (math.inf, None)
-                opt._searched.add(g)
-                self.known[k] = True
-                self.best[k] = c
-                self.lower[k] = c
+            self._enter(part, *table.cheapest(part, self.best))
+
+    def _enter(self, nodes: np.ndarray, least: np.ndarray, win: np.ndarray) -> None:
+        """Write the searched entries of ``nodes`` (:meth:`DPTable.cheapest`'s answer: a
+        winner, or "no plan at all" where there is none) to the memo and the arrays."""
+        opt, groups = self.opt, self.table.groups
+        memo = opt.memo
+        for k, c, i in zip(nodes.tolist(), least.tolist(), win.tolist(), strict=True):
+            g = groups[k]
+            memo[g] = (c, i) if i >= 0 else (math.inf, None)
+            opt._searched.add(g)
+        self.known[nodes] = True
+        self.best[nodes] = least
+        self.lower[nodes] = least
