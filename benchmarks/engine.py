@@ -44,7 +44,6 @@ import json
 import math
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import harness
 from harness import FIG6_SETS, markdown_table, median, out_file, parser, same_cost, script
 from workload import WorkloadQuery, generate, large_queries
 
@@ -628,37 +628,14 @@ def loop_table(rows: list[dict[str, Any]]) -> TableOut:
 
 # -- 5: peak memory -------------------------------------------------------------------------
 
-RSS_CODE = "\n".join([
-    "import json, sys",
-    "from reopt.api import Optimizer, load_catalog, load_query",
-    "def status(key):",
-    "    for line in open('/proc/self/status'):",
-    "        if line.startswith(key + ':'):",
-    "            return int(line.split()[1])",
-    "c = load_catalog(sys.argv[2])",
-    "q = load_query(sys.argv[1], c)",
-    "o = Optimizer(q, c, cost_model=sys.argv[3], engine='python', pruning='all')",
-    "before = status('VmRSS')",
-    "open('/proc/self/clear_refs', 'w').write('5')  # peak RSS := current RSS (Linux)",
-    "o.optimize()",
-    "print(json.dumps([status('VmHWM'), before]))",
-])
-
-
 def peak_rss(s: Subject, model: str = "cout") -> tuple[float, float]:
     """Peak RSS (MiB) of a fresh process while the declarative optimizer (python, ``all``)
     optimizes ``s`` read from files, and its RSS before (interpreter, imports, query)."""
-    from workload import write
-
     assert s.wq is not None
-    with tempfile.TemporaryDirectory() as tmp:
-        write([s.wq], Path(tmp))
-        done = subprocess.run(
-            [sys.executable, "-c", RSS_CODE, str(Path(tmp) / f"{s.name}.sql"),
-             str(Path(tmp) / f"{s.name}.catalog.json"), model],
-            capture_output=True, text=True, check=True)
-    peak, before = json.loads(done.stdout)
-    return peak / 1024, before / 1024
+    return harness.peak_rss(s.wq, [
+        "from reopt.api import Optimizer",
+        "Optimizer(q, c, cost_model=sys.argv[3], engine='python', pruning='all').optimize()",
+    ], model)
 
 
 def rss_table(data: dict[str, Any]) -> TableOut:

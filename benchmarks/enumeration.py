@@ -24,13 +24,13 @@ from __future__ import annotations
 import gc
 import json
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
 from dpccp import dpccp_cout
 from harness import markdown_table, median, ms
 from workload import WorkloadQuery, generate, large_queries
@@ -127,41 +127,18 @@ def peak_rss(wq: WorkloadQuery) -> tuple[float, float]:
     """Peak resident memory (MiB) of a fresh process while it optimizes the query (read from
     files) with topdown, bottomup and both incremental optimizers, and its resident memory
     before (the interpreter and its imports). Linux: the peak is reset before optimizing."""
-    import tempfile
-
-    from workload import write
-
-    code = "\n".join([
-        "import json, sys",
-        "from reopt.api import load_catalog, load_query",
+    return harness.peak_rss(wq, [
         "from reopt.costmodel.models import cost_model",
         "from reopt.costmodel.space import PlanSpace",
         "from reopt.optimizers.bottomup import bottomup",
         "from reopt.optimizers.incremental import BottomUpInc, TopDownInc",
         "from reopt.optimizers.topdown import topdown",
-        "def status(key):",
-        "    for line in open('/proc/self/status'):",
-        "        if line.startswith(key + ':'):",
-        "            return int(line.split()[1])",
-        "c = load_catalog(sys.argv[2])",
-        "q = load_query(sys.argv[1], c)",
-        "before = status('VmRSS')",
-        "open('/proc/self/clear_refs', 'w').write('5')  # peak RSS := current RSS (Linux)",
         f"m = cost_model({MODEL!r})",
         "topdown(PlanSpace(q, c, m))",
         "bottomup(PlanSpace(q, c, m))",
         "for k in (TopDownInc, BottomUpInc):",
         "    k(PlanSpace(q, c, m)).optimize()",
-        "print(json.dumps([status('VmHWM'), before]))",
     ])
-    with tempfile.TemporaryDirectory() as tmp:
-        write([wq], Path(tmp))
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(Path(tmp) / f"{wq.name}.sql"),
-             str(Path(tmp) / f"{wq.name}.catalog.json")],
-            capture_output=True, text=True, check=True)
-    peak, before = json.loads(done.stdout)
-    return peak / 1024, before / 1024
 
 
 WHAT = (

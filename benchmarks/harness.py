@@ -247,3 +247,38 @@ def plan_trees(query: str, model: str = MODEL) -> float:
     """Plan trees of ``query`` (what pruning ``none`` would cost one by one)."""
     return Optimizer(query, cost_model=model, optimizer="topdown").space().count_trees(
         limit=1e12)
+
+
+def peak_rss(wq: Any, work: Sequence[str], *args: str) -> tuple[float, float]:
+    """Peak resident memory (MiB) of a fresh process while it runs ``work`` (lines of Python
+    that see the workload query ``wq`` as ``q`` and its catalog as ``c``, read from files, and
+    ``sys.argv[3:]`` = ``args``), and its resident memory before (the interpreter, its imports,
+    the query). Linux: the peak is reset before ``work`` runs."""
+    import json
+    import subprocess
+    import tempfile
+
+    from workload import write
+
+    code = "\n".join([
+        "import json, sys",
+        "from reopt.api import load_catalog, load_query",
+        "def status(key):",
+        "    for line in open('/proc/self/status'):",
+        "        if line.startswith(key + ':'):",
+        "            return int(line.split()[1])",
+        "c = load_catalog(sys.argv[2])",
+        "q = load_query(sys.argv[1], c)",
+        "before = status('VmRSS')",
+        "open('/proc/self/clear_refs', 'w').write('5')  # peak RSS := current RSS (Linux)",
+        *work,
+        "print(json.dumps([status('VmHWM'), before]))",
+    ])
+    with tempfile.TemporaryDirectory() as tmp:
+        write([wq], Path(tmp))
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(Path(tmp) / f"{wq.name}.sql"),
+             str(Path(tmp) / f"{wq.name}.catalog.json"), *args],
+            capture_output=True, text=True, check=True)
+    peak, before = json.loads(done.stdout)
+    return peak / 1024, before / 1024
