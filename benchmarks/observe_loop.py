@@ -57,11 +57,10 @@ from harness import parser, script
 from workload import MAX_RELATIONS, MIN_RELATIONS, WorkloadQuery, generate
 
 from reopt.api import Optimizer
-from reopt.cliargs import positive_int
+from reopt.cliargs import number_from_to, positive_int
 from reopt.costmodel.cardinality import Adjustments, Estimator
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.models import cost_model
-from reopt.costmodel.numeric import NumberError, parse_number
 from reopt.costmodel.query import Query
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.bottomup import bottomup
@@ -230,15 +229,8 @@ def table(results: Sequence[QueryResult]) -> list[str]:
     return lines
 
 
-def spread(text: str) -> float:
-    """``type=`` of a spread: a finite number of decades, 0 to 10."""
-    try:
-        x = parse_number(text)
-    except NumberError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if not 0 <= x <= 10:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 10 decades, got {text.strip()}")
-    return x
+spread = number_from_to(0, 10, "decades")
+"""``type=`` of a spread: a finite number of decades, 0 to 10."""
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -36,6 +36,22 @@ def positive_int(text: str) -> int:
     return n
 
 
+def number_from_to(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """``type=`` of a finite number from ``low`` to ``high`` in strict syntax (``--skew``, the
+    benchmarks' spreads); ``unit`` names what it counts in the error."""
+    def check(text: str) -> float:
+        try:
+            x = parse_number(text)
+        except NumberError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if not low <= x <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be from {low:g} to {high:g}{' ' + unit if unit else ''}, "
+                f"got {text.strip()}")
+        return x
+    return check
+
+
 def scale_factor(text: str) -> float:
     """``type=`` of ``--sf``: a finite number > 0 in strict syntax
     (:func:`~reopt.costmodel.numeric.parse_number`; ``float()`` would take ``nan``, ``inf``

@@ -47,9 +47,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reopt.cliargs import UsageParser, scale_factor
+from reopt.cliargs import UsageParser, number_from_to, scale_factor
 from reopt.costmodel.errors import ReoptError
-from reopt.costmodel.numeric import NumberError, parse_number
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -270,14 +269,7 @@ def check_arguments(sf: float, skew: float | None, seed: int) -> None:
 
 
 # -- command line -------------------------------------------------------------------------------
-def _skew(text: str) -> float:
-    try:
-        z = parse_number(text)
-    except NumberError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if not 0 <= z <= 10:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 10, got {text.strip()}")
-    return z
+_skew = number_from_to(0, 10)
 
 
 def _seed(text: str) -> int:
