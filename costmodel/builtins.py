@@ -198,8 +198,14 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     out = np.empty(len(q), dtype=np.float64)
     fields = [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
               for c in (e, p, i, lo, m, l, lp, r, rp)]
+    ops = np.asarray(list(m), dtype=object)
+    exprs = np.asarray(e, dtype=np.int64)
     for qid in np.unique(q).tolist():
         at = np.flatnonzero(q == qid)
+        fast = ctx[qid].local_cost_column(exprs[at], ops[at])
+        if fast is not None:
+            out[at] = fast
+            continue
         pick = at.tolist()
         alts = list(map(tuple.__new__, repeat(Alt), zip(
             *([f[k] for k in pick] for f in fields), strict=True)))

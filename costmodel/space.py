@@ -421,6 +421,25 @@ class PlanSpace:
         ``Fn_nonscancost``): the same values, without an entry per alternative in the memo."""
         return self._factored(self.model.local_costs_of(self, alts), [a[4] for a in alts])
 
+    def local_cost_column(self, exprs: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
+        """:meth:`local_costs_of` of alternatives given as columns — their OR nodes'
+        expressions (``int64``) and physical operators (``object``) — vectorized where the
+        model has a vectorized form (:meth:`CostModel.local_cost_columns`), with the same
+        operator factors; None where it has none (callers then build the alternatives)."""
+        codes = {name: k for k, name in enumerate(self.model.operators)}
+        try:
+            positions = np.fromiter((codes[o] for o in ops.tolist()), np.int64, len(ops))
+        except KeyError:
+            return None
+        costs = self.model.local_cost_columns(self, exprs, positions)
+        if costs is None:
+            return None
+        factors = self.adjustments.op_factors
+        for name, f in factors.items():
+            if name in codes:
+                costs[positions == codes[name]] *= f
+        return costs
+
     def local_costs(self, expr: int, prop: str) -> list[float]:
         """The local cost of each of the OR node's :meth:`alternatives`, in their order
         (memoized per node): the batch form of :meth:`local_cost`, same values bit for bit,

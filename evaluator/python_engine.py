@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reopt.costmodel.errors import ReoptError
+from reopt.evaluator import columnar
 from reopt.evaluator.ast import Aggregate, Arith, Const, Var
 from reopt.evaluator.compiler import (
     BOUND,
@@ -76,6 +77,8 @@ class Relation:
         are removed in constant time)."""
         self._keyed: list[tuple[Callable[[tuple], tuple], dict[tuple, dict[tuple, None]]]] = []
         """The indexes with the function reading their key."""
+        self.version = 0
+        """Bumped by every change, so a copy kept elsewhere (a frame) can tell it is stale."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -94,6 +97,7 @@ class Relation:
         return idx
 
     def remove(self, rows: list[tuple]) -> None:
+        self.version += 1
         for r in rows:
             self.rows.discard(r)
         for get, idx in self._keyed:
@@ -114,6 +118,7 @@ class Relation:
                 put(r)
                 keep(r)
         if new:
+            self.version += 1
             for get, idx in self._keyed:
                 _insert(get, idx, new)
         return new
@@ -360,6 +365,10 @@ class PythonEngine:
         self.stats = RunStats()
         self.full = {p: Relation() for p in prog.schemas}
         self.counts: dict[str, dict[tuple, int]] = {p: {} for p in prog.features.refcount}
+        self.frames: dict[str, tuple[Relation, int, Any]] = {}
+        """Relation → (the relation a stratum run on frames handed back, its version then,
+        its frame), so the next such stratum reads the frame instead of the tuples while the
+        relation is unchanged (:mod:`.columnar`)."""
         for p, rows in prog.facts.items():
             self.full[p].add(rows)
         for p in prog.inputs:
@@ -369,7 +378,9 @@ class PythonEngine:
                     self.counts[p][r] = 1
 
     def run_stratum(self, stratum: Stratum) -> None:
-        if stratum.schedule is not None:
+        if columnar.wanted(self, stratum):  # a large stratum that deletes nothing: on frames
+            columnar.run(self, stratum)
+        elif stratum.schedule is not None:
             self._run_scheduled(stratum)
         else:
             self._run_seminaive(stratum)

@@ -1,0 +1,508 @@
+"""Set-at-a-time evaluation of a stratum on columnar frames (:mod:`.frames`).
+
+The tuple engine (:mod:`.python_engine`) runs each rule variant as generated nested loops and
+calls the built-ins once per tuple; on a large plan space that is hundreds of thousands of
+Python calls per rule. Here the same compiled ops run a whole relation at a time:
+
+* a :class:`~.compiler.Scan` is a join of the bindings with the relation on the variables
+  already bound (an anti-join when negated, a cross join when nothing is bound), after the
+  constant and repeated-variable checks filtered the relation;
+* a :class:`~.compiler.Call` is one call of the built-in's batch form
+  (:mod:`reopt.costmodel.builtins`) over the bindings' columns, its ``row`` output taking the
+  bindings it came from;
+* a :class:`~.compiler.Filter` is a vectorized predicate (or, ``x = expr`` with ``x`` free, a
+  new column).
+
+The stratum's loop — semi-naive, or rank by rank under ``.schedule`` — and the release step
+(aggregate, aggregate selection, bound) work on frames with the tuple engine's semantics, bag
+for bag: each variant yields the same tuples with the same multiplicity, so the relations and
+the counts of :class:`~.python_engine.RunStats` are identical. The tuple engine hands a stratum
+over (:func:`eligible`, :func:`wanted`) and takes the relations back as tuples; the strata that
+prune by deleting (tuple source suppression, reference counting) stay with it, and so do small
+evaluations, where a frame operation's fixed cost outweighs its loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
+from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Aggregate, Arith, Const, Var
+from reopt.evaluator.compiler import (
+    BOUND,
+    CONST,
+    DELTA,
+    OLD,
+    SAME,
+    Call,
+    CompiledProgram,
+    Scan,
+    Stratum,
+    Variant,
+    match_terms,
+)
+from reopt.evaluator.failures import CRASHES, rule_failure
+from reopt.evaluator.features import ASCENDING, AggSel
+from reopt.evaluator.frames import (
+    NUMPY,
+    STRINGS,
+    Frame,
+    Index,
+    aggregate,
+    anti,
+    column,
+    concat,
+    distinct,
+    group_best,
+    join,
+    lookup,
+    row_hash,
+)
+
+if TYPE_CHECKING:
+    from reopt.evaluator.python_engine import PythonEngine
+
+MODES = ("auto", "always", "never")
+MIN_TUPLES = 2_000
+"""``auto``: a stratum runs columnar when the relations it reads from below hold at least this
+many tuples (measured: below it, a frame operation's fixed cost outweighs its loop)."""
+
+
+def mode() -> str:
+    """``REOPT_COLUMNAR``: ``auto`` (default), ``always`` or ``never``."""
+    value = os.environ.get("REOPT_COLUMNAR", "auto")
+    if value not in MODES:
+        raise ReoptError(f"REOPT_COLUMNAR={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def eligible(program: CompiledProgram, stratum: Stratum) -> bool:
+    """Whether the stratum can run on frames: none of its relations is pruned by deletion
+    (suppression, reference counting) — the deletion cascade is the tuple engine's."""
+    f = program.features
+    pruned = set(f.refcount) | set(f.suppress) | set(f.suppress.values())
+    return not pruned.intersection(stratum.preds)
+
+
+def wanted(engine: PythonEngine, stratum: Stratum) -> bool:
+    """Whether this evaluation should run the stratum on frames (see :data:`MIN_TUPLES`)."""
+    how = mode()
+    if how == "never" or not eligible(engine.program, stratum):
+        return False
+    if how == "always":
+        return True
+    own = set(stratum.preds)
+    reads = {op.pred for v in (*stratum.base, *stratum.deltas) for op in v.ops
+             if isinstance(op, Scan) and op.pred not in own}
+    return sum(len(engine.full[p]) for p in reads) >= MIN_TUPLES
+
+
+def names(n: int) -> list[str]:
+    return [f"c{i}" for i in range(n)]
+
+
+def _bound(name: str) -> str:
+    return f"${name}"
+
+
+_COMPARE = {
+    "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+    ">=": np.greater_equal,
+}
+_BETTER = {"min": np.less, "max": np.greater}
+
+
+class ColumnarStratum:
+    """One stratum of one evaluation, run on frames for a :class:`PythonEngine`."""
+
+    def __init__(self, engine: PythonEngine, stratum: Stratum):
+        self.engine, self.stratum = engine, stratum
+        self.program = engine.program
+        self.types = self.program.schemas
+        self.ctx = engine.ctx
+        self.stats = engine.stats
+        own = set(stratum.preds)
+        f = self.program.features
+        reads = {op.pred for v in (*stratum.base, *stratum.deltas) for op in v.ops
+                 if isinstance(op, Scan)} | own
+        for p in own:
+            sel = f.aggsel.get(p)
+            if sel is not None:
+                reads.add(sel.agg)
+            if p in f.bound:
+                reads.add(f.bound[p])
+        self.full: dict[str, Frame] = {p: self._frame(engine, p) for p in reads}
+        self.before: dict[str, Frame] = {}
+        """Relation → its frame before its last release (an ``OLD`` scan's relation: the
+        first rows of the full one, as releases append)."""
+        self.indexes: dict[tuple[str, tuple[int, ...]], Index] = {}
+        """(relation, columns) → its rows by those columns, kept up to date as releases
+        append (a scan of a large relation by a few bindings probes it)."""
+
+    def _index(self, pred: str, cols: tuple[int, ...]) -> Index:
+        idx = self.indexes.get((pred, cols))
+        if idx is None:
+            f = self.full[pred]
+            idx = self.indexes[(pred, cols)] = Index(
+                row_hash([f.cols[f"c{j}"] for j in cols], f.height),
+                np.arange(f.height, dtype=np.int64))
+        return idx
+
+    def _frame(self, engine: PythonEngine, pred: str) -> Frame:
+        """The relation as a frame: the one a stratum on frames left, while the engine
+        holds the relation it handed back, else built from the tuples."""
+        rel = engine.full[pred]
+        kept = engine.frames.get(pred)
+        if kept is not None and kept[0] is rel and kept[1] == rel.version:
+            return kept[2]
+        types = self.types[pred]
+        return Frame.from_rows(rel.rows, names(len(types)), types)
+
+    def _empty(self, pred: str) -> Frame:
+        types = self.types[pred]
+        return Frame.empty(names(len(types)), types)
+
+    # -- the stratum -------------------------------------------------------------------------
+    def run(self) -> None:
+        if self.stratum.schedule is not None:
+            self._scheduled()
+        else:
+            self._seminaive()
+        for p in self.stratum.preds:
+            rows = self.full[p].rows(names(len(self.types[p])))
+            rel = self.engine.full[p] = type(self.engine.full[p])(rows)
+            self.engine.frames[p] = (rel, rel.version, self.full[p])
+
+    def _live_base(self) -> list[Variant]:
+        own = set(self.stratum.preds)
+        return [v for v in self.stratum.base
+                if not any(isinstance(op, Scan) and not op.negated and op.pred in own
+                           and self.full[op.pred].height == 0 for op in v.ops)]
+
+    def _seminaive(self) -> None:
+        st = self.stratum
+        pending: dict[str, list[Frame]] = {p: [] for p in st.preds}
+        for v in self._live_base():
+            pending[v.head_pred].append(self.run_variant(v, {}))
+        while True:
+            delta = {p: self._release(p, self._concat(p, fs)) for p, fs in pending.items()}
+            self._iterated(delta)
+            if not st.recursive or not any(d.height for d in delta.values()):
+                return
+            pending = {p: [] for p in st.preds}
+            for v in st.deltas:
+                if delta[v.delta_pred].height:  # type: ignore[index]
+                    pending[v.head_pred].append(self.run_variant(v, delta))
+
+    def _scheduled(self) -> None:
+        """Rank by rank, in the steps :class:`~.compiler.RankSteps` orders (as the tuple
+        engine's ``_run_scheduled``)."""
+        st = self.stratum
+        sched, steps = st.schedule, st.steps
+        assert sched is not None and steps is not None
+        rank_fn = self.program.builtins[sched.rank]
+        n_in = len(rank_fn.inputs)
+        sign = 1 if sched.direction == ASCENDING else -1
+        pending: dict[str, dict[int, list[Frame]]] = {p: {} for p in st.preds}
+        ranks: list[int] = []
+        queued: set[int] = set()
+        done: set[str] = set()
+        current: int | None = None
+
+        def add(pred: str, rows: Frame) -> None:
+            if rows.height == 0:
+                return
+            row, rank = rank_fn.batch(self.ctx, *(rows.python(c) for c in names(n_in)))
+            rank = np.asarray(rank, dtype=np.int64)
+            if len(row) != rows.height:
+                raise ReoptError(f".schedule {sched.rank}: not one rank per tuple of {pred}")
+            rank = rank[np.argsort(np.asarray(row), kind="stable")]
+            buckets = pending[pred]
+            for k in sorted(np.unique(rank).tolist(), key=lambda k: sign * k):
+                part = rows.filter(rank == k)
+                bucket = buckets.get(k)
+                if bucket is None:
+                    if current is not None and (sign * k < sign * current or
+                                                (k == current and pred in done)):
+                        first = part.rows(names(len(self.types[pred])))[0]
+                        raise ReoptError(
+                            f".schedule {sched.direction} {sched.rank}: {pred}{first} "
+                            f"has rank {k} but rank {current} is being released")
+                    buckets[k] = bucket = []
+                    if k != current and k not in queued:
+                        queued.add(k)
+                        heapq.heappush(ranks, sign * k)
+                bucket.append(part)
+
+        def at_current(pred: str) -> bool:
+            return current in pending[pred]
+
+        for v in self._live_base():
+            add(v.head_pred, self.run_variant(v, {}))
+        while ranks:
+            current = sign * heapq.heappop(ranks)
+            queued.discard(current)
+            done = set()
+            ran = True
+            while ran and any(map(at_current, st.preds)):
+                ran = False
+                for step, _ in steps.walk(at_current, done):
+                    ran = True
+                    delta = {p: self._release(p, self._concat(p, pending[p].pop(current)))
+                             for p in step}
+                    self._iterated(delta)
+                    for v in st.deltas:
+                        d = delta.get(v.delta_pred)  # type: ignore[arg-type]
+                        if d is not None and d.height:
+                            add(v.head_pred, self.run_variant(v, delta))
+            left = [p for p in st.preds if current in pending[p]]
+            if left:
+                raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
+                                 f"rank {current}; the rank must separate them")
+
+    def _iterated(self, delta: Mapping[str, Frame]) -> None:
+        self.stats.iterations += 1
+        self.program.budget.step(self.stats.iterations, {p: d.height for p, d in delta.items()},
+                                 lambda p: self.full[p].height if p in self.full
+                                 else len(self.engine.full[p]), self.program.rules)
+
+    def _concat(self, pred: str, parts: list[Frame]) -> Frame:
+        return concat(parts) if parts else self._empty(pred)
+
+    # -- releasing: aggregate, selection, bound ------------------------------------------------
+    def _release(self, pred: str, rows: Frame) -> Frame:
+        """Insert candidate tuples of ``pred``; returns the ones that were new."""
+        prog, stats = self.program, self.stats
+        stats.produced[pred] = stats.produced.get(pred, 0) + rows.height
+        agg = prog.aggregates.get(pred)
+        cols = names(len(self.types[pred]))
+        if agg is not None and rows.height:
+            pos, func = agg
+            rows = aggregate(rows, [c for i, c in enumerate(cols) if i != pos], cols[pos], func)
+        sel = prog.features.aggsel.get(pred)
+        if sel is not None and rows.height:
+            rows = self._select(sel, rows)
+        new = distinct(rows)
+        have = self.before[pred] = self.full[pred]
+        width = len(cols)
+        if have.height and new.height:
+            li, ri = self._probe(pred, tuple(range(width)), [new.cols[c] for c in cols])
+            seen = np.zeros(new.height, dtype=bool)
+            seen[li] = True
+            new = new.filter(~seen)
+        if new.height:
+            self.full[pred] = concat([have, new])
+            rids = np.arange(have.height, have.height + new.height, dtype=np.int64)
+            for (p, at), idx in self.indexes.items():
+                if p == pred:
+                    idx.add(row_hash([new.cols[f"c{j}"] for j in at], new.height), rids)
+        stats.derived[pred] = stats.derived.get(pred, 0) + new.height
+        return new
+
+    def _select(self, sel: AggSel, rows: Frame) -> Frame:
+        """Aggregate selection (as the tuple engine's ``_select``): per group, the tuples with
+        the best value, if that value beats the group's current aggregate and does not exceed
+        its bound."""
+        key = [f"c{k}" for k in sel.key]
+        val = f"c{sel.value}"
+        better = _BETTER[sel.func]
+        ids, best = group_best(rows, key, val, sel.func)
+        rows = rows.filter(rows.cols[val] == best[ids])
+        for pred, beats in ((sel.agg, True),
+                            (self.program.features.bound.get(sel.target), False)):
+            if pred is None or not rows.height or not self.full[pred].height:
+                continue
+            have = self.full[pred]
+            hc = list(have.cols)
+            limits = have.select([(hc[i], key[i]) for i in range(len(key))] + [(hc[-1], "__v")])
+            limit, found = lookup(rows, limits, key, "__v")
+            v = rows.cols[val]
+            keep = ~found | (better(v, limit) if beats else ~better(limit, v))
+            rows = rows.filter(keep)
+        return rows
+
+    # -- one variant, set at a time ------------------------------------------------------------
+    def run_variant(self, v: Variant, delta: Mapping[str, Frame]) -> Frame:
+        """The head tuples ``v`` derives (a bag, as the tuple engine's list)."""
+        try:
+            return self._run(v, delta)
+        except ReoptError:
+            raise
+        except CRASHES as e:
+            raise rule_failure(v, e, self.program.builtins, self.ctx) from e
+
+    def _run(self, v: Variant, delta: Mapping[str, Frame]) -> Frame:
+        b = Frame.unit()
+        for op in v.ops:
+            if b.height == 0:
+                return self._empty(v.head_pred)
+            if isinstance(op, Scan):
+                b = self._scan(b, op, delta)
+            elif isinstance(op, Call):
+                b = self._call(b, op)
+            else:
+                left_free = isinstance(op.left, Var) and _bound(op.left.name) not in b.cols
+                right_free = isinstance(op.right, Var) and _bound(op.right.name) not in b.cols
+                if op.op == "=" and (left_free or right_free):
+                    free, other = (op.left, op.right) if left_free else (op.right, op.left)
+                    col, kind = self._term(b, other)
+                    b = b.with_column(_bound(free.name), col, kind)  # type: ignore[union-attr]
+                else:
+                    b = b.filter(self._compare(b, op.op, op.left, op.right))
+        if b.height == 0:
+            return self._empty(v.head_pred)
+        types = self.types[v.head_pred]
+        head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
+        cols, kinds = {}, {}
+        for c, t, ty in zip(names(len(head)), head, types, strict=True):
+            col, kind = self._term(b, t)
+            cols[c] = self._as(col, kind, ty)
+            kinds[c] = ty
+        return Frame(cols, kinds, b.height)
+
+    def _term(self, b: Frame, t: Any) -> tuple[np.ndarray, str]:
+        """A term's values over the bindings, and their column type."""
+        if isinstance(t, Const):
+            kind = _py_type(t.value)
+            return np.full(b.height, column([t.value], kind)[0]), kind
+        if isinstance(t, Arith):
+            (left, lk), (right, rk) = self._term(b, t.left), self._term(b, t.right)
+            kind = DOUBLE if DOUBLE in (lk, rk) else LONG
+            return (left + right if t.op == "+" else left - right), kind
+        name = _bound(t.name)
+        return b.cols[name], b.types[name]
+
+    @staticmethod
+    def _as(col: np.ndarray, kind: str, want: str) -> np.ndarray:
+        """A column as the head's type (long and double mix, as numbers do)."""
+        if kind == want:
+            return col
+        if {kind, want} != {LONG, DOUBLE}:
+            raise ReoptError(f"a {kind} value where a {want} column is")
+        return col.astype(NUMPY[want])
+
+    def _compare(self, b: Frame, op: str, left: Any, right: Any) -> np.ndarray:
+        (lc, lk), (rc, rk) = self._term(b, left), self._term(b, right)
+        if STRING in (lk, rk) and op not in ("=", "!="):  # codes do not keep the order
+            lc = STRINGS.decode(lc) if lk == STRING else lc
+            rc = STRINGS.decode(rc) if rk == STRING else rc
+        return np.asarray(_COMPARE[op](lc, rc), dtype=bool)
+
+    def _probe(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
+               below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The (row of ``values``, row of ``pred``) pairs equal on ``cols`` — by hash through
+        the index, then value by value — among the first ``below`` rows of ``pred``."""
+        rel = self.full[pred]
+        n = len(values[0]) if values else 0
+        li, ri = self._index(pred, cols).probe(row_hash(values, n))
+        if below is not None:
+            keep = ri < below
+            li, ri = li[keep], ri[keep]
+        eq = np.ones(len(li), dtype=bool)
+        for v, j in zip(values, cols, strict=True):
+            eq &= v[li] == rel.cols[f"c{j}"][ri]
+        return li[eq], ri[eq]
+
+    def _scan(self, b: Frame, op: Scan, delta: Mapping[str, Frame]) -> Frame:
+        if op.version != DELTA:
+            hit = self._indexed_scan(b, op, delta)
+            if hit is not None:
+                return hit
+        if op.version == DELTA:
+            rel = delta[op.pred]
+        elif op.version == OLD and op.pred in delta:  # without the delta: as before it
+            rel = self.before[op.pred]
+        else:
+            rel = self.full[op.pred]
+        checks, binds = match_terms(op.args, {c[1:] for c in b.cols})
+        for j, kind, x in checks:
+            if kind == CONST:
+                rel = rel.filter(rel.cols[f"c{j}"] == self._const(x, rel.types[f"c{j}"]))
+            elif kind == SAME:
+                rel = rel.filter(rel.cols[f"c{j}"] == rel.cols[f"c{x}"])
+        keys = [(j, x) for j, kind, x in checks if kind == BOUND]
+        on = [_bound(x) for _, x in keys]
+        rel = rel.select([(f"c{j}", _bound(x)) for j, x in keys + binds])
+        if op.negated:
+            return anti(b, rel, on)
+        return join(b, rel, on)
+
+    def _indexed_scan(self, b: Frame, op: Scan, delta: Mapping[str, Frame]) -> Frame | None:
+        """A scan of a full relation by bound variables, through its index (None when no
+        variable is bound or a key mixes long and double: the general join then)."""
+        rel = self.full[op.pred]
+        checks, binds = match_terms(op.args, {c[1:] for c in b.cols})
+        keys = [(j, x) for j, kind, x in checks if kind == BOUND]
+        if not keys or any(b.types[_bound(x)] != rel.types[f"c{j}"] for j, x in keys):
+            return None
+        below = self.before[op.pred].height if op.version == OLD and op.pred in delta else None
+        li, ri = self._probe(op.pred, tuple(j for j, _ in keys),
+                             [b.cols[_bound(x)] for _, x in keys], below)
+        keep = np.ones(len(li), dtype=bool)
+        for j, kind, x in checks:
+            if kind == CONST:
+                keep &= rel.cols[f"c{j}"][ri] == self._const(x, rel.types[f"c{j}"])
+            elif kind == SAME:
+                keep &= rel.cols[f"c{j}"][ri] == rel.cols[f"c{x}"][ri]
+        li, ri = li[keep], ri[keep]
+        if op.negated:
+            hit = np.zeros(b.height, dtype=bool)
+            hit[li] = True
+            return b.filter(~hit)
+        out = b.take(li)
+        for j, x in binds:
+            out = out.with_column(_bound(x), rel.cols[f"c{j}"][ri], rel.types[f"c{j}"])
+        return out
+
+    @staticmethod
+    def _const(value: Any, kind: str) -> Any:
+        return column([value], kind)[0] if kind == STRING else value
+
+    def _call(self, b: Frame, op: Call) -> Frame:
+        fn = self.program.builtins[op.name]
+        args = [self._input(b, t) for t in op.inputs]
+        row, *outs = fn.batch(self.ctx, *args)
+        b = b.take(np.asarray(row, dtype=np.int64))
+        checks, binds = match_terms(op.outputs, {c[1:] for c in b.cols})
+        values = [column(col, ty) for col, ty in zip(outs, fn.outputs, strict=True)]
+        if checks:
+            keep = np.ones(b.height, dtype=bool)
+            for j, kind, x in checks:
+                if kind == CONST:
+                    keep &= values[j] == self._const(x, fn.outputs[j])
+                elif kind == BOUND:
+                    keep &= values[j] == b.cols[_bound(x)]
+                else:
+                    keep &= values[j] == values[x]
+            if not keep.all():
+                b = b.filter(keep)
+                values = [v[keep] for v in values]
+        for j, x in binds:
+            b = b.with_column(_bound(x), values[j], fn.outputs[j])
+        return b
+
+    def _input(self, b: Frame, t: Any) -> Any:
+        """One input column of a built-in: numbers as numpy, strings as ``object``."""
+        col, kind = self._term(b, t)
+        return STRINGS.decode(col) if kind == STRING else col
+
+
+def _py_type(v: object) -> str:
+    if isinstance(v, bool):
+        return BOOLEAN
+    if isinstance(v, int):
+        return LONG
+    if isinstance(v, float):
+        return DOUBLE
+    return STRING
+
+
+def run(engine: PythonEngine, stratum: Stratum) -> None:
+    """Evaluate ``stratum`` on frames for ``engine`` and hand its relations back as tuples."""
+    ColumnarStratum(engine, stratum).run()

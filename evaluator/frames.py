@@ -1,0 +1,386 @@
+"""Columnar frames on numpy: the relational primitives of the set-at-a-time engine.
+
+A :class:`Frame` is a bag of tuples held as one numpy array per named column: ``int64``,
+``float64``, ``bool``, and strings as ``int64`` codes of a process-wide dictionary
+(:data:`STRINGS`; equal strings, equal codes), so every key is a number and every primitive is
+a handful of numpy calls. The primitives — take and filter rows, add a column, inner / anti /
+cross join on named columns, distinct rows, concatenation, group minimum or maximum — are what
+:mod:`.columnar` interprets the compiled rules with.
+
+Why numpy and not a frame library: the engine runs a few thousand small operations per
+evaluation (one step per rank of the schedule, each a handful of joins), so the fixed cost of
+an operation decides. Measured here (``benchmarks/engine.py``'s floor section keeps the
+numbers): Polars 2.1 takes 80–110 µs for a filter or a join of 10 rows, numpy's sort-based
+join a few µs; on 35,000-pair queries Polars made the stratum slower than the tuple engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
+
+NUMPY = {LONG: np.int64, DOUBLE: np.float64, BOOLEAN: np.bool_, STRING: np.int64}
+
+
+class Strings:
+    """The string dictionary: code ↔ string, append-only, shared by every frame of the
+    process (codes compare equal exactly when the strings do)."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, int] = {}
+        self.text: list[str] = []
+        self._array: np.ndarray = np.empty(0, dtype=object)
+
+    def encode(self, values: Iterable[Any]) -> np.ndarray:
+        code, text = self.code, self.text
+        values = values if isinstance(values, list) else list(values)
+        try:  # every string known: one C-level pass
+            return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
+        except KeyError:
+            pass
+        out = []
+        for v in values:
+            c = code.get(v)
+            if c is None:
+                c = code[v] = len(text)
+                text.append(v)
+            out.append(c)
+        return np.asarray(out, dtype=np.int64)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The strings of ``codes`` as an ``object`` array."""
+        if len(self._array) != len(self.text):
+            self._array = np.empty(len(self.text), dtype=object)
+            self._array[:] = self.text
+        return self._array[codes]
+
+
+STRINGS = Strings()
+
+
+class Frame:
+    """A bag of tuples: named columns of one length, each with a column type."""
+
+    __slots__ = ("cols", "types", "height")
+
+    def __init__(self, cols: dict[str, np.ndarray], types: dict[str, str], height: int):
+        self.cols, self.types, self.height = cols, types, height
+
+    # -- building and reading ------------------------------------------------------------------
+    @staticmethod
+    def unit() -> Frame:
+        """One tuple of no columns (the bindings before a rule's first atom)."""
+        return Frame({}, {}, 1)
+
+    @staticmethod
+    def empty(names: Sequence[str], types: Sequence[str]) -> Frame:
+        return Frame({c: np.empty(0, dtype=NUMPY[t]) for c, t in zip(names, types, strict=True)},
+                     dict(zip(names, types, strict=True)), 0)
+
+    @staticmethod
+    def from_rows(rows: Iterable[tuple], names: Sequence[str], types: Sequence[str]) -> Frame:
+        rows = list(rows)
+        if not rows:
+            return Frame.empty(names, types)
+        cols = {}
+        for c, t, values in zip(names, types, zip(*rows, strict=True), strict=True):
+            cols[c] = column(values, t)
+        return Frame(cols, dict(zip(names, types, strict=True)), len(rows))
+
+    def rows(self, names: Sequence[str]) -> list[tuple]:
+        """The tuples, columns ``names`` in order, as Python values (strings decoded)."""
+        if not self.height:
+            return []
+        if not names:  # tuples of no columns: as many empty tuples
+            return [()] * self.height
+        return list(zip(*(self.values(c) for c in names), strict=True))
+
+    def values(self, name: str) -> list:
+        """One column as Python values."""
+        return self.python(name).tolist()
+
+    def python(self, name: str) -> np.ndarray:
+        """One column as the batch built-ins take it: numbers as numpy, strings ``object``."""
+        col = self.cols[name]
+        return STRINGS.decode(col) if self.types[name] == STRING else col
+
+    def __len__(self) -> int:
+        return self.height
+
+    def __repr__(self) -> str:
+        return f"Frame({self.height} rows: {', '.join(self.cols)})"
+
+    # -- row and column primitives -------------------------------------------------------------
+    def take(self, idx: np.ndarray) -> Frame:
+        return Frame({c: a[idx] for c, a in self.cols.items()}, self.types, len(idx))
+
+    def filter(self, mask: np.ndarray) -> Frame:
+        if mask.all():
+            return self
+        return Frame({c: a[mask] for c, a in self.cols.items()}, self.types,
+                     int(np.count_nonzero(mask)))
+
+    def with_column(self, name: str, values: np.ndarray, kind: str) -> Frame:
+        cols = dict(self.cols)
+        cols[name] = values
+        return Frame(cols, {**self.types, name: kind}, self.height)
+
+    def select(self, mapping: Sequence[tuple[str, str]]) -> Frame:
+        """Columns ``old → new`` in order (a column may appear under several names)."""
+        return Frame({new: self.cols[old] for old, new in mapping},
+                     {new: self.types[old] for old, new in mapping}, self.height)
+
+    def clear(self) -> Frame:
+        return self.take(np.empty(0, dtype=np.int64))
+
+
+def column(values: Iterable[Any], kind: str) -> np.ndarray:
+    """Python values (or an ``object`` array) as a column of type ``kind``."""
+    if kind == STRING:
+        return STRINGS.encode(values.tolist() if isinstance(values, np.ndarray) else values)
+    if isinstance(values, np.ndarray):
+        return values.astype(NUMPY[kind], copy=False)
+    return np.asarray(list(values) if not isinstance(values, (list, tuple)) else values,
+                      dtype=NUMPY[kind])
+
+
+# -- keys ---------------------------------------------------------------------------------------
+def keys(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """One ``int64`` id per row of ``n``, equal exactly when the rows are equal on every
+    column."""
+    if not columns:
+        return np.zeros(n, dtype=np.int64)
+    ids = None
+    width = 1
+    for col in columns:
+        if col.dtype == np.bool_:
+            col = col.astype(np.int64)
+        _, inv = np.unique(col, return_inverse=True)
+        inv = inv.astype(np.int64).reshape(-1)
+        card = int(inv.max()) + 1 if n else 1
+        if ids is None:
+            ids, width = inv, card
+        else:
+            if width * card >= 1 << 62:  # keep the ids small: renumber before mixing
+                _, ids = np.unique(ids, return_inverse=True)
+                ids = ids.astype(np.int64).reshape(-1)
+                width = int(ids.max()) + 1
+            ids = ids * card + inv
+            width *= card
+    assert ids is not None
+    return ids
+
+
+def _paired_keys(left: Frame, right: Frame, on: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Row ids of both frames on columns ``on``, comparable across the two."""
+    cols = [np.concatenate((_num(left.cols[c]), _num(right.cols[c]))) for c in on]
+    ids = keys(cols, left.height + right.height)
+    return ids[:left.height], ids[left.height:]
+
+
+def _num(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int64) if a.dtype == np.bool_ else a
+
+
+def _matches(lk: np.ndarray, rk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each left key, the run of right rows with that key: (start in ``order``, count),
+    and ``order`` (the right rows sorted by key) as a third value."""
+    order = np.argsort(rk, kind="stable")
+    sorted_keys = rk[order]
+    lo = np.searchsorted(sorted_keys, lk, "left")
+    hi = np.searchsorted(sorted_keys, lk, "right")
+    return lo, hi - lo, order  # type: ignore[return-value]
+
+
+# -- joins --------------------------------------------------------------------------------------
+def join(left: Frame, right: Frame, on: Sequence[str]) -> Frame:
+    """Inner join on the columns ``on`` (present in both), bag semantics: a left row meets
+    every right row with equal keys; the result has the left columns, then the right ones
+    not in ``on``."""
+    if not on:
+        return cross(left, right)
+    if not left.height or not right.height:
+        return _joined(left, right, on, np.empty(0, np.int64), np.empty(0, np.int64))
+    lk, rk = _paired_keys(left, right, on)
+    lo, count, order = _matches(lk, rk)
+    total = int(count.sum())
+    li = np.repeat(np.arange(left.height, dtype=np.int64), count)
+    starts = np.repeat(lo, count)
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    ri = order[starts + offsets]
+    return _joined(left, right, on, li, ri)
+
+
+def _joined(left: Frame, right: Frame, on: Sequence[str], li: np.ndarray,
+            ri: np.ndarray) -> Frame:
+    cols = {c: a[li] for c, a in left.cols.items()}
+    types = dict(left.types)
+    for c, a in right.cols.items():
+        if c not in on:
+            cols[c] = a[ri]
+            types[c] = right.types[c]
+    return Frame(cols, types, len(li))
+
+
+def cross(left: Frame, right: Frame) -> Frame:
+    li = np.repeat(np.arange(left.height, dtype=np.int64), right.height)
+    ri = np.tile(np.arange(right.height, dtype=np.int64), left.height)
+    return _joined(left, right, (), li, ri)
+
+
+def anti(left: Frame, right: Frame, on: Sequence[str]) -> Frame:
+    """The left rows with no right row of equal keys (all of them, or none, when ``on`` is
+    empty)."""
+    if not on:
+        return left if not right.height else left.clear()
+    if not left.height or not right.height:
+        return left
+    lk, rk = _paired_keys(left, right, on)
+    return left.filter(~np.isin(lk, rk))
+
+
+def semi_mask(left: Frame, right: Frame, on: Sequence[str]) -> np.ndarray:
+    """Whether each left row has a right row with equal keys."""
+    if not left.height or not right.height:
+        return np.zeros(left.height, dtype=bool)
+    lk, rk = _paired_keys(left, right, on)
+    return np.isin(lk, rk)
+
+
+def lookup(left: Frame, right: Frame, on: Sequence[str], value: str
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """For each left row, the ``value`` of a right row with equal keys (right keys are
+    unique) and whether there is one."""
+    n = left.height
+    out = np.zeros(n, dtype=right.cols[value].dtype)
+    if not n or not right.height:
+        return out, np.zeros(n, dtype=bool)
+    lk, rk = _paired_keys(left, right, on)
+    lo, count, order = _matches(lk, rk)
+    found = count > 0
+    out[found] = right.cols[value][order[lo[found]]]
+    return out, found
+
+
+# -- sets and groups ----------------------------------------------------------------------------
+def distinct(f: Frame) -> Frame:
+    """The frame's distinct rows (a set): by row hash, checked column by column (rows with
+    equal hashes but different values, never seen in practice, take the exact path)."""
+    if f.height < 2:
+        return f
+    cols = list(f.cols.values())
+    h = row_hash(cols, f.height)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    rep = first[inv.reshape(-1)]
+    if all(np.array_equal(c, c[rep]) for c in cols):
+        if len(first) == f.height:
+            return f
+        return f.take(np.sort(first))
+    ids = keys([_num(a) for a in f.cols.values()], f.height)
+    _, first = np.unique(ids, return_index=True)
+    if len(first) == f.height:
+        return f
+    return f.take(np.sort(first))
+
+
+def minus(f: Frame, other: Frame) -> Frame:
+    """Rows of ``f`` not in ``other`` (same columns)."""
+    return anti(f, other, list(f.cols))
+
+
+def concat(frames: Sequence[Frame]) -> Frame:
+    frames = [f for f in frames if f.height] or list(frames[:1])
+    if len(frames) == 1:
+        return frames[0]
+    first = frames[0]
+    cols = {c: np.concatenate([f.cols[c] for f in frames]) for c in first.cols}
+    return Frame(cols, dict(first.types), sum(f.height for f in frames))
+
+
+def group_best(f: Frame, by: Sequence[str], value: str, func: str) -> tuple[np.ndarray,
+                                                                             np.ndarray]:
+    """Per row, its group's id (dense) and per group the min or max of ``value``."""
+    ids = keys([_num(f.cols[c]) for c in by], f.height)
+    _, ids = np.unique(ids, return_inverse=True)
+    ids = ids.astype(np.int64).reshape(-1)
+    groups = int(ids.max()) + 1 if f.height else 0
+    vals = f.cols[value]
+    if func == "min":
+        best = np.full(groups, np.inf if vals.dtype.kind == "f" else np.iinfo(np.int64).max,
+                       dtype=vals.dtype)
+        np.minimum.at(best, ids, vals)
+    else:
+        best = np.full(groups, -np.inf if vals.dtype.kind == "f" else np.iinfo(np.int64).min,
+                       dtype=vals.dtype)
+        np.maximum.at(best, ids, vals)
+    return ids, best
+
+
+def aggregate(f: Frame, by: Sequence[str], value: str, func: str) -> Frame:
+    """One row per group of ``by`` with the min or max of ``value`` (columns in ``f``'s
+    order)."""
+    if not f.height:
+        return f
+    ids, best = group_best(f, by, value, func)
+    _, first = np.unique(ids, return_index=True)
+    out = f.take(first)
+    cols = dict(out.cols)
+    cols[value] = best[ids[first]]
+    return Frame(cols, out.types, out.height)
+
+
+# -- hashing and indexes ------------------------------------------------------------------------
+_SEED = np.uint64(0x9E3779B97F4A7C15)
+_MULT = np.uint64(0xBF58476D1CE4E5B9)
+
+
+def row_hash(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """A 64-bit hash per row of ``columns`` (equal rows, equal hashes; ``0.0`` and ``-0.0``
+    alike). Callers compare the columns of rows whose hashes match, so a collision costs a
+    comparison, never a wrong answer."""
+    h = np.full(n, _SEED, dtype=np.uint64)
+    for col in columns:
+        if col.dtype == np.float64:
+            x = (col + 0.0).view(np.uint64)
+        else:
+            x = col.astype(np.int64, copy=False).view(np.uint64)
+        h ^= x
+        h *= _MULT
+        h ^= h >> np.uint64(31)
+    return h
+
+
+class Index:
+    """Rows of a growing relation by the hash of some of their columns: sorted hashes with
+    the row ids they came from, kept sorted as rows are appended."""
+
+    __slots__ = ("hashes", "rids")
+
+    def __init__(self, hashes: np.ndarray, rids: np.ndarray):
+        order = np.argsort(hashes, kind="stable")
+        self.hashes, self.rids = hashes[order], rids[order]
+
+    def add(self, hashes: np.ndarray, rids: np.ndarray) -> None:
+        if not len(hashes):
+            return
+        order = np.argsort(hashes, kind="stable")
+        hashes, rids = hashes[order], rids[order]
+        at = np.searchsorted(self.hashes, hashes, "right")
+        self.hashes = np.insert(self.hashes, at, hashes)
+        self.rids = np.insert(self.rids, at, rids)
+
+    def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (probe row, indexed row id) pair with equal hashes."""
+        lo = np.searchsorted(self.hashes, hashes, "left")
+        hi = np.searchsorted(self.hashes, hashes, "right")
+        count = hi - lo
+        total = int(count.sum())
+        li = np.repeat(np.arange(len(hashes), dtype=np.int64), count)
+        starts = np.repeat(lo, count)
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        return li, self.rids[starts + offsets]
+
