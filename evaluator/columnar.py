@@ -62,6 +62,7 @@ from reopt.evaluator.frames import (
     group_best,
     join,
     lookup,
+    minus,
     row_hash,
 )
 
@@ -72,6 +73,9 @@ MODES = ("auto", "always", "never")
 MIN_TUPLES = 2_000
 """``auto``: a stratum runs columnar when the relations it reads from below hold at least this
 many tuples (measured: below it, a frame operation's fixed cost outweighs its loop)."""
+MIN_DELTA = 500
+"""``auto``: a recursive stratum the tuple engine began goes on on frames once one iteration
+derives this many tuples."""
 
 
 def mode() -> str:
@@ -101,6 +105,18 @@ def wanted(engine: PythonEngine, stratum: Stratum) -> bool:
     reads = {op.pred for v in (*stratum.base, *stratum.deltas) for op in v.ops
              if isinstance(op, Scan) and op.pred not in own}
     return sum(len(engine.full[p]) for p in reads) >= MIN_TUPLES
+
+
+def takes_over(engine: PythonEngine, stratum: Stratum, delta: Mapping[str, Any]) -> bool:
+    """Whether a recursive stratum the tuple engine began goes on on frames: its last
+    iteration derived at least :data:`MIN_DELTA` tuples (``auto``)."""
+    return (mode() == "auto" and eligible(engine.program, stratum)
+            and sum(len(d) for d in delta.values()) >= MIN_DELTA)
+
+
+def resume(engine: PythonEngine, stratum: Stratum, delta: Mapping[str, Any]) -> None:
+    """Evaluate the rest of ``stratum`` on frames (see :meth:`ColumnarStratum.resume`)."""
+    ColumnarStratum(engine, stratum).resume(delta)
 
 
 def names(n: int) -> list[str]:
@@ -161,8 +177,11 @@ class ColumnarStratum:
         kept = engine.frames.get(pred)
         if kept is not None and kept[0] is rel and kept[1] == rel.version:
             return kept[2]
+        return self._frame_of(rel.rows, pred)
+
+    def _frame_of(self, rows: Any, pred: str) -> Frame:
         types = self.types[pred]
-        return Frame.from_rows(rel.rows, names(len(types)), types)
+        return Frame.from_rows(rows, names(len(types)), types)
 
     def _empty(self, pred: str) -> Frame:
         types = self.types[pred]
@@ -174,6 +193,10 @@ class ColumnarStratum:
             self._scheduled()
         else:
             self._seminaive()
+        self._hand_back()
+
+    def _hand_back(self) -> None:
+        """The stratum's relations back to the engine as tuples (their frames kept)."""
         for p in self.stratum.preds:
             rows = self.full[p].rows(names(len(self.types[p])))
             rel = self.engine.full[p] = type(self.engine.full[p])(rows)
@@ -185,20 +208,34 @@ class ColumnarStratum:
                 if not any(isinstance(op, Scan) and not op.negated and op.pred in own
                            and self.full[op.pred].height == 0 for op in v.ops)]
 
-    def _seminaive(self) -> None:
+    def resume(self, delta: Mapping[str, Any]) -> None:
+        """Go on with a semi-naive stratum the tuple engine began: ``delta`` (relation →
+        tuples) was released last and is in the relations already."""
+        frames = {}
+        for p, rel in delta.items():
+            new = frames[p] = self._frame_of(rel.rows, p)
+            old = minus(self.full[p], new)  # the delta last, as a release leaves it
+            self.before[p], self.full[p] = old, concat([old, new])
+        self._seminaive(frames)
+        self._hand_back()
+
+    def _seminaive(self, delta: Mapping[str, Frame] | None = None) -> None:
         st = self.stratum
         pending: dict[str, list[Frame]] = {p: [] for p in st.preds}
-        for v in self._live_base():
-            pending[v.head_pred].append(self.run_variant(v, {}))
+        if delta is None:
+            for v in self._live_base():
+                pending[v.head_pred].append(self.run_variant(v, {}))
         while True:
-            delta = {p: self._release(p, self._concat(p, fs)) for p, fs in pending.items()}
-            self._iterated(delta)
+            if delta is None:
+                delta = {p: self._release(p, self._concat(p, fs)) for p, fs in pending.items()}
+                self._iterated(delta)
             if not st.recursive or not any(d.height for d in delta.values()):
                 return
             pending = {p: [] for p in st.preds}
             for v in st.deltas:
                 if delta[v.delta_pred].height:  # type: ignore[index]
                     pending[v.head_pred].append(self.run_variant(v, delta))
+            delta = None
 
     def _scheduled(self) -> None:
         """Rank by rank, in the steps :class:`~.compiler.RankSteps` orders (as the tuple

@@ -403,6 +403,9 @@ class PythonEngine:
             self._iterated(delta)
             if not stratum.recursive or not any(delta.values()):
                 return
+            if columnar.takes_over(self, stratum, delta):  # grown large: on frames from here
+                columnar.resume(self, stratum, delta)
+                return
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:
                 if delta[v.delta_pred]:  # type: ignore[index]
