@@ -42,6 +42,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -213,6 +214,20 @@ def _topdown_cost(s: Subject, model: str, adjustments: Any = None) -> float:
     return o.optimize().cost
 
 
+def _on_tuples(fn: Callable[[], Any]) -> Any:
+    """``fn`` with the python engine on tuples only (``REOPT_COLUMNAR=never``): the engine
+    before the set-at-a-time strata, side by side with it."""
+    saved = os.environ.get("REOPT_COLUMNAR")
+    os.environ["REOPT_COLUMNAR"] = "never"
+    try:
+        return fn()
+    finally:
+        if saved is None:
+            del os.environ["REOPT_COLUMNAR"]
+        else:
+            os.environ["REOPT_COLUMNAR"] = saved
+
+
 # -- 1 and 2: from scratch, per pruning mode ------------------------------------------------
 
 def scratch(cfg: Config, subjects: Sequence[Subject], model: str,
@@ -249,13 +264,16 @@ def scratch(cfg: Config, subjects: Sequence[Subject], model: str,
             "bottomup": lambda s=s: _procedural(s, model, "bottomup").optimize(),
             **{f"declarative:{m}": o.optimize for m, o in opts.items()},
         }
+        if "all" in opts:
+            runs["tuples"] = lambda s=s: _on_tuples(_declarative(s, model).optimize)
         times = {k: Times() for k in runs}
         costs: dict[str, float] = {}
         derived: dict[str, int] = {}
         for rnd in range(cfg.repeat):
             for k, fn in runs.items():
                 if rnd and (k.startswith("declarative:") and k != "declarative:all"
-                            or times[k].cpu[-1] > ROUND_LIMIT):
+                            or times[k].cpu[-1] > ROUND_LIMIT
+                            or k == "tuples" and rnd >= 2):
                     continue
                 step = times[k].add(fn)
                 costs[k] = step.cost
@@ -305,15 +323,15 @@ def _large_with_base(cfg: Config, subjects: Sequence[Subject],
 def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> TableOut:
     """Goal 1: the declarative optimizer (``all``) from scratch against topdown/bottomup."""
     header = ["query", "model", "relations", "csg-cmp pairs", "declarative all ms (CPU)",
-              "declarative all ms (wall)", "topdown ms (CPU)", "bottomup ms (CPU)",
-              "declarative / topdown (CPU)", "within time goal", "exact"]
+              "declarative all ms (wall)", "on tuples only ms (CPU)", "topdown ms (CPU)",
+              "bottomup ms (CPU)", "declarative / topdown (CPU)", "within time goal", "exact"]
     out, budget_ok, big, small = [], [], [], []
     for r in rows:
         a = _cpu(r)
         td = median(r["topdown"]["cpu"])
         if a is None:
             out.append([r["query"], r["model"], r["relations"], f"{r['pairs']:,}",
-                        "not run: " + r["skipped"].get("all", "?"), "–", ms(td),
+                        "not run: " + r["skipped"].get("all", "?"), "–", "–", ms(td),
                         ms(median(r["bottomup"]["cpu"])), "–", "no", "–"])
             if r["pairs"] <= GOAL_PAIRS:
                 budget_ok.append(False)
@@ -327,8 +345,10 @@ def scratch_table(rows: list[dict[str, Any]], tpch: bool) -> TableOut:
             small.append(x)
         elif r["relations"] >= GOAL_BIG:
             big.append(x)
+        tuples = r.get("tuples")
         out.append([r["query"], r["model"], r["relations"], f"{r['pairs']:,}", ms(a),
-                    ms(median(r["modes"]["all"]["wall"])), ms(td),
+                    ms(median(r["modes"]["all"]["wall"])),
+                    ms(median(tuples["cpu"])) if tuples else "–", ms(td),
                     ms(median(r["bottomup"]["cpu"])), ratio(x),
                     ("yes" if within else "no") + f" (≤ {goal:g} s)",
                     "yes" if r["exact"] else "NO"])

@@ -398,15 +398,25 @@ class MaintainedEngine(PythonEngine):
             rel.add([(*g[:pos], x, *g[pos:])])
 
     # -- what an update touched ----------------------------------------------------------------
-    def snapshot(self) -> dict[tuple[str, str], set[tuple]]:
-        """The tuples of both layers (a copy), to tell afterwards what an update changed."""
-        out = {("complete", p): set(self.complete[p].rows) for p in self._layer}
+    def snapshot(self) -> dict[tuple[str, str], Relation | set[tuple]]:
+        """Where both layers stand, to tell afterwards what an update changed: relations an
+        update changes in place start their journal (:meth:`Relation.changed`); those it
+        derives anew (the later strata) are copied."""
+        out: dict[tuple[str, str], Relation | set[tuple]] = {}
+        for p in self._layer:
+            rel = out[("complete", p)] = self.complete[p]
+            rel.journal = {}
         for p in self.program.schemas:
             if p not in self.program.facts and p not in self.program.inputs:
-                out[("live", p)] = set(self.live[p].rows)
+                rel = self.live[p]
+                if p in self._post:
+                    out[("live", p)] = set(rel.rows)
+                else:
+                    rel.journal = {}
+                    out[("live", p)] = rel
         return out
 
-    def changed_since(self, before: dict[tuple[str, str], set[tuple]]
+    def changed_since(self, before: dict[tuple[str, str], Relation | set[tuple]]
                       ) -> dict[int, dict[str, int]]:
         """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
         source relation, or of a relation embedding it in front) some of whose tuples, in
@@ -414,9 +424,16 @@ class MaintainedEngine(PythonEngine):
         ors: dict[int, set[tuple]] = {}
         ands: dict[int, set[tuple]] = {}
         width = len(self.program.schemas[self.plan.sources[0][0]])
-        for (layer, p), rows in before.items():
-            now = (self.complete if layer == "complete" else self.live)[p].rows
-            diff = rows ^ now
+        changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
+        for (layer, p), then in before.items():
+            rel = (self.complete if layer == "complete" else self.live)[p]
+            if isinstance(then, set):
+                diff: Iterable[tuple] = then ^ rel.rows
+            elif then is rel:
+                diff = changed[id(rel)] if id(rel) in changed else \
+                    changed.setdefault(id(rel), rel.changed())
+            else:  # replaced meanwhile: the old relation still holds what was
+                diff = then.rows ^ rel.rows
             if not diff:
                 continue
             alt = p in self._alternatives

@@ -79,6 +79,9 @@ class Relation:
         """The indexes with the function reading their key."""
         self.version = 0
         """Bumped by every change, so a copy kept elsewhere (a frame) can tell it is stale."""
+        self.journal: dict[tuple, bool] | None = None
+        """While set: every tuple inserted or deleted since, with whether it was there before
+        (:meth:`changed`), so what an update changed costs what it changed, not a copy."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -98,6 +101,11 @@ class Relation:
 
     def remove(self, rows: list[tuple]) -> None:
         self.version += 1
+        if self.journal is not None:
+            journal, have = self.journal, self.rows
+            for r in rows:
+                if r in have:
+                    journal.setdefault(r, True)
         for r in rows:
             self.rows.discard(r)
         for get, idx in self._keyed:
@@ -109,6 +117,13 @@ class Relation:
                     if not bucket:
                         del idx[key]
 
+    def changed(self) -> list[tuple]:
+        """The tuples inserted or deleted since the journal started (one that came and went,
+        or went and came back, is not among them); stops the journal."""
+        journal, self.journal = self.journal or {}, None
+        have = self.rows
+        return [r for r, was in journal.items() if (r in have) != was]
+
     def add(self, rows: Iterable[tuple]) -> list[tuple]:
         """Insert; returns the tuples that were new."""
         new: list[tuple] = []
@@ -119,6 +134,9 @@ class Relation:
                 keep(r)
         if new:
             self.version += 1
+            if self.journal is not None:
+                for r in new:
+                    self.journal.setdefault(r, False)
             for get, idx in self._keyed:
                 _insert(get, idx, new)
         return new
