@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -394,8 +394,8 @@ class ColumnarStratum:
                     b = b.filter(self._compare(b, op.op, op.left, op.right))
         if b.height == 0:
             return self._empty(v.head_pred)
-        types = self.types[v.head_pred]
         head = [t.var if isinstance(t, Aggregate) else t for t in v.head]
+        types = self.types[v.head_pred][:len(head)]  # a cut variant projects a prefix
         cols, kinds = {}, {}
         for c, t, ty in zip(names(len(head)), head, types, strict=True):
             col, kind = self._term(b, t)
@@ -456,7 +456,7 @@ class ColumnarStratum:
         elif op.version == OLD and op.pred in delta:  # without the delta: as before it
             rel = self.before[op.pred]
         else:
-            rel = self.full[op.pred]
+            rel = self._whole(op.pred)
         checks, binds = match_terms(op.args, {c[1:] for c in b.cols})
         for j, kind, x in checks:
             if kind == CONST:
@@ -469,6 +469,10 @@ class ColumnarStratum:
         if op.negated:
             return anti(b, rel, on)
         return join(b, rel, on)
+
+    def _whole(self, pred: str) -> Frame:
+        """Every tuple of ``pred`` (a scan that binds no key reads them all)."""
+        return self.full[pred]
 
     def _indexed_scan(self, b: Frame, op: Scan, delta: Mapping[str, Frame]) -> Frame | None:
         """A scan of a full relation by bound variables, through its index (None when no
@@ -528,6 +532,69 @@ class ColumnarStratum:
         """One input column of a built-in: numbers as numpy, strings as ``object``."""
         col, kind = self._term(b, t)
         return STRINGS.decode(col) if kind == STRING else col
+
+
+class Maintained(ColumnarStratum):
+    """Frames of a maintained evaluation's complete layer (:mod:`.maintenance`), kept in
+    step with its tuples across updates: a deleted row is marked dead, an inserted one
+    appended (indexes grow, probes skip the dead). An update re-derives a whole rank of
+    groups with one run of each rule — one call of each built-in — instead of group by
+    group, tuple by tuple."""
+
+    def __init__(self, engine: PythonEngine, preds: Iterable[str]):  # read in place
+        self.engine = engine
+        self.program = engine.program
+        self.types = self.program.schemas
+        self.ctx = engine.ctx
+        self.stats = engine.stats
+        self.full = {p: self._frame(engine, p) for p in preds}
+        self.alive = {p: np.ones(f.height, dtype=bool) for p, f in self.full.items()}
+        self.before, self.indexes = {}, {}
+
+    def _whole(self, pred: str) -> Frame:
+        return self.full[pred].filter(self.alive[pred])
+
+    def _probe(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
+               below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        li, ri = super()._probe(pred, cols, values, below)
+        live = self.alive[pred][ri]
+        return li[live], ri[live]
+
+    def rows_with(self, pred: str, cols: tuple[int, ...], keys: Frame) -> tuple[Frame, np.ndarray]:
+        """The live rows of ``pred`` whose columns ``cols`` equal a row of ``keys`` (its
+        columns in that order), and their row ids."""
+        _, ri = self._probe(pred, cols, list(keys.cols.values()))
+        ri = np.unique(ri)
+        return self.full[pred].take(ri), ri
+
+    def kill(self, pred: str, rids: np.ndarray) -> None:
+        self.alive[pred][rids] = False
+
+    def append(self, pred: str, rows: Frame) -> None:
+        if not rows.height:
+            return
+        have = self.full[pred]
+        self.full[pred] = concat([have, rows])
+        self.alive[pred] = np.concatenate((self.alive[pred], np.ones(rows.height, bool)))
+        rids = np.arange(have.height, have.height + rows.height, dtype=np.int64)
+        for (p, at), idx in self.indexes.items():
+            if p == pred:
+                idx.add(row_hash([rows.cols[f"c{j}"] for j in at], rows.height), rids)
+
+    def frame(self, pred: str, rows: Iterable[tuple]) -> Frame:
+        return self._frame_of(rows, pred)
+
+    def key_frame(self, pred: str, keys: Iterable[tuple], width: int) -> Frame:
+        """Group keys (the leading ``width`` columns of ``pred``) as a frame."""
+        types = self.types[pred][:width]
+        return Frame.from_rows(keys, names(width), types)
+
+
+def maintains_on_frames(tuples: int) -> bool:
+    """Whether incremental maintenance over a complete layer of ``tuples`` selected tuples
+    keeps it on frames (:class:`Maintained`)."""
+    how = mode()
+    return how == "always" or (how == "auto" and tuples >= MIN_TUPLES)
 
 
 def _py_type(v: object) -> str:

@@ -43,11 +43,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
+from reopt.evaluator import columnar
 from reopt.evaluator.ast import Var
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
+from reopt.evaluator.frames import Frame, concat, distinct, group_best
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
 
@@ -256,12 +260,16 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
+        self._frames: columnar.Maintained | None = None
+        """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
+        self._changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
 
     # -- from scratch ---------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
                  ) -> tuple[dict[str, Relation], RunStats]:
         t0 = time.perf_counter()
         self.program = self.complete_program
+        self._frames = None
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
@@ -333,6 +341,24 @@ class MaintainedEngine(PythonEngine):
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         stale = stale_keys(old, self.ctx, list(by_key))
         up.stale = len(stale)
+        frames = self._on_frames()
+        if frames is not None:
+            changes = self._update_on_frames(frames, stale, up)
+        else:
+            changes = self._update_on_tuples(stale, up)
+        up.changed = len(changes)
+        self.full = self.live
+        self.program = self.live_program
+        self._live_update(changes)
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        up.seconds = time.perf_counter() - t0
+        return self.full, up
+
+    def _update_on_tuples(self, stale: set[tuple], up: UpdateStats
+                          ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """Re-derive the stale groups and the parents they reach, group by group in rank
+        order; returns each changed group's selected tuples that went and that came."""
+        plan, complete = self.plan, self.complete
         heap = [(self._rank(self.ctx, *g)[0][0], g) for g in stale]
         heapq.heapify(heap)
         queued = set(stale)
@@ -350,13 +376,95 @@ class MaintainedEngine(PythonEngine):
                     if parent not in queued:
                         queued.add(parent)
                         heapq.heappush(heap, (self._rank(self.ctx, *parent)[0][0], parent))
-        up.changed = len(changes)
-        self.full = self.live
-        self.program = self.live_program
-        self._live_update(changes)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
-        up.seconds = time.perf_counter() - t0
-        return self.full, up
+        return changes
+
+    def _on_frames(self) -> columnar.Maintained | None:
+        """The complete layer's frames when updates run on them (large layers; see
+        :func:`~.columnar.maintains_on_frames`), made at the first such update."""
+        if not columnar.maintains_on_frames(len(self.complete[self.plan.target])):
+            self._frames = None  # the tuples change alone from here: the frames would lag
+            return None
+        if self._frames is None:
+            plan = self.plan
+            preds = {plan.target} | {op.pred for _, _, v in plan.sources for op in v.ops
+                                     if isinstance(op, Scan)}
+            preds |= {op.pred for v in plan.parents for op in v.ops if isinstance(op, Scan)}
+            self._frames = columnar.Maintained(self, preds)
+        self._frames.stats = self.stats
+        return self._frames
+
+    def _update_on_frames(self, frames: columnar.Maintained, stale: set[tuple],
+                          up: UpdateStats) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """As :meth:`_update_on_tuples`, a rank at a time: a group's sources read only lower
+        ranks, so one rank's groups are independent and re-derived together on frames."""
+        plan = self.plan
+        rank = self.program.builtins[self.program.strata[plan.stratum].schedule.rank]
+        pending: dict[int, set[tuple]] = {}
+
+        def queue(keys: Frame) -> None:
+            keys = distinct(keys)  # a parent reads many of a rank's changed children
+            if not keys.height:
+                return
+            row, ks = rank.batch(self.ctx, *(keys.python(c) for c in columnar.names(plan.key)))
+            ks = np.asarray(ks, dtype=np.int64)[np.argsort(np.asarray(row), kind="stable")]
+            for g, k in zip(keys.rows(columnar.names(plan.key)), ks.tolist(), strict=True):
+                if g not in queued:
+                    queued.add(g)
+                    pending.setdefault(k, set()).add(g)
+
+        queued: set[tuple] = set()
+        queue(frames.key_frame(plan.target, stale, plan.key))
+        changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
+        while pending:
+            groups = sorted(pending.pop(min(pending)))
+            up.rederived += len(groups)
+            changed = self._rederive_rank(frames, groups, up)
+            if not changed.height:
+                continue
+            for g, (removed, added) in self._changes.items():
+                changes[g] = (removed, added)
+            for v in plan.parents:
+                queue(frames.run_variant(v, {plan.target: changed}))
+        return changes
+
+    def _rederive_rank(self, frames: columnar.Maintained, groups: list[tuple],
+                       up: UpdateStats) -> Frame:
+        """Re-derive one rank's ``groups`` on frames and put the result in place (tuples and
+        frames); returns the selected tuples that went or came, as a frame, and leaves each
+        changed group's in :attr:`_changes`."""
+        plan, target = self.plan, self.plan.target
+        width = len(self.program.schemas[target])
+        cols = columnar.names(width)
+        keys = frames.key_frame(target, groups, plan.key)
+        found = []
+        for source, at, v in plan.sources:
+            rows, _ = frames.rows_with(source, at, keys)
+            if rows.height:
+                found.append(frames.run_variant(v, {source: rows}))
+        cands = concat(found) if found else frames.frame(target, ())
+        up.derived[target] = up.derived.get(target, 0) + cands.height
+        if self._sel is not None and cands.height:
+            ids, best = group_best(cands, cols[:plan.key], cols[self._sel.value],
+                                            self._sel.func)
+            cands = cands.filter(cands.cols[cols[self._sel.value]] == best[ids])
+        by_group: dict[tuple, list[tuple]] = {g: [] for g in groups}
+        for r in cands.rows(cols):
+            by_group[r[:plan.key]].append(r)
+        old, rids = frames.rows_with(target, tuple(range(plan.key)), keys)
+        rid_of = dict(zip(old.rows(cols), rids.tolist(), strict=True))
+        self._changes = {}
+        dead: list[int] = []
+        born: list[tuple] = []
+        for g in groups:
+            removed, added = self._settle(g, by_group[g])
+            if removed or added:
+                self._changes[g] = (removed, added)
+                dead += [rid_of[r] for r in removed]
+                born += added
+        frames.kill(target, np.asarray(dead, dtype=np.int64))
+        frames.append(target, frames.frame(target, born))
+        gone = [r for removed, _ in self._changes.values() for r in removed]
+        return frames.frame(target, gone + born)
 
     def _rederive(self, g: tuple, up: UpdateStats) -> tuple[set[tuple], set[tuple]]:
         """Re-derive group ``g`` of the maintained relation from its source tuples; returns
@@ -368,6 +476,12 @@ class MaintainedEngine(PythonEngine):
             if rows:
                 cands.extend(self.run_variant(v, complete, {source: Relation(rows)}))
         up.derived[plan.target] = up.derived.get(plan.target, 0) + len(cands)
+        return self._settle(g, cands)
+
+    def _settle(self, g: tuple, cands: list[tuple]) -> tuple[set[tuple], set[tuple]]:
+        """Put group ``g``'s best re-derived candidates in place of its selected tuples;
+        returns those that went and those that came (both empty if nothing changed)."""
+        plan, complete = self.plan, self.complete
         new = set(cands)
         if self._sel is not None and new:
             better = min if self._sel.func == "min" else max
