@@ -147,8 +147,11 @@ def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
     memoized per OR node, concatenated with a row index back to the input."""
     rows: list[int] = []
     out: list[list] = [[], [], [], [], []]
+    methods = {qid: set(ctx[qid].model.join_methods) for qid in set(np.asarray(q).tolist())}
     for k, (qid, expr, prop, method) in enumerate(zip(
             np.asarray(q).tolist(), np.asarray(e).tolist(), list(p), list(m), strict=True)):
+        if method not in methods[qid]:  # not the model's: no alternative (as join_columns)
+            continue
         cols = ctx[qid].join_columns(expr, prop, method)
         n = cols.count
         if n:

@@ -136,15 +136,18 @@ def test_hash_collisions_are_told_apart(monkeypatch):
     assert relations(spaces, "aggsel", "frames") == want
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
        model=st.sampled_from(["io", "cout"]),
-       mode=st.sampled_from([m for m in PRUNING_MODES if m != "none"]))
-def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode):
+       mode=st.sampled_from([m for m in PRUNING_MODES if m != "none"]),
+       how=st.sampled_from(["frames", "handover"]))
+def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how):
+    """Sessions whose evaluation ran on frames (``frames``) or on tuples (``handover``: its
+    costing stratum), both maintained on frames, against from-scratch optimizations."""
     q, cat = make_query(shape, n, seed)
     rng = random.Random(seed)
     ops = cost_model(model).operators
-    with way("frames"):
+    with way(how):
         o = Optimizer(q, cat, cost_model=model, optimizer="declarative", engine="python",
                       pruning=mode)
         o.optimize()

@@ -17,10 +17,12 @@ def way(name: str) -> Iterator[None]:
     """Run evaluations on tuples only, on frames for every stratum that deletes nothing, or
     on tuples until a recursive stratum's first iteration, then on frames."""
     env = {"tuples": "never", "frames": "always", "handover": "auto"}[name]
-    saved = os.environ.get("REOPT_COLUMNAR"), columnar.MIN_DELTA, columnar.MIN_TUPLES
+    saved = (os.environ.get("REOPT_COLUMNAR"), columnar.MIN_DELTA, columnar.MIN_TUPLES,
+             columnar.MIN_SELECTED)
     os.environ["REOPT_COLUMNAR"] = env
     if name == "handover":
-        columnar.MIN_DELTA, columnar.MIN_TUPLES = 1, 10**12
+        # the costing stratum on tuples, maintenance on frames built from them
+        columnar.MIN_DELTA, columnar.MIN_TUPLES, columnar.MIN_SELECTED = 1, 10**12, 0
     try:
         yield
     finally:
@@ -28,4 +30,4 @@ def way(name: str) -> Iterator[None]:
             os.environ.pop("REOPT_COLUMNAR", None)
         else:
             os.environ["REOPT_COLUMNAR"] = saved[0]
-        columnar.MIN_DELTA, columnar.MIN_TUPLES = saved[1], saved[2]
+        columnar.MIN_DELTA, columnar.MIN_TUPLES, columnar.MIN_SELECTED = saved[1:]
