@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
+from reopt.costmodel.builtins import DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Aggregate, Arith, Const, Var
 from reopt.evaluator.compiler import (
@@ -45,6 +45,7 @@ from reopt.evaluator.compiler import (
     Scan,
     Stratum,
     Variant,
+    _py_type,
     match_terms,
 )
 from reopt.evaluator.failures import CRASHES, rule_failure
@@ -599,16 +600,6 @@ def maintains_on_frames(tuples: int) -> bool:
     keeps it on frames (:class:`Maintained`)."""
     how = mode()
     return how == "always" or (how == "auto" and tuples >= MIN_SELECTED)
-
-
-def _py_type(v: object) -> str:
-    if isinstance(v, bool):
-        return BOOLEAN
-    if isinstance(v, int):
-        return LONG
-    if isinstance(v, float):
-        return DOUBLE
-    return STRING
 
 
 def run(engine: PythonEngine, stratum: Stratum) -> None:
