@@ -7,6 +7,7 @@ front-end; their answers are checked against Spark SQL's answer to the same text
 from __future__ import annotations
 
 import itertools
+import json
 
 import networkx as nx
 import pytest
@@ -53,6 +54,19 @@ def test_join_queries_are_builtin() -> None:
         assert name in builtin_query_names()
         assert builtin_sql(f"tpch:{name}") == sql
         assert Optimizer(f"tpch:{name}", CATALOG).query.name == f"tpch:{name}"
+
+
+def test_optimize_cli_takes_them(capsys) -> None:
+    from reopt.cli import main
+
+    code = main(["optimize", *[f"tpch:{n}" for n in JOIN_QUERIES], "--sf", "0.01",
+                 "--optimizer", "topdown", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [q["query"] for q in doc["queries"]] == [f"tpch:{n}" for n in JOIN_QUERIES]
+    for q in doc["queries"]:
+        rels = sorted(q["initial"]["plan"]["relations"])
+        assert rels == sorted(join_graph(JOIN_QUERIES[q["query"][5:]]).nodes), q["query"]
 
 
 @pytest.mark.parametrize("name", list(JOIN_QUERIES))
