@@ -378,8 +378,11 @@ class Loop:
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
         self.splits = make_splits(self.query, data_dir, k, spark, split, by, column, subsets)
 
-    def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None
-            ) -> StrategyRun:
+    def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None,
+            per_subset: bool = True) -> StrategyRun:
+        """One strategy over the splits. ``per_subset=False`` makes ``adaptive`` keep one
+        session over per-subset splits too (the baseline a plan per subset is measured
+        against: the same splits, one plan adapting to all of them)."""
         if strategy not in STRATEGIES:
             raise ReoptError(f"unknown strategy '{strategy}' (choose from "
                              f"{', '.join(STRATEGIES)})")
@@ -388,7 +391,7 @@ class Loop:
         columns: list[str] = []
         sessions: dict[int | None, Session] = {}
         steps = (self._spark_splits() if strategy == "spark"
-                 else self._reopt_splits(strategy, sessions))
+                 else self._reopt_splits(strategy, sessions, per_subset))
         for split, cols, rows in steps:
             runs.append(split)
             partials.append(rows)
@@ -399,35 +402,36 @@ class Loop:
                            [sessions[k] for k in sorted(sessions, key=lambda k: k or 0)],
                            self.splits.subset_conditions)
 
-    def _first_plan(self, subset: int | None) -> Session:
-        """A fresh optimizer's first plan: the catalog, ``--delta``, the split relation
-        scaled to one split."""
+    def _first_plan(self, subset: int | None) -> tuple[Session, float]:
+        """A fresh optimizer's first plan (the catalog, ``--delta``, the split relation
+        scaled to one split) and the seconds it took, the optimizer's construction aside."""
         s = self.splits
         o = self.make_optimizer()
+        t0 = time.perf_counter()
         step = o.optimize()
         first = [f"card {s.alias} *{1 / s.k!r}"] if s.k > 1 else []
         if first or self.deltas:
             step = o.update(self.deltas + first)
-        return Session(subset, o, step.plan)
+        return Session(subset, o, step.plan), time.perf_counter() - t0
 
-    def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session]
+    def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session],
+                      per_subset: bool = True
                       ) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
         """``static``, ``adaptive``, ``hindsight``. ``adaptive`` over per-subset splits keeps
         one session per subset: a split runs its subset's current plan, and its observations
         go to that session only, scaled by the rows of the subset's next split over its own;
         ``plan_changed`` then compares with the subset's previous split."""
         s = self.splits
-        per_subset = strategy == "adaptive" and bool(s.subsets)
+        per_subset = per_subset and strategy == "adaptive" and bool(s.subsets)
         last: dict[int | None, str] = {}
         pending: dict[int | None, float] = {}
-        """Re-optimization time after a split, counted in the session's next split."""
+        """Optimization time not yet reported: counted in the session's next split."""
         for i in range(s.k):
             key = s.subset(i) if per_subset else None
-            t0 = time.perf_counter()
             if key not in sessions:
-                sessions[key] = self._first_plan(key)
+                sessions[key], pending[key] = self._first_plan(key)
             session = sessions[key]
-            reopt = time.perf_counter() - t0 + pending.pop(key, 0.0)
+            reopt = pending.pop(key, 0.0)
             restrict = {s.alias: s.condition(i)}
             o = session.optimizer
             if strategy == "hindsight" and s.rows[i] > 0:
