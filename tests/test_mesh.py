@@ -14,11 +14,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from reopt.adaptive import Loop, plan_shape
+from reopt import adaptive
+from reopt.adaptive import Loop, Splits, plan_shape
 from reopt.api import Optimizer, load_catalog
-from reopt.execute import Execution, answer_digest, spark_sql_answer
-
-pytestmark = pytest.mark.spark
+from reopt.combine import combiner
+from reopt.execute import Execution, NodeRun, answer_digest, spark_sql_answer
 
 CATALOG = load_catalog(None, 0.01)
 Q5_LAST_SHIP = dt.date(1994, 1, 1) + dt.timedelta(days=121)
@@ -34,6 +34,58 @@ def estimate(o: Optimizer, aliases: tuple[str, ...]) -> float:
     return o.space().estimator.card(o.query.mask(aliases))
 
 
+def fake_loop(monkeypatch) -> Loop:
+    """Q5 over four hand-made splits of 100 lineitem rows each, subsets 0, 1, 0, 1, run by
+    a stand-in for Spark: every node observes 100 rows per relation it joins, except that
+    subset 1 (condition ``late``) joins no line with an order (0 rows)."""
+    def fake_execute(plan, query, data_dir, spark, restrict=None):
+        late = restrict["lineitem"].startswith("late")
+        nodes = [NodeRun(n.op, n.alt.log_op, n.relations, n.rows,
+                         0 if late and {"orders", "lineitem"} <= set(n.relations)
+                         else 100 * len(n.relations))
+                 for n in plan.walk()]
+        return Execution([], [], "", 0.0, nodes)
+
+    monkeypatch.setattr(adaptive, "execute", fake_execute)
+    loop = Loop.__new__(Loop)
+    loop.make_optimizer, loop.data_dir, loop.spark, loop.deltas = q5, "data", None, []
+    loop.query = loop.split_query = q5().query
+    loop.combiner = combiner(loop.query.sql, loop.query.name)
+    loop.splits = Splits("lineitem", "lineitem", "l_shipdate", 4, [100] * 4, "subset",
+                         ("early a", "late a", "early b", "late b"), (0, 1, 0, 1),
+                         ("early", "late"))
+    return loop
+
+
+def test_observations_go_to_their_subsets_session_only(monkeypatch):
+    """Routing without Spark: each subset's session took exactly its own splits' deltas
+    (its last split pushes none: no next split of the subset), and its estimates are its own
+    observations; with ``per_subset=False`` one session took every split's but the last."""
+    def pushed(split) -> list[str]:  # all splits have 100 rows: scale 1
+        return Execution([], [], "", 0.0, split.nodes).deltas(1.0, scaled="lineitem")
+
+    loop = fake_loop(monkeypatch)
+    run = loop.run("adaptive")
+    early, late = run.sessions
+    assert (early.subset, late.subset) == (0, 1)
+    assert early.deltas == pushed(run.splits[0]) and late.deltas == pushed(run.splits[1])
+    assert estimate(early.optimizer, ("orders", "lineitem")) == 200
+    assert estimate(late.optimizer, ("orders", "lineitem")) == 1  # observed 0, clamped to 1
+    assert [x.subset for x in run.splits] == [0, 1, 0, 1]
+    # plan_changed compares a split with its subset's previous split
+    assert [x.plan_changed for x in run.splits] == [
+        False, False, run.splits[2].plan != run.splits[0].plan,
+        run.splits[3].plan != run.splits[1].plan]
+    assert run.splits[3].plan == plan_shape(late.plan) != plan_shape(early.plan)
+
+    one = loop.run("adaptive", per_subset=False)
+    (session,) = one.sessions
+    assert session.subset is None
+    assert session.deltas == [d for x in one.splits[:3] for d in pushed(x)]
+    assert "subsets" not in one.to_json()
+
+
+@pytest.mark.spark
 def test_each_subset_keeps_its_own_plan_and_statistics(spark, skew_dir):
     """Q5 over lineitem cut by ship date into 2 subsets, 4 splits taking them in turn, on
     skewed, drifting data. The median ship date is after ``Q5_LAST_SHIP``, so subset 1 holds
@@ -80,6 +132,7 @@ def test_each_subset_keeps_its_own_plan_and_statistics(spark, skew_dir):
     assert plan_shape(run.sessions[0].plan) != plan_shape(run.sessions[1].plan)
 
 
+@pytest.mark.spark
 def test_cli_reports_the_subset_of_each_split(spark, tpch_dir, capsys):
     """On one of the loop workload's own queries (two aliases of nation, combined by their
     group keys): each split's subset and plan in --json, each subset's final plan, and the
@@ -102,6 +155,7 @@ def test_cli_reports_the_subset_of_each_split(spark, tpch_dir, capsys):
     assert [x["plan"] for x in adaptive["subsets"]] == [x["plan"] for x in adaptive["splits"]]
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize(("argv", "message"), [
     (["--per-subset", "o_orderdate"], "table 'lineitem' has no column 'o_orderdate' to make "
                                       "subsets of (--per-subset)"),
