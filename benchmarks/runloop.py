@@ -1,14 +1,17 @@
 """The adaptive loop (``reopt run``): every strategy over the same splits, side by side.
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
-[--split-by hash|range] [--split-column COL] [--delta D]... [--cost-model io|cout]``
+[--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
+[--cost-model io|cout]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
 strategy is not counted (the JVM and the file cache), then each strategy runs once: its
 total execution time over the splits, its total re-optimization time, how often the plan
 changed, and whether its answer digests as the others'. Session start-up and the ``spark``
-strategy's writing and ``ANALYZE`` of its tables are excluded.
+strategy's writing and ``ANALYZE`` of its tables are excluded. With ``--per-subset KEY`` the
+splits are per-subset ones (``reopt run --per-subset``) and ``adaptive`` (one session per
+subset) is followed by ``adaptive-one``: the same splits with one session for all of them.
 """
 
 from __future__ import annotations
@@ -31,12 +34,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
     ap.add_argument("--split-column")
     ap.add_argument("--cost-model", default="io")
+    ap.add_argument("--per-subset", metavar="KEY")
+    ap.add_argument("--subsets", type=int, default=2)
     args = ap.parse_args(argv)
+    by, column = args.split_by, args.split_column
+    if args.per_subset:
+        by, column = "subset", args.per_subset
     catalog = load_catalog(None, _data_scale_factor(args.data))
     spark = get_spark()
-    print(f"data {args.data}, {args.splits} {args.split_by} splits"
-          f"{' of ' + args.split_column if args.split_column else ''}, "
-          f"deltas {args.delta or 'none'}")
+    subsets = f" ({args.subsets} subsets)" if args.per_subset else ""
+    print(f"data {args.data}, {args.splits} {by} splits{subsets}"
+          f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}")
     print("| query | strategy | exec (s) | reopt (s) | plan changes | result rows | same answer |")
     print("|---|---|---|---|---|---|---|")
     for q in args.queries.split(","):
@@ -44,11 +52,14 @@ def main(argv: list[str]) -> int:
             return Optimizer(f"tpch:{q}", catalog, cost_model=args.cost_model,
                              optimizer="topdown-inc")
 
-        loop = Loop(make, args.data, args.splits, spark, args.delta, by=args.split_by,
-                    column=args.split_column)
+        loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
+                    subsets=args.subsets)
         reference = loop.run("static").answer_digest  # warm-up, not counted
-        for strategy in STRATEGIES:
-            run = loop.run(strategy)
+        runs = [(name, name, True) for name in STRATEGIES]
+        if args.per_subset:
+            runs.insert(2, ("adaptive-one", "adaptive", False))
+        for strategy, name, per_subset in runs:
+            run = loop.run(name, per_subset=per_subset)
             doc = run.to_json()
             same = run.answer_digest == reference
             print(f"| {q} | {strategy} | {doc['execution_seconds']:.2f} | "

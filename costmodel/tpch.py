@@ -59,6 +59,18 @@ typographic quotes and ``≤``/``≥`` become ASCII, ``GROUPBY`` becomes ``GROUP
 ``CAST(`` is dropped, Q5S's ``'199401-01'`` is ``'1994-01-01'`` (as in Q5), the trailing ``;`` is
 dropped, and Q6's constant arithmetic ``0.06 - 0.01``/``0.06 + 0.01`` is folded to ``0.05`` and
 ``0.07`` (the front-end compares a column with a literal).
+
+:data:`JOIN_QUERIES` are six more multi-join queries (5-8 relations) written for the adaptive
+loop's workload (``reopt run``, issue 20), not the paper's: each has filters and a final
+aggregate whose partials combine (``SUM``, ``COUNT``, ``MIN``, ``MAX`` by group keys), and each
+has another join-graph shape: ``q2join`` (part-partsupp-supplier-nation-region, a chain from
+part to region), ``q7join`` (supplier and customer each with their own ``nation`` alias, the two
+nations in one region: a cycle of six), ``q8`` (TPC-H Q8's eight relations, two nation aliases
+and region), ``q9join`` (TPC-H Q9's joins written as a cyclic graph: partsupp joins supplier,
+part and lineitem, lineitem joins supplier and part too, so the graph has the cycles
+lineitem-supplier-partsupp and lineitem-part-partsupp), ``chain6``
+(region-nation-customer-orders-lineitem-part, a pure chain) and ``star6`` (lineitem as the hub
+of orders, part and supplier; customer and nation one step out).
 """
 
 from __future__ import annotations
@@ -72,7 +84,7 @@ from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import CatalogError, QueryError
 from reopt.costmodel.numeric import MAX_ROWS, compact, is_finite_number
 
-__all__ = ["QUERIES", "builtin_query_names", "builtin_sql", "tpch_catalog"]
+__all__ = ["JOIN_QUERIES", "QUERIES", "builtin_query_names", "builtin_sql", "tpch_catalog"]
 
 # --- catalog ----------------------------------------------------------------------------------
 
@@ -359,12 +371,66 @@ WHERE o_orderkey = l_orderkey and c_custkey = o_custkey and p_partkey = l_partke
   and s_nationkey = n_nationkey""",
 }
 
+JOIN_QUERIES: dict[str, str] = {
+    "q2join": """\
+SELECT n_name, min(ps_supplycost) as min_cost, count(*) as offers
+FROM part, partsupp, supplier, nation, region
+WHERE p_partkey = ps_partkey and s_suppkey = ps_suppkey and s_nationkey = n_nationkey
+  and n_regionkey = r_regionkey and p_size = 15 and p_type like '%BRASS'
+  and r_name = 'EUROPE'
+GROUP BY n_name""",
+    "q7join": """\
+SELECT n1.n_name as supp_nation, n2.n_name as cust_nation,
+       sum(l_extendedprice * (1 - l_discount)) as revenue
+FROM supplier, lineitem, orders, customer, nation n1, nation n2
+WHERE s_suppkey = l_suppkey and o_orderkey = l_orderkey and c_custkey = o_custkey
+  and s_nationkey = n1.n_nationkey and c_nationkey = n2.n_nationkey
+  and n1.n_regionkey = n2.n_regionkey and n1.n_regionkey = 3
+  and l_shipdate >= '1995-01-01' and l_shipdate <= '1996-12-31'
+GROUP BY n1.n_name, n2.n_name""",
+    "q8": """\
+SELECT n2.n_name as supp_nation, sum(l_extendedprice * (1 - l_discount)) as volume
+FROM part, supplier, lineitem, orders, customer, nation n1, nation n2, region
+WHERE p_partkey = l_partkey and s_suppkey = l_suppkey and l_orderkey = o_orderkey
+  and o_custkey = c_custkey and c_nationkey = n1.n_nationkey
+  and n1.n_regionkey = r_regionkey and r_name = 'AMERICA'
+  and s_nationkey = n2.n_nationkey and o_orderdate >= '1995-01-01'
+  and o_orderdate <= '1996-12-31' and p_type = 'ECONOMY ANODIZED STEEL'
+GROUP BY n2.n_name""",
+    "q9join": """\
+SELECT n_name, sum(l_extendedprice * (1 - l_discount) - ps_supplycost * l_quantity) as profit
+FROM part, supplier, lineitem, partsupp, orders, nation
+WHERE s_suppkey = l_suppkey and ps_suppkey = s_suppkey and ps_partkey = p_partkey
+  and p_partkey = l_partkey and ps_partkey = l_partkey and o_orderkey = l_orderkey
+  and s_nationkey = n_nationkey
+  and p_name like '%green%' and o_orderdate >= '1995-01-01'
+GROUP BY n_name""",
+    "chain6": """\
+SELECT r_name, count(*) as lines, sum(l_quantity) as quantity
+FROM region, nation, customer, orders, lineitem, part
+WHERE r_regionkey = n_regionkey and n_nationkey = c_nationkey and c_custkey = o_custkey
+  and o_orderkey = l_orderkey and l_partkey = p_partkey and o_orderpriority = '1-URGENT'
+  and l_shipmode in ('AIR', 'MAIL') and c_acctbal > 0 and p_size <= 25
+GROUP BY r_name""",
+    "star6": """\
+SELECT n_name, c_mktsegment, count(*) as lines, max(l_discount) as max_discount
+FROM lineitem, orders, customer, part, supplier, nation
+WHERE l_orderkey = o_orderkey and o_custkey = c_custkey and l_partkey = p_partkey
+  and l_suppkey = s_suppkey and s_nationkey = n_nationkey and p_brand = 'Brand#23'
+  and o_orderdate >= '1994-01-01' and o_orderdate < '1996-01-01'
+GROUP BY n_name, c_mktsegment""",
+}
+
+BUILTIN: dict[str, str] = {**QUERIES, **JOIN_QUERIES}
+"""Every built-in query: the paper's workload, then the loop's own join queries."""
+
 _PREFIX = "tpch:"
 
 
 def builtin_query_names() -> list[str]:
-    """The built-in query names (``q1`` ...) in the paper's order; ``tpch:q1`` works as well."""
-    return list(QUERIES)
+    """The built-in query names (``q1`` ...): the paper's, in its order, then
+    :data:`JOIN_QUERIES`; ``tpch:q1`` works as well."""
+    return list(BUILTIN)
 
 
 def builtin_sql(name: str) -> str:
@@ -373,9 +439,9 @@ def builtin_sql(name: str) -> str:
     if key.startswith(_PREFIX):
         key = key[len(_PREFIX):].strip()
     try:
-        return QUERIES[key]
+        return BUILTIN[key]
     except KeyError:
-        valid = ", ".join(_PREFIX + n for n in QUERIES)
+        valid = ", ".join(_PREFIX + n for n in BUILTIN)
         raise QueryError(
             f"unknown built-in query {name!r}; valid names: {valid} ('tpch:' is optional)"
         ) from None

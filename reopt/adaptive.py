@@ -29,6 +29,12 @@ Strategies, each over the same splits:
     (written as Parquet tables of a scratch database, the split table as the split; untimed),
     adaptive execution on.
 
+Per-subset splits (``reopt run --per-subset KEY``, Query Mesh's plan per data subset): the
+subsets are ``M`` ranges of a key column of the split relation, the splits take them in turn
+(split ``i`` in subset ``i mod M``), and ``adaptive`` keeps one optimizer session per subset,
+each fed only its own subset's observations and running its own plan on its subset's splits
+(:class:`Session`).
+
 An empty split (no rows of the split relation) is run, adds nothing to the answer, and its
 observations are not pushed: the plan stays as it was (a documented no-op).
 """
@@ -67,7 +73,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 STRATEGIES = ("static", "adaptive", "hindsight", "spark")
-SPLIT_BY = ("hash", "range")
+SPLIT_BY = ("hash", "range", "subset")
 SPARK_SETTINGS = {
     "spark.sql.cbo.enabled": "true",
     "spark.sql.cbo.joinReorder.enabled": "true",
@@ -92,17 +98,29 @@ class Splits:
     """Rows of the split table in each split."""
     by: str = "hash"
     conditions: tuple[str, ...] = ()
-    """``range`` only: the condition of each split (``hash``: computed)."""
+    """``range`` and ``subset``: the condition of each split (``hash``: computed)."""
+    subsets: tuple[int, ...] = ()
+    """``subset`` only: the subset (range of ``column``) each split belongs to."""
+    subset_conditions: tuple[str, ...] = ()
+    """``subset`` only: the condition of each subset (a range of ``column``)."""
 
     def condition(self, i: int) -> str:
-        if self.by == "range":
+        if self.conditions:
             return self.conditions[i]
         return f"pmod(xxhash64(`{self.column}`), {self.k}) = {i}"
 
+    def subset(self, i: int) -> int | None:
+        """The subset split ``i`` belongs to; None when the splits are not per subset."""
+        return self.subsets[i] if self.subsets else None
+
     def to_json(self) -> dict[str, Any]:
-        return {"alias": self.alias, "table": self.table, "by": self.by,
-                "column": self.column, "k": self.k, "rows": self.rows,
-                "conditions": [self.condition(i) for i in range(self.k)]}
+        out = {"alias": self.alias, "table": self.table, "by": self.by,
+               "column": self.column, "k": self.k, "rows": self.rows,
+               "conditions": [self.condition(i) for i in range(self.k)]}
+        if self.subsets:
+            out["subsets"] = list(self.subsets)
+            out["subset_conditions"] = list(self.subset_conditions)
+        return out
 
 
 @dataclass
@@ -119,15 +137,37 @@ class SplitRun:
     nodes: list[NodeRun] = field(default_factory=list)
     statistics_seconds: float | None = None
     """``spark`` only: writing and ``ANALYZE``-ing the split's tables (not in execution)."""
+    subset: int | None = None
+    """Per-subset splits only: the subset (range of the key) the split's data falls in."""
 
     def to_json(self) -> dict[str, Any]:
         out = {"split": self.index, "split_rows": self.split_rows, "plan": self.plan,
                 "plan_changed": self.plan_changed, "reopt_seconds": self.reopt_seconds,
                 "execution_seconds": self.execution_seconds, "result_rows": self.result_rows,
                 "nodes": [n.to_json() for n in self.nodes]}
+        if self.subset is not None:
+            out["subset"] = self.subset
         if self.statistics_seconds is not None:
             out["statistics_seconds"] = self.statistics_seconds
         return out
+
+
+@dataclass
+class Session:
+    """One incrementally maintained optimizer of a run: the whole run's, or (``adaptive``
+    with per-subset splits) one subset's, fed only the observations of that subset's
+    splits."""
+
+    subset: int | None
+    optimizer: Optimizer
+    plan: PlanNode
+    deltas: list[str] = field(default_factory=list)
+    """Every delta pushed into it after its first plan, in order."""
+    plan_changes: int = 0
+
+    def to_json(self, condition: str | None) -> dict[str, Any]:
+        return {"subset": self.subset, "condition": condition, "plan": plan_shape(self.plan),
+                "plan_changes": self.plan_changes, "deltas": len(self.deltas)}
 
 
 @dataclass
@@ -138,18 +178,26 @@ class StrategyRun:
     splits: list[SplitRun]
     columns: list[str]
     rows: list[tuple]
+    sessions: list[Session] = field(default_factory=list)
+    """The optimizer sessions after the run: one per subset for ``adaptive`` over per-subset
+    splits (in subset order), else one (none for ``spark``)."""
+    subset_conditions: tuple[str, ...] = ()
 
     @property
     def answer_digest(self) -> str:
         return answer_digest(self.rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "result_rows": len(self.rows),
-                "answer_digest": self.answer_digest,
-                "reopt_seconds": sum(s.reopt_seconds for s in self.splits),
-                "execution_seconds": sum(s.execution_seconds for s in self.splits),
-                "plan_changes": sum(s.plan_changed for s in self.splits),
-                "splits": [s.to_json() for s in self.splits]}
+        out = {"strategy": self.strategy, "result_rows": len(self.rows),
+               "answer_digest": self.answer_digest,
+               "reopt_seconds": sum(s.reopt_seconds for s in self.splits),
+               "execution_seconds": sum(s.execution_seconds for s in self.splits),
+               "plan_changes": sum(s.plan_changed for s in self.splits),
+               "splits": [s.to_json() for s in self.splits]}
+        if any(x.subset is not None for x in self.sessions):
+            out["subsets"] = [x.to_json(self.subset_conditions[x.subset])
+                              for x in self.sessions if x.subset is not None]
+        return out
 
 
 def plan_shape(plan: PlanNode) -> str:
@@ -183,17 +231,23 @@ def choose_split(query: Query, data_dir: str | Path) -> tuple[str, str]:
 
 
 def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
-                alias: str | None = None, by: str = "hash", column: str | None = None
-                ) -> Splits:
+                alias: str | None = None, by: str = "hash", column: str | None = None,
+                subsets: int = 2) -> Splits:
     """Choose the split relation (``alias``, else :func:`choose_split`) and its splits:
-    ``hash`` of ``column`` (default: the table's first), or ``range``s of ``column`` cut at
+    ``hash`` of ``column`` (default: the table's first), ``range``s of ``column`` cut at
     its approximate quantiles (equal-sized splits in the column's order: a date column
-    gives the splits in time order); count each split's rows (one Spark pass, two for
-    ``range``)."""
+    gives the splits in time order), or ``subset``: ``subsets`` ranges of ``column`` (at its
+    quantiles) taking the splits in turn — split ``i`` is the part ``i // subsets`` of the
+    hash split (by the table's first column) of range ``i mod subsets`` (see
+    :func:`_subset_splits`); count each split's rows (one Spark pass, two for ``range`` and
+    ``subset``)."""
     from pyspark.sql import functions as F
 
     if k < 1:
         raise ReoptError(f"the number of splits must be at least 1, got {k}")
+    if by == "subset" and not 1 <= subsets <= k:
+        raise ReoptError(f"--subsets {subsets}: each of the subsets needs a split; give "
+                         f"between 1 and --splits ({k}) subsets")
     if alias is None:
         alias, table = choose_split(query, data_dir)
     else:
@@ -208,13 +262,19 @@ def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
         raise ReoptError(f"unknown split kind '{by}' (choose from {', '.join(SPLIT_BY)})")
     df = read_tables(query, data_dir, spark)[table]
     if column is None:
+        if by == "subset":
+            raise ReoptError("per-subset splits need a key column")
         column = df.columns[0]
     else:
         found = {c.lower(): c for c in df.columns}.get(column.lower())
         if found is None:
-            raise ExecutionError(f"{data_dir}: table '{table}' has no column '{column}' to "
-                                 "split by")
+            what = "to split by" if by != "subset" else "to make subsets of (--per-subset)"
+            raise ExecutionError(f"{data_dir}: table '{table}' has no column '{column}' "
+                                 f"{what} (it is the split input, relation '{alias}'; its "
+                                 f"columns: {', '.join(df.columns)})")
         column = found
+    if by == "subset":
+        return _subset_splits(df, alias, table, column, k, subsets)
     if by == "hash":
         counts = {int(r[0]): int(r[1]) for r in df.groupBy(
             F.expr(f"pmod(xxhash64(`{column}`), {k})")).count().collect()}
@@ -223,6 +283,26 @@ def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
     rows = df.select(*[F.count_if(F.expr(c)).alias(f"s{i}")
                        for i, c in enumerate(conditions)]).first()
     return Splits(alias, table, column, k, [int(n) for n in rows], "range", tuple(conditions))
+
+
+def _subset_splits(df: Any, alias: str, table: str, key: str, k: int, m: int) -> Splits:
+    """``k`` splits over ``m`` subsets: the subsets are ranges of ``key`` cut at its
+    approximate ``j/m`` quantiles; split ``i`` belongs to subset ``i mod m`` and is part
+    ``i // m`` of that subset's hash split by the table's first column (into as many parts
+    as the subset has splits). The splits thus come in passes, each pass one split of every
+    subset in ``key`` order: data of every subset keeps arriving, as in a stream."""
+    from pyspark.sql import functions as F
+
+    ranges = _range_conditions(df, key, m)
+    first = df.columns[0]
+    owners = tuple(i % m for i in range(k))
+    parts = [owners.count(j) for j in range(m)]
+    conditions = tuple(f"{ranges[j]} AND pmod(xxhash64(`{first}`), {parts[j]}) = {i // m}"
+                       for i, j in enumerate(owners))
+    rows = df.select(*[F.count_if(F.expr(c)).alias(f"s{i}")
+                       for i, c in enumerate(conditions)]).first()
+    return Splits(alias, table, key, k, [int(n) for n in rows], "subset", conditions, owners,
+                  tuple(ranges))
 
 
 def _range_conditions(df: Any, column: str, k: int) -> list[str]:
@@ -285,7 +365,8 @@ class Loop:
 
     def __init__(self, make_optimizer: Callable[[], Optimizer], data_dir: str | Path, k: int,
                  spark: SparkSession, deltas: list[str] | None = None,
-                 split: str | None = None, by: str = "hash", column: str | None = None):
+                 split: str | None = None, by: str = "hash", column: str | None = None,
+                 subsets: int = 2):
         self.make_optimizer = make_optimizer
         self.data_dir = data_dir
         self.spark = spark
@@ -295,26 +376,35 @@ class Loop:
         self.combiner: Combiner = combiner(self.query.sql, self.query.name) if k > 1 else \
             _whole(self.query.sql)
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
-        self.splits = make_splits(self.query, data_dir, k, spark, split, by, column)
+        self.splits = make_splits(self.query, data_dir, k, spark, split, by, column, subsets)
 
-    def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None
-            ) -> StrategyRun:
+    def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None,
+            per_subset: bool = True) -> StrategyRun:
+        """One strategy over the splits. ``per_subset=False`` makes ``adaptive`` keep one
+        session over per-subset splits too (the baseline a plan per subset is measured
+        against: the same splits, one plan adapting to all of them)."""
         if strategy not in STRATEGIES:
             raise ReoptError(f"unknown strategy '{strategy}' (choose from "
                              f"{', '.join(STRATEGIES)})")
         runs: list[SplitRun] = []
         partials: list[list[tuple]] = []
         columns: list[str] = []
-        steps = self._spark_splits() if strategy == "spark" else self._reopt_splits(strategy)
+        sessions: dict[int | None, Session] = {}
+        steps = (self._spark_splits() if strategy == "spark"
+                 else self._reopt_splits(strategy, sessions, per_subset))
         for split, cols, rows in steps:
             runs.append(split)
             partials.append(rows)
             columns = columns or cols
             if progress is not None:
                 progress(split)
-        return StrategyRun(strategy, runs, columns, self.combiner.combine(partials))
+        return StrategyRun(strategy, runs, columns, self.combiner.combine(partials),
+                           [sessions[k] for k in sorted(sessions, key=lambda k: k or 0)],
+                           self.splits.subset_conditions)
 
-    def _reopt_splits(self, strategy: str) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+    def _first_plan(self, subset: int | None) -> tuple[Session, float]:
+        """A fresh optimizer's first plan (the catalog, ``--delta``, the split relation
+        scaled to one split) and the seconds it took, the optimizer's construction aside."""
         s = self.splits
         o = self.make_optimizer()
         t0 = time.perf_counter()
@@ -322,26 +412,51 @@ class Loop:
         first = [f"card {s.alias} *{1 / s.k!r}"] if s.k > 1 else []
         if first or self.deltas:
             step = o.update(self.deltas + first)
-        reopt = time.perf_counter() - t0
-        previous: str | None = None
+        return Session(subset, o, step.plan), time.perf_counter() - t0
+
+    def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session],
+                      per_subset: bool = True
+                      ) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+        """``static``, ``adaptive``, ``hindsight``. ``adaptive`` over per-subset splits keeps
+        one session per subset: a split runs its subset's current plan, and its observations
+        go to that session only, scaled by the rows of the subset's next split over its own;
+        ``plan_changed`` then compares with the subset's previous split."""
+        s = self.splits
+        per_subset = per_subset and strategy == "adaptive" and bool(s.subsets)
+        last: dict[int | None, str] = {}
+        pending: dict[int | None, float] = {}
+        """Optimization time not yet reported: counted in the session's next split."""
         for i in range(s.k):
+            key = s.subset(i) if per_subset else None
+            if key not in sessions:
+                sessions[key], pending[key] = self._first_plan(key)
+            session = sessions[key]
+            reopt = pending.pop(key, 0.0)
             restrict = {s.alias: s.condition(i)}
+            o = session.optimizer
             if strategy == "hindsight" and s.rows[i] > 0:
-                seen = execute(step.plan, self.split_query, self.data_dir, self.spark, restrict)
+                seen = execute(session.plan, self.split_query, self.data_dir, self.spark,
+                               restrict)
                 t0 = time.perf_counter()
-                step = o.update(seen.deltas())
+                session.plan = o.update(seen.deltas()).plan
                 reopt += time.perf_counter() - t0
-            run = execute(step.plan, self.split_query, self.data_dir, self.spark, restrict)
-            shape = plan_shape(step.plan)
-            yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
-                            reopt, run.seconds, len(run.rows), run.nodes),
+                session.deltas += seen.deltas()
+            run = execute(session.plan, self.split_query, self.data_dir, self.spark, restrict)
+            shape = plan_shape(session.plan)
+            changed = key in last and shape != last[key]
+            session.plan_changes += changed
+            yield (SplitRun(i, s.rows[i], shape, changed, reopt, run.seconds, len(run.rows),
+                            run.nodes, subset=s.subset(i)),
                    run.columns, run.rows)
-            previous, reopt = shape, 0.0
-            nxt = i + 1
-            if strategy == "adaptive" and nxt < s.k and s.rows[i] > 0 and s.rows[nxt] > 0:
+            last[key] = shape
+            nxt = next((j for j in range(i + 1, s.k)
+                        if not per_subset or s.subset(j) == key), None)
+            if strategy == "adaptive" and nxt is not None and s.rows[i] > 0 and s.rows[nxt] > 0:
+                deltas = run.deltas(s.rows[nxt] / s.rows[i], scaled=s.alias)
                 t0 = time.perf_counter()
-                step = o.update(run.deltas(s.rows[nxt] / s.rows[i], scaled=s.alias))
-                reopt = time.perf_counter() - t0
+                session.plan = o.update(deltas).plan
+                pending[key] = time.perf_counter() - t0
+                session.deltas += deltas
 
     def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
         """Spark's own plans: the tables written as Parquet tables of a scratch database
@@ -383,7 +498,8 @@ class Loop:
                 final = executed.split("== Initial Plan ==")[0]  # AQE prints both plans
                 shape = "spark: " + (", ".join(SPARK_JOINS.findall(final)) or "no join")
                 yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
-                                0.0, seconds, len(rows), statistics_seconds=stats),
+                                0.0, seconds, len(rows), statistics_seconds=stats,
+                                subset=s.subset(i)),
                        list(answer.columns), rows)
                 previous, stats = shape, 0.0
         finally:

@@ -108,10 +108,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="split the largest input into K hash splits (default 4)")
     r.add_argument("--split", metavar="ALIAS", help="the relation to split (default: the "
                    "largest input on disk among tables the query names once)")
-    r.add_argument("--split-by", default="hash", choices=("hash", "range"),
+    r.add_argument("--split-by", choices=("hash", "range"),
                    help="hash splits (default) or ranges at the column's quantiles, in order")
     r.add_argument("--split-column", metavar="COL", help="the column splits are cut by "
                    "(default: the split table's first column)")
+    r.add_argument("--per-subset", metavar="KEY", help="a plan per subset (Query Mesh): cut "
+                   "the split input's column KEY into --subsets ranges; the K splits take the "
+                   "ranges in turn, and adaptive keeps one optimizer session per range")
+    r.add_argument("--subsets", type=positive_int, metavar="M", help="with --per-subset: the "
+                   "number of ranges of KEY (default 2; at most --splits)")
     r.add_argument("--strategy", default="adaptive", type=_strategy_list,
                    help="one or a comma-separated list of: static, adaptive, hindsight, spark, "
                    "or all (default adaptive); each runs over the same splits")
@@ -413,12 +418,16 @@ def run_main(args: argparse.Namespace) -> int:
     if args.split is not None and args.split not in query.aliases:
         raise ReoptError(f"--split {args.split}: query {query.name} has no such relation (it "
                          f"has {', '.join(query.aliases)})")
+    by, column, subsets = _split_layout(args)
     loop = Loop(make_optimizer, args.data, args.splits, get_spark(args.master), deltas,
-                args.split, args.split_by, args.split_column)
+                args.split, by, column, subsets)
     s = loop.splits
     if not args.json:
         print(f"== {query.name} on {args.data}: {s.alias} ({s.table}) in {s.k} {s.by} splits "
               f"of {s.column}: {', '.join(map(str, s.rows))} rows")
+        for j, condition in enumerate(s.subset_conditions):
+            print(f"   subset {j}: {condition}, splits "
+                  f"{', '.join(str(i) for i in range(s.k) if s.subset(i) == j)}")
     runs = []
     with tqdm(total=s.k * len(args.strategy), desc="splits", unit="split", leave=False,
               file=sys.stderr, disable=None) as bar:
@@ -430,7 +439,8 @@ def run_main(args: argparse.Namespace) -> int:
                 changed = "changed" if split.plan_changed else "same"
                 stats = ("" if split.statistics_seconds is None
                          else f" analyze {split.statistics_seconds:.2f} s")
-                bar.write(f"{strategy:9} split {split.index}: {split.split_rows} rows, plan "
+                where = "" if split.subset is None else f" (subset {split.subset})"
+                bar.write(f"{strategy:9} split {split.index}{where}: {split.split_rows} rows, plan "
                           f"{changed}, reopt {split.reopt_seconds:.3f} s, exec "
                           f"{split.execution_seconds:.2f} s{stats}, {split.result_rows} "
                           f"result rows\n          {split.plan}")
@@ -456,6 +466,25 @@ def run_main(args: argparse.Namespace) -> int:
                   f"{len(r.rows)} result rows, answer_digest {r.answer_digest[:16]}…")
         print("same answer: " + ("yes" if len(digests) == 1 else "NO"))
     return 0 if len(digests) == 1 else 1
+
+
+def _split_layout(args: argparse.Namespace) -> tuple[str, str | None, int]:
+    """``reopt run``'s split kind, column and subsets from ``--split-by``, ``--split-column``,
+    ``--per-subset`` and ``--subsets``: per-subset splits are their own kind, cut by KEY."""
+    if args.per_subset is None:
+        if args.subsets is not None:
+            raise ReoptError("--subsets needs --per-subset KEY (the column whose ranges are "
+                             "the subsets)")
+        return args.split_by or "hash", args.split_column, 2
+    for flag, value in (("--split-by", args.split_by), ("--split-column", args.split_column)):
+        if value is not None:
+            raise ReoptError(f"{flag} cannot be combined with --per-subset: the splits are the "
+                             "ranges of KEY, each cut by hash")
+    subsets = 2 if args.subsets is None else args.subsets
+    if subsets > args.splits:
+        raise ReoptError(f"--subsets {subsets} is more than --splits {args.splits}: every "
+                         "subset needs at least one split")
+    return "subset", args.per_subset, subsets
 
 
 def _depths(plan) -> list[int]:

@@ -32,3 +32,14 @@ def tpch_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tpch") / "sf001"
     generate_tpch(0.01, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def skew_dir(tmp_path_factory, spark):
+    """TPC-H SF 0.01 with skewed, drifting keys and correlated columns, made once (Spark),
+    shared by the loop tests."""
+    from reopt.data import generate_tpch
+
+    out = tmp_path_factory.mktemp("tpch") / "skew"
+    generate_tpch(0.01, out, skew=0.5, correlate=True, spark=spark)
+    return out

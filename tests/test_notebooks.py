@@ -1,7 +1,7 @@
 """The notebooks run top to bottom (nbclient, a fresh kernel on this interpreter) and are
 committed without outputs. 01–03 use the python engine (03's slider is moved programmatically);
-04 starts Spark in its kernel. nbformat/nbclient/ipykernel/ipywidgets/matplotlib come with the
-``dev`` extra (through ``notebooks``): a missing one is an error here, not a skip."""
+04 and 06 start Spark in their kernel. nbformat/nbclient/ipykernel/ipywidgets/matplotlib come
+with the ``dev`` extra (through ``notebooks``): a missing one is an error here, not a skip."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def text_of(nb) -> str:
 
 
 EXPECTED = ["01-quickstart.ipynb", "02-and-or-graph.ipynb", "03-push-deltas.ipynb",
-            "04-spark.ipynb"]
+            "04-spark.ipynb", "06-adaptive.ipynb"]
 
 
 def test_expected_notebooks_exist():
@@ -121,3 +121,25 @@ def test_04_spark():
     assert "AndOrGraph(tpch:q10, cout, declarative, pruning=none" in text
     assert "joins directly above a scan of lineitem" in text
     assert "GraphFrames" in text or "graphframes" in text  # the guarded cell said why not
+
+
+@pytest.mark.spark
+def test_06_adaptive():
+    """The four strategies on Q5 over the same splits of a freshly generated SF 0.01: one
+    answer, the wrong catalog makes adaptive switch its plan, and one figure (time per split,
+    plan switches)."""
+    from reopt.spark import require_java
+
+    require_java()
+    nb = run("06-adaptive.ipynb", timeout=600)
+    out = outputs(nb)
+    assert not [o for o in out if o.get("output_type") == "error"]
+    text = text_of(nb)
+    assert "same answer: True" in text
+    for strategy in ("static", "adaptive", "hindsight", "spark"):
+        assert re.search(rf"{strategy} +done: 5 result rows", text), strategy
+    m = re.search(r"adaptive: (\d+) plan switches", text)
+    assert m and int(m.group(1)) >= 1  # the 1000x error is corrected after the first split
+    assert re.search(r"(\d+) plan switches plotted", text)
+    images = [o for o in out if "image/png" in o.get("data", {})]
+    assert len(images) == 1

@@ -26,16 +26,6 @@ WRONG = "card orders *1000"
 """A catalog statistic 1000× off: the first split's observations must change the plan."""
 
 
-@pytest.fixture(scope="session")
-def skew_dir(tmp_path_factory, spark):
-    """TPC-H SF 0.01 with skewed, drifting keys and correlated columns, made once."""
-    from reopt.data import generate_tpch
-
-    out = tmp_path_factory.mktemp("tpch") / "skew"
-    generate_tpch(0.01, out, skew=0.5, correlate=True, spark=spark)
-    return out
-
-
 def loop(query: str, data, spark, k: int = 3, deltas=(), split=None) -> Loop:
     return Loop(lambda: Optimizer(f"tpch:{query}", CATALOG, optimizer="topdown-inc"),
                 data, k, spark, list(deltas), split)

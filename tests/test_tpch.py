@@ -11,6 +11,7 @@ from sqlglot import exp
 from reopt.costmodel.catalog import Catalog, as_number
 from reopt.costmodel.errors import CatalogError, QueryError
 from reopt.costmodel.tpch import (
+    JOIN_QUERIES,
     PRIMARY_KEY,
     QUERIES,
     builtin_query_names,
@@ -186,11 +187,13 @@ def test_query_texts_are_plain() -> None:
 def test_builtin_names() -> None:
     assert builtin_query_names() == [
         "q1", "q3", "q5", "q5s", "q6", "q10", "q8join", "q8joins",
+        "q2join", "q7join", "q8", "q9join", "chain6", "star6",
     ]
     for name in builtin_query_names():
-        assert builtin_sql(name) == QUERIES[name]
-        assert builtin_sql(f"tpch:{name}") == QUERIES[name]
-        assert builtin_sql(f"TPCH:{name.upper()}") == QUERIES[name]
+        sql = QUERIES.get(name) or JOIN_QUERIES[name]
+        assert builtin_sql(name) == sql
+        assert builtin_sql(f"tpch:{name}") == sql
+        assert builtin_sql(f"TPCH:{name.upper()}") == sql
 
 
 def test_builtin_unknown_name_lists_valid_names() -> None:
