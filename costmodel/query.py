@@ -173,6 +173,12 @@ class Query:
     def _positions(self) -> dict[str, int]:
         return {r.alias: i for i, r in enumerate(self.relations)}
 
+    @cached_property
+    def join_masks(self) -> tuple[int, ...]:
+        """Each join predicate's two relations as a bitmask, in :attr:`joins` order."""
+        bit = self.bit
+        return tuple(bit(p.left.alias) | bit(p.right.alias) for p in self.joins)
+
     def index(self, alias: str) -> int:
         return self._positions[alias]
 
@@ -189,10 +195,20 @@ class Query:
         return tuple(r.alias for i, r in enumerate(self.relations) if mask >> i & 1)
 
     def table_of(self, alias: str) -> str:
-        return self.relations[self.index(alias)].table
+        return self.relations[self._positions[alias]].table
+
+    @cached_property
+    def _filters_by_alias(self) -> dict[str, tuple[Predicate, ...]]:
+        """Each alias's filters, in query order: estimation and the cost model ask for them
+        on every plan space of the query (cached on this immutable query)."""
+        out: dict[str, list[Predicate]] = {}
+        for p in self.filters:
+            for alias in predicate_aliases(p):
+                out.setdefault(alias, []).append(p)
+        return {a: tuple(ps) for a, ps in out.items()}
 
     def filters_of(self, alias: str) -> tuple[Predicate, ...]:
-        return tuple(p for p in self.filters if alias in predicate_aliases(p))
+        return self._filters_by_alias.get(alias, ())
 
     @property
     def has_final(self) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
+from functools import cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,7 +42,7 @@ import numpy as np
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
-from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
+from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph, bits
 from reopt.costmodel.query import ColumnRef, Query
 
 if TYPE_CHECKING:
@@ -183,26 +184,12 @@ class PlanSpace:
         self.all = query.all_mask
         self.top = self.all | (1 << n)
         neighbors = [0] * n
-        for p in query.joins:
-            a, b = query.index(p.left.alias), query.index(p.right.alias)
-            neighbors[a] |= 1 << b
-            neighbors[b] |= 1 << a
-        self.graph = JoinGraph(n, neighbors)
+        for both in query.join_masks:
+            for i in bits(both):
+                neighbors[i] |= both
+        self.graph = JoinGraph(n, [nb & ~(1 << i) for i, nb in enumerate(neighbors)])
         """The join graph's csgs and csg-cmp pairs (statistics-independent, enumerated once)."""
-        self.classes = self._column_classes()
-        self.predicates = [
-            CrossingPredicate(
-                query.bit(p.left.alias), query.bit(p.right.alias), p.left, p.right,
-                self.classes[p.left],
-            )
-            for p in query.joins
-        ]
         self.components = self.graph.components
-        self._component_of = {}
-        for c in self.components:
-            for i in range(n):
-                if c >> i & 1:
-                    self._component_of[i] = c
         # structure (statistics-independent): shared by with_adjustments()
         self._alts: dict[tuple[int, str], list[Alt]] = {}
         self._cols: dict[tuple[int, str], AltColumns] = {}
@@ -236,6 +223,26 @@ class PlanSpace:
         return out
 
     # -- join graph --------------------------------------------------------------------------
+    # Built on first use (a model with physical properties asks; ``cout`` never does), and
+    # shared with the spaces of with_adjustments(), which copy this one's attributes.
+    @cached_property
+    def classes(self) -> dict[ColumnRef, str]:
+        """Each join column → its equivalence class, named by its smallest member."""
+        return self._column_classes()
+
+    @cached_property
+    def predicates(self) -> list[CrossingPredicate]:
+        """The join predicates with their relations' bits and their class."""
+        q = self.query
+        return [CrossingPredicate(q.bit(p.left.alias), q.bit(p.right.alias), p.left, p.right,
+                                  self.classes[p.left])
+                for p in q.joins]
+
+    @cached_property
+    def _component_of(self) -> dict[int, int]:
+        """Relation → the join-graph component holding it."""
+        return {i: c for c in self.components for i in bits(c)}
+
     def _column_classes(self) -> dict[ColumnRef, str]:
         parent: dict[ColumnRef, ColumnRef] = {}
 
@@ -454,7 +461,7 @@ class PlanSpace:
         expression moves when it contains a changed relation set — a superset of the
         expressions whose estimate differs, and no estimate is computed before it is needed."""
         ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
-        masks = self.estimator.moved_masks(old.estimator)
+        masks = self.estimator.moved_since(old.estimator)
         within = self.all  # the final operator's pseudo-expression: the whole query's rows
 
         def moved(expr: int) -> bool:
@@ -470,7 +477,7 @@ class PlanSpace:
         """``moved`` of :meth:`changed_inputs` for many expressions (``int64``) at once."""
         exprs = np.asarray(exprs, dtype=np.int64) & self.all
         out = np.zeros(len(exprs), dtype=bool)
-        for m in self.estimator.moved_masks(old.estimator):
+        for m in self.estimator.moved_since(old.estimator):
             out |= (exprs & m) == m
         return out
 
