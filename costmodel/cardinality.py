@@ -244,9 +244,9 @@ class Estimator:
         if derived:
             assert previous is not None
             self._filter_sel, self._join_est = previous._filter_sel, previous._join_est
+            self._base = [self.base_rows(r.alias) for r in query.relations]
         else:
-            self._filter_sel, self._join_est = self._catalog_selectivities()
-        self._base = [self.base_rows(r.alias) for r in query.relations]
+            self._base, self._filter_sel, self._join_est = self._catalog_selectivities()
         self._leaf = [min(max(rows * sel, 1.0), max(rows, 1.0))  # clamped (module doc)
                       for rows, sel in zip(self._base, self._filter_sel, strict=True)]
         """Each relation's rows after its filters (:meth:`leaf_card` unless observed)."""
@@ -273,18 +273,18 @@ class Estimator:
             self._earlier, self._moved = previous._card, self.moved_masks(previous)
             self._moved_from = previous.adj
 
-    def _catalog_selectivities(self) -> tuple[list[float], list[float]]:
-        """Each relation's filter selectivity and each join predicate's estimated selectivity
-        (before ``sel`` deltas), in query order. They depend on the query and the catalog
-        only, so an estimator derived from one under earlier adjustments shares them (and
-        the date checks of the literals, made here, are not repeated). Each relation's rows
-        are read first, as its estimate reads them: an unknown table is reported before a
-        bad literal of its filters."""
-        filters = []
+    def _catalog_selectivities(self) -> tuple[list[float], list[float], list[float]]:
+        """Each relation's rows before filters and filter selectivity, and each join
+        predicate's estimated selectivity (before ``sel`` deltas), in query order. The
+        selectivities depend on the query and the catalog only, so an estimator derived from
+        one under earlier adjustments shares them (and the date checks of the literals, made
+        here, are not repeated). A relation's rows are read before its filters: an unknown
+        table is reported before a bad literal of its filters."""
+        rows, filters = [], []
         for r in self.query.relations:
-            self.base_rows(r.alias)
+            rows.append(self.base_rows(r.alias))
             filters.append(self.filter_selectivity(r.alias))
-        return filters, [self.estimated_join_selectivity(p) for p in self.query.joins]
+        return rows, filters, [self.estimated_join_selectivity(p) for p in self.query.joins]
 
     # -- base relations ----------------------------------------------------------------------
     def column(self, ref: ColumnRef) -> ColumnStats:
@@ -483,6 +483,17 @@ class Estimator:
         for j in np.flatnonzero(slow).tolist():
             out[j] = self.card(int(masks[j]))
         return out
+
+    def prefetch(self, masks: list[int]) -> None:
+        """Estimate, in one vectorized call (:meth:`cards`, the same bits), the sets among
+        ``masks`` not estimated yet, ahead of their :meth:`card` calls: an optimizer about to
+        ask for thousands of them one by one (a plan space's csgs) pays numpy's fixed cost
+        once instead of a Python loop over relations and predicates per set."""
+        known = self._card
+        todo = [m for m in masks if m not in known]
+        if todo:
+            got = self.cards(np.asarray(todo, dtype=np.int64)).tolist()
+            known.update(zip(todo, got, strict=True))
 
     def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:
         """``Π card(r) × Π sel(p) × Π correction(T)`` over ``mask``, unclamped, as a

@@ -79,3 +79,19 @@ def build_plan(
     local = space.local_cost(alt)
     cost = plan_cost(local, *(c.cost for c in children))
     return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
+
+
+def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
+                    node: tuple[int, str] | None = None) -> PlanNode:
+    """:func:`build_plan` given the index of every OR node's winning alternative, as the
+    procedural optimizers' memos hold it: the alternative is built alone from the node's
+    columns (:meth:`PlanSpace.alternative`), and its local cost read from the node's
+    memoized local costs when the search computed them (the same bits as
+    :meth:`PlanSpace.local_cost`, which answers otherwise)."""
+    node = node or space.root
+    i = winner(node)
+    alt = space.alternative(node[0], node[1], i)
+    children = [plan_of_winners(space, winner, child) for child in alt.children]
+    local = space.chosen_local_cost(alt, i)
+    cost = plan_cost(local, *(c.cost for c in children))
+    return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)

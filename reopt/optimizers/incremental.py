@@ -46,7 +46,7 @@ from reopt.optimizers import dptable
 from reopt.optimizers.base import Result, without_gc
 from reopt.optimizers.dptable import DPTable
 from reopt.optimizers.topdown import Group, TopDown
-from reopt.plan import build_plan
+from reopt.plan import plan_of_winners
 
 
 class Incremental:
@@ -146,7 +146,7 @@ class BottomUpInc(Incremental):
         root = table.entry(space.root)
         if root is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        plan = build_plan(space, lambda g: space.alternatives(*g)[table.entry(g)[1]])
+        plan = plan_of_winners(space, lambda g: table.entry(g)[1])
         return Result(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
 
 
