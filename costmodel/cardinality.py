@@ -217,8 +217,8 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     ``'1995-13-45'`` or a number has no place on its day axis, and the estimate would silently
     fall back to a default selectivity.
     """
-    if value is None or iso_date(value) is not None or stats is None or stats.kind != "date":
-        return None
+    if stats is None or stats.kind != "date" or value is None or iso_date(value) is not None:
+        return None  # (the statistics' kind first: cached, and most columns are not dates)
     written = f"'{short_text(value, 40)}'" if isinstance(value, str) else short_text(str(value))
     column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
