@@ -123,25 +123,38 @@ class JoinGraph:
     # -- EnumerateCsg / EnumerateCmp ---------------------------------------------------------
     def _grow(self, s: int, x: int, out: list[int]) -> None:
         """``EnumerateCsgRec``: append every connected ``s ∪ t`` with ``t`` a non-empty set of
-        relations reachable from ``s`` without entering ``x``."""
-        nb = self.neighborhood(s) & ~x
-        if not nb:
-            return
-        # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which the
-        # budget must refuse without making the list
-        self.examined += (1 << nb.bit_count()) - 1
-        if self._budget is not None and self.examined > self._budget:
-            raise _OverBudget
-        subs = []
-        t = nb
-        while t:
-            subs.append(t)
-            t = (t - 1) & nb
-        for t in subs:
-            out.append(s | t)
-        xn = x | nb
-        for t in subs:
-            self._grow(s | t, xn, out)
+        relations reachable from ``s`` without entering ``x`` (``x`` holds ``s``). The
+        recursion runs on an explicit stack: the same sets, each once, in another order."""
+        nbs, memo, budget = self.neighbors, self._nb, self._budget
+        examined = self.examined
+        stack = [(s, x)]
+        try:
+            while stack:
+                s, x = stack.pop()
+                nb = memo.get(s)  # neighborhood(s), inlined
+                if nb is None:
+                    nb, m = 0, s
+                    while m:
+                        low = m & -m
+                        nb |= nbs[low.bit_length() - 1]
+                        m ^= low
+                    memo[s] = nb
+                nb &= ~x
+                if not nb:
+                    continue
+                # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which
+                # the budget must refuse without making the list
+                examined += (1 << nb.bit_count()) - 1
+                if budget is not None and examined > budget:
+                    raise _OverBudget
+                xn = x | nb
+                t = nb
+                while t:
+                    out.append(s | t)
+                    stack.append((s | t, xn))
+                    t = (t - 1) & nb
+        finally:
+            self.examined = examined
 
     def csgs(self) -> list[int]:
         """Every connected subset of the graph, each once (``EnumerateCsg``)."""

@@ -161,7 +161,7 @@ class Query:
     def n(self) -> int:
         return len(self.relations)
 
-    @property
+    @cached_property
     def aliases(self) -> tuple[str, ...]:
         return tuple(r.alias for r in self.relations)
 
@@ -192,7 +192,13 @@ class Query:
         return m
 
     def aliases_of(self, mask: int) -> tuple[str, ...]:
-        return tuple(r.alias for i, r in enumerate(self.relations) if mask >> i & 1)
+        """The aliases of the relations in ``mask``, in FROM order."""
+        aliases, out = self.aliases, []
+        while mask:
+            low = mask & -mask
+            out.append(aliases[low.bit_length() - 1])
+            mask ^= low
+        return tuple(out)
 
     def table_of(self, alias: str) -> str:
         return self.relations[self._positions[alias]].table

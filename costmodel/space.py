@@ -419,8 +419,8 @@ class PlanSpace:
         if alts is not None:
             return alts[i]
         c = self.columns(expr, prop)
-        return Alt(expr, prop, c.index[i], c.log_op[i], c.phy_op[i], c.left[i],
-                   c.left_prop[i], c.right[i], c.right_prop[i])
+        return tuple.__new__(Alt, (expr, prop, c.index[i], c.log_op[i], c.phy_op[i], c.left[i],
+                                   c.left_prop[i], c.right[i], c.right_prop[i]))
 
     def alternatives(self, expr: int, prop: str) -> list[Alt]:
         """Every AND node of an OR node, in a fixed order (memoized)."""

@@ -91,9 +91,16 @@ def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
     node = node or space.root
     i = winner(node)
     alt = space.alternative(node[0], node[1], i)
-    children = [plan_of_winners(space, winner, child) for child in alt.children]
     local = space.chosen_local_cost(alt, i)
-    cost = plan_cost(local, *(c.cost for c in children))
+    if not alt.left:  # a scan: plan_cost(local) is local
+        children, cost = [], local
+    elif not alt.right:
+        child = plan_of_winners(space, winner, (alt.left, alt.left_prop))
+        children, cost = [child], plan_cost(local, child.cost)
+    else:
+        left = plan_of_winners(space, winner, (alt.left, alt.left_prop))
+        right = plan_of_winners(space, winner, (alt.right, alt.right_prop))
+        children, cost = [left, right], plan_cost(local, left.cost, right.cost)
     return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
 
 
