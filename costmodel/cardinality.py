@@ -217,8 +217,8 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     ``'1995-13-45'`` or a number has no place on its day axis, and the estimate would silently
     fall back to a default selectivity.
     """
-    if value is None or iso_date(value) is not None or stats is None or stats.kind != "date":
-        return None
+    if stats is None or stats.kind != "date" or value is None or iso_date(value) is not None:
+        return None  # (the statistics' kind first: cached, and most columns are not dates)
     written = f"'{short_text(value, 40)}'" if isinstance(value, str) else short_text(str(value))
     column = f"'{ref}'" + (f" ({table}.{ref.column})" if ref.alias != table else "")
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
@@ -241,12 +241,19 @@ class Estimator:
         """Check the filters' literals against date columns (:meth:`_check_literals`): they
         depend on the query and the catalog only, so an estimator derived from one under
         earlier statistics does not check them again."""
-        n = query.n
-        self._leaf = [self._leaf_card(i) for i in range(n)]
-        self._base = [self.base_rows(r.alias) for r in query.relations]
+        if derived:
+            assert previous is not None
+            self._filter_sel, self._join_est = previous._filter_sel, previous._join_est
+            self._base = [self.base_rows(r.alias) for r in query.relations]
+        else:
+            self._base, self._filter_sel, self._join_est = self._catalog_selectivities()
+        self._leaf = [min(max(rows * sel, 1.0), max(rows, 1.0))  # clamped (module doc)
+                      for rows, sel in zip(self._base, self._filter_sel, strict=True)]
+        """Each relation's rows after its filters (:meth:`leaf_card` unless observed)."""
+        given = self.adj.selectivities
         self._preds = [
-            (query.bit(p.left.alias) | query.bit(p.right.alias), self.join_selectivity(p))
-            for p in query.joins
+            (both, given.get(p.key, est) if given else est)
+            for both, p, est in zip(query.join_masks, query.joins, self._join_est, strict=True)
         ]
         self._observed = sorted(self.adj.observations.items(),
                                 key=lambda kv: (-kv[0].bit_count(), kv[0]))
@@ -258,9 +265,26 @@ class Estimator:
         the same factors multiplied in the same order — corrections keep their insertion
         order, and deltas only add them)."""
         self._moved: list[int] = []
+        self._moved_from: Adjustments | None = None
+        """The adjustments of the estimator ``_moved`` was computed against, same query and
+        catalog (:meth:`moved_since`)."""
         if derived:
             assert previous is not None
             self._earlier, self._moved = previous._card, self.moved_masks(previous)
+            self._moved_from = previous.adj
+
+    def _catalog_selectivities(self) -> tuple[list[float], list[float], list[float]]:
+        """Each relation's rows before filters and filter selectivity, and each join
+        predicate's estimated selectivity (before ``sel`` deltas), in query order. The
+        selectivities depend on the query and the catalog only, so an estimator derived from
+        one under earlier adjustments shares them (and the date checks of the literals, made
+        here, are not repeated). A relation's rows are read before its filters: an unknown
+        table is reported before a bad literal of its filters."""
+        rows, filters = [], []
+        for r in self.query.relations:
+            rows.append(self.base_rows(r.alias))
+            filters.append(self.filter_selectivity(r.alias))
+        return rows, filters, [self.estimated_join_selectivity(p) for p in self.query.joins]
 
     # -- base relations ----------------------------------------------------------------------
     def column(self, ref: ColumnRef) -> ColumnStats:
@@ -280,12 +304,6 @@ class Estimator:
         for p in self.query.filters_of(alias):
             s *= self.predicate_selectivity(p)
         return s
-
-    def _leaf_card(self, i: int) -> float:
-        """Rows after filters, clamped to ``[1, rows before filters]`` (see the module doc)."""
-        alias = self.query.relations[i].alias
-        rows = self.base_rows(alias)
-        return min(max(rows * self.filter_selectivity(alias), 1.0), max(rows, 1.0))
 
     def leaf_card(self, alias: str) -> float:
         """A relation's rows after its filters; an observed one's observation (clamped)."""
@@ -466,6 +484,17 @@ class Estimator:
             out[j] = self.card(int(masks[j]))
         return out
 
+    def prefetch(self, masks: list[int]) -> None:
+        """Estimate, in one vectorized call (:meth:`cards`, the same bits), the sets among
+        ``masks`` not estimated yet, ahead of their :meth:`card` calls: an optimizer about to
+        ask for thousands of them one by one (a plan space's csgs) pays numpy's fixed cost
+        once instead of a Python loop over relations and predicates per set."""
+        known = self._card
+        todo = [m for m in masks if m not in known]
+        if todo:
+            got = self.cards(np.asarray(todo, dtype=np.int64)).tolist()
+            known.update(zip(todo, got, strict=True))
+
     def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:
         """``Π card(r) × Π sel(p) × Π correction(T)`` over ``mask``, unclamped, as a
         :data:`Scaled` number. ``without_correction`` leaves out the correction on exactly
@@ -528,6 +557,14 @@ class Estimator:
         """The largest estimate of ``mask``: the cross product of its relations' rows before
         filters, within ``[1, MAX_ROWS]``."""
         return _ceiling(rows for i, rows in enumerate(self._base) if mask >> i & 1)
+
+    def moved_since(self, old: Estimator) -> list[int]:
+        """:meth:`moved_masks` of ``old``, computed once when this estimator was derived from
+        ``old`` (an update asks for it several times: estimates, stale nodes, their costs)."""
+        if (old.adj is self._moved_from and old.query is self.query
+                and old.catalog is self.catalog):
+            return self._moved  # it depends on nothing else, and adjustments are immutable
+        return self.moved_masks(old)
 
     def moved_masks(self, old: Estimator) -> list[int]:
         """What differs from ``old`` (the same query under earlier adjustments), as relation

@@ -35,6 +35,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -155,11 +156,12 @@ class ColumnStats:
     max: Any = None
     histogram: Histogram | None = None
 
-    @property
+    @cached_property
     def kind(self) -> ValueKind | None:
         """What the column's statistics hold (``"date"``, ``"number"``, ...), None without
         values. Estimation checks literals against it: a date column compared with
-        ``'yesterday'`` is an error, not a default selectivity."""
+        ``'yesterday'`` is an error, not a default selectivity. (Cached: the statistics are
+        immutable, and every estimator of a query with a filter on the column asks.)"""
         written = (self.histogram.written or self.histogram.bounds) if self.histogram else ()
         for v in (self.min, self.max, *written):
             kind = value_kind(v)

@@ -123,25 +123,38 @@ class JoinGraph:
     # -- EnumerateCsg / EnumerateCmp ---------------------------------------------------------
     def _grow(self, s: int, x: int, out: list[int]) -> None:
         """``EnumerateCsgRec``: append every connected ``s ∪ t`` with ``t`` a non-empty set of
-        relations reachable from ``s`` without entering ``x``."""
-        nb = self.neighborhood(s) & ~x
-        if not nb:
-            return
-        # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which the
-        # budget must refuse without making the list
-        self.examined += (1 << nb.bit_count()) - 1
-        if self._budget is not None and self.examined > self._budget:
-            raise _OverBudget
-        subs = []
-        t = nb
-        while t:
-            subs.append(t)
-            t = (t - 1) & nb
-        for t in subs:
-            out.append(s | t)
-        xn = x | nb
-        for t in subs:
-            self._grow(s | t, xn, out)
+        relations reachable from ``s`` without entering ``x`` (``x`` holds ``s``). The
+        recursion runs on an explicit stack: the same sets, each once, in another order."""
+        nbs, memo, budget = self.neighbors, self._nb, self._budget
+        examined = self.examined
+        stack = [(s, x)]
+        try:
+            while stack:
+                s, x = stack.pop()
+                nb = memo.get(s)  # neighborhood(s), inlined
+                if nb is None:
+                    nb, m = 0, s
+                    while m:
+                        low = m & -m
+                        nb |= nbs[low.bit_length() - 1]
+                        m ^= low
+                    memo[s] = nb
+                nb &= ~x
+                if not nb:
+                    continue
+                # counted before they are built: a star's hub has 2^(n-1) - 1 of them, which
+                # the budget must refuse without making the list
+                examined += (1 << nb.bit_count()) - 1
+                if budget is not None and examined > budget:
+                    raise _OverBudget
+                xn = x | nb
+                t = nb
+                while t:
+                    out.append(s | t)
+                    stack.append((s | t, xn))
+                    t = (t - 1) & nb
+        finally:
+            self.examined = examined
 
     def csgs(self) -> list[int]:
         """Every connected subset of the graph, each once (``EnumerateCsg``)."""
@@ -157,20 +170,6 @@ class JoinGraph:
             self._csgs = out
         return self._csgs
 
-    def complements(self, s1: int) -> list[int]:
-        """Every ``s2`` forming a csg-cmp pair with the csg ``s1`` whose lowest relation is
-        above ``s1``'s lowest (``EnumerateCmp``): each unordered pair is found once."""
-        low = s1 & -s1
-        x = ((low << 1) - 1) | s1
-        nb = self.neighborhood(s1) & ~x
-        out: list[int] = []
-        for i in reversed(bits(nb)):
-            v = 1 << i
-            out.append(v)
-            self.examined += 1
-            self._grow(v, x | (((v << 1) - 1) & nb), out)
-        return out
-
     # -- splits grouped by union -------------------------------------------------------------
     def halves(self) -> dict[int, list[int]]:
         """Expression → the left sides of its splits in ONE order, sorted: the side holding
@@ -182,17 +181,7 @@ class JoinGraph:
             return self._halves
         by_union = self._compiled_halves() if self.compiled else None
         if by_union is None:
-            by_union = {}
-            for s1 in self.csgs():
-                for s2 in self.complements(s1):
-                    u = s1 | s2
-                    got = by_union.get(u)
-                    if got is None:
-                        by_union[u] = [s1]
-                    else:
-                        got.append(s1)
-            for got in by_union.values():
-                got.sort()
+            by_union = self._python_halves()
         pairs = 0
         for got in by_union.values():
             pairs += len(got)
@@ -207,6 +196,76 @@ class JoinGraph:
                 pairs += len(got)
         self._pairs = pairs
         self._halves = by_union
+        return by_union
+
+    def _python_halves(self) -> dict[int, list[int]]:
+        """:meth:`halves` of the connected components in Python: ``EnumerateCmp`` of every csg
+        ``s1`` (each ``s2`` whose lowest relation is above ``s1``'s, so each unordered pair is
+        found once), inlined — the same pairs and the same count of sets examined (both
+        independent of the order in which ``EnumerateCsgRec`` visits its sets, which here is
+        a stack's), with the per-call work of recursive methods (attribute lookups, a list
+        per call) left out of the loop that runs once per csg-cmp pair."""
+        csgs = self.csgs()
+        nbs, memo, budget = self.neighbors, self._nb, self._budget
+        memo_get = memo.get
+        examined = self.examined
+        by_union: dict[int, list[int]] = {}
+        union_get = by_union.get
+        try:
+            for s1 in csgs:
+                low = s1 & -s1
+                x = ((low << 1) - 1) | s1
+                nb = memo_get(s1)  # neighborhood(s1), inlined
+                if nb is None:
+                    nb, m = 0, s1
+                    while m:
+                        bit = m & -m
+                        nb |= nbs[bit.bit_length() - 1]
+                        m ^= bit
+                    memo[s1] = nb
+                nb &= ~x
+                rest = nb
+                while rest:  # EnumerateCmp: each neighbour v, then EnumerateCsgRec from it
+                    v = rest & -rest
+                    rest ^= v
+                    examined += 1
+                    got = union_get(s1 | v)
+                    if got is None:
+                        by_union[s1 | v] = [s1]
+                    else:
+                        got.append(s1)
+                    stack = [(v, x | (((v << 1) - 1) & nb))]
+                    while stack:
+                        s, excluded = stack.pop()
+                        grow = memo_get(s)
+                        if grow is None:
+                            grow, m = 0, s
+                            while m:
+                                bit = m & -m
+                                grow |= nbs[bit.bit_length() - 1]
+                                m ^= bit
+                            memo[s] = grow
+                        grow &= ~excluded  # (s is inside excluded)
+                        if not grow:
+                            continue
+                        examined += (1 << grow.bit_count()) - 1
+                        if budget is not None and examined > budget:
+                            raise _OverBudget
+                        wider = excluded | grow
+                        t = grow
+                        while t:
+                            s2 = s | t
+                            got = union_get(s1 | s2)
+                            if got is None:
+                                by_union[s1 | s2] = [s1]
+                            else:
+                                got.append(s1)
+                            stack.append((s2, wider))
+                            t = (t - 1) & grow
+        finally:
+            self.examined = examined
+        for got in by_union.values():
+            got.sort()
         return by_union
 
     def _compiled_halves(self) -> dict[int, list[int]]:

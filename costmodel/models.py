@@ -110,6 +110,13 @@ class CostModel:
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
         return []
 
+    def node_columns(self, space: PlanSpace, expr: int, prop: str) -> AltColumns:
+        """Every alternative of an OR node as columns, in the order of
+        :meth:`~reopt.costmodel.space.PlanSpace.alternatives`: scans, enforcers, the final
+        operator, then the joins by method (:meth:`PlanSpace.all_columns`). A model may answer
+        it without asking each built-in, with the same columns."""
+        return space.all_columns(expr, prop)
+
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         raise NotImplementedError
 
@@ -165,6 +172,18 @@ class CoutModel(CostModel):
         k = len(lefts)  # one order per pair (class doc)
         joins, anys = ["join"] * k, [ANY] * k
         return AltColumns(lefts, joins, joins, lefts, anys, [expr ^ left for left in lefts], anys)
+
+    def node_columns(self, space, expr, prop):
+        # what all_columns assembles, directly: a leaf's OR node holds its scan, any other
+        # its joins (no enforcers, no final operator, one join method; a property other
+        # than ``any`` is never asked for and has no alternative)
+        from reopt.costmodel.space import ANY, NO_COLUMNS, NONE, AltColumns
+
+        if prop != ANY or expr == space.top:
+            return NO_COLUMNS
+        if expr & (expr - 1) == 0:
+            return AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
+        return self.joins(space, expr, prop, "join", space.split_lefts(expr))
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         return 0.0 if alt.log_op == "scan" else space.summary(alt.expr)

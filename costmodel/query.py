@@ -161,7 +161,7 @@ class Query:
     def n(self) -> int:
         return len(self.relations)
 
-    @property
+    @cached_property
     def aliases(self) -> tuple[str, ...]:
         return tuple(r.alias for r in self.relations)
 
@@ -172,6 +172,12 @@ class Query:
     @cached_property
     def _positions(self) -> dict[str, int]:
         return {r.alias: i for i, r in enumerate(self.relations)}
+
+    @cached_property
+    def join_masks(self) -> tuple[int, ...]:
+        """Each join predicate's two relations as a bitmask, in :attr:`joins` order."""
+        bit = self.bit
+        return tuple(bit(p.left.alias) | bit(p.right.alias) for p in self.joins)
 
     def index(self, alias: str) -> int:
         return self._positions[alias]
@@ -186,13 +192,29 @@ class Query:
         return m
 
     def aliases_of(self, mask: int) -> tuple[str, ...]:
-        return tuple(r.alias for i, r in enumerate(self.relations) if mask >> i & 1)
+        """The aliases of the relations in ``mask``, in FROM order."""
+        aliases, out = self.aliases, []
+        while mask:
+            low = mask & -mask
+            out.append(aliases[low.bit_length() - 1])
+            mask ^= low
+        return tuple(out)
 
     def table_of(self, alias: str) -> str:
-        return self.relations[self.index(alias)].table
+        return self.relations[self._positions[alias]].table
+
+    @cached_property
+    def _filters_by_alias(self) -> dict[str, tuple[Predicate, ...]]:
+        """Each alias's filters, in query order: estimation and the cost model ask for them
+        on every plan space of the query (cached on this immutable query)."""
+        out: dict[str, list[Predicate]] = {}
+        for p in self.filters:
+            for alias in predicate_aliases(p):
+                out.setdefault(alias, []).append(p)
+        return {a: tuple(ps) for a, ps in out.items()}
 
     def filters_of(self, alias: str) -> tuple[Predicate, ...]:
-        return tuple(p for p in self.filters if alias in predicate_aliases(p))
+        return self._filters_by_alias.get(alias, ())
 
     @property
     def has_final(self) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
+from functools import cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,7 +42,7 @@ import numpy as np
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
-from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph
+from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph, bits
 from reopt.costmodel.query import ColumnRef, Query
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ ANY = "any"
 NONE = ""
 """The property of an absent child."""
 _NO_LEFTS: list[int] = []
+PREFETCH_FROM = 128
+"""The fewest csgs for which a plan space estimates them all in one vectorized call before
+its first local costs (:meth:`PlanSpace.local_costs`)."""
 
 
 class Alt(NamedTuple):
@@ -183,26 +187,12 @@ class PlanSpace:
         self.all = query.all_mask
         self.top = self.all | (1 << n)
         neighbors = [0] * n
-        for p in query.joins:
-            a, b = query.index(p.left.alias), query.index(p.right.alias)
-            neighbors[a] |= 1 << b
-            neighbors[b] |= 1 << a
-        self.graph = JoinGraph(n, neighbors)
+        for both in query.join_masks:
+            for i in bits(both):
+                neighbors[i] |= both
+        self.graph = JoinGraph(n, [nb & ~(1 << i) for i, nb in enumerate(neighbors)])
         """The join graph's csgs and csg-cmp pairs (statistics-independent, enumerated once)."""
-        self.classes = self._column_classes()
-        self.predicates = [
-            CrossingPredicate(
-                query.bit(p.left.alias), query.bit(p.right.alias), p.left, p.right,
-                self.classes[p.left],
-            )
-            for p in query.joins
-        ]
         self.components = self.graph.components
-        self._component_of = {}
-        for c in self.components:
-            for i in range(n):
-                if c >> i & 1:
-                    self._component_of[i] = c
         # structure (statistics-independent): shared by with_adjustments()
         self._alts: dict[tuple[int, str], list[Alt]] = {}
         self._cols: dict[tuple[int, str], AltColumns] = {}
@@ -219,6 +209,9 @@ class PlanSpace:
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
+        self._prefetch = True
+        """Estimate every csg in one vectorized call before the first node's local costs
+        (:meth:`_prefetch_cards`): a search from scratch is about to ask for nearly all."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -233,9 +226,30 @@ class PlanSpace:
         out.estimator = Estimator(self.query, self.catalog, adjustments, previous=self.estimator)
         out._local = {}
         out._node_local = {}
+        out._prefetch = False  # an update estimates only the expressions it reaches
         return out
 
     # -- join graph --------------------------------------------------------------------------
+    # Built on first use (a model with physical properties asks; ``cout`` never does), and
+    # shared with the spaces of with_adjustments(), which copy this one's attributes.
+    @cached_property
+    def classes(self) -> dict[ColumnRef, str]:
+        """Each join column → its equivalence class, named by its smallest member."""
+        return self._column_classes()
+
+    @cached_property
+    def predicates(self) -> list[CrossingPredicate]:
+        """The join predicates with their relations' bits and their class."""
+        q = self.query
+        return [CrossingPredicate(q.bit(p.left.alias), q.bit(p.right.alias), p.left, p.right,
+                                  self.classes[p.left])
+                for p in q.joins]
+
+    @cached_property
+    def _component_of(self) -> dict[int, int]:
+        """Relation → the join-graph component holding it."""
+        return {i: c for c in self.components for i in bits(c)}
+
     def _column_classes(self) -> dict[ColumnRef, str]:
         parent: dict[ColumnRef, ColumnRef] = {}
 
@@ -352,8 +366,7 @@ class PlanSpace:
         key = (expr, prop)
         hit = self._joins.get(key)
         if hit is None:
-            splits = self.graph.halves() if self.model.symmetric else self.graph.lefts()
-            lefts = splits.get(expr, _NO_LEFTS) if expr != self.top else _NO_LEFTS
+            lefts = self.split_lefts(expr)
             hit = {m: self.model.joins(self, expr, prop, m, lefts)
                    for m in self.model.join_methods}
             self._joins[key] = hit
@@ -373,14 +386,41 @@ class PlanSpace:
         key = (expr, prop)
         hit = self._cols.get(key)
         if hit is None:
-            leaf = self.is_leaf(expr)
-            parts = [AltColumns.of(self.scan_alternatives(expr, prop) if leaf else []),
-                     AltColumns.of(self.enforcer_alternatives(expr, prop)),
-                     AltColumns.of(self.final_alternatives(expr, prop))]
-            if not leaf:
-                parts += self._joins_by_method(expr, prop).values()
-            hit = self._cols[key] = AltColumns.concat(parts)
+            hit = self._cols[key] = self.model.node_columns(self, expr, prop)
         return hit
+
+    def all_columns(self, expr: int, prop: str) -> AltColumns:
+        """:meth:`columns` assembled from the built-ins — scans, enforcers, the final
+        operator, the joins by method — what a model's
+        :meth:`~reopt.costmodel.models.CostModel.node_columns` answers unless it knows a
+        shorter way to the same columns."""
+        leaf = self.is_leaf(expr)
+        parts = [AltColumns.of(self.scan_alternatives(expr, prop) if leaf else []),
+                 AltColumns.of(self.enforcer_alternatives(expr, prop)),
+                 AltColumns.of(self.final_alternatives(expr, prop))]
+        if not leaf:
+            parts += self._joins_by_method(expr, prop).values()
+        return AltColumns.concat(parts)
+
+    def split_lefts(self, expr: int) -> list[int]:
+        """The left sides of the splits a join of ``expr`` is built on: one order per split
+        for a symmetric model (:meth:`JoinGraph.halves`), both orders otherwise
+        (:meth:`JoinGraph.lefts`); none for the final operator's pseudo-expression."""
+        if expr == self.top:
+            return _NO_LEFTS
+        splits = self.graph.halves() if self.model.symmetric else self.graph.lefts()
+        return splits.get(expr, _NO_LEFTS)
+
+    def alternative(self, expr: int, prop: str, i: int) -> Alt:
+        """Alternative ``i`` of the OR node (``alternatives(expr, prop)[i]``), built from its
+        columns without making the node's other alternatives: what a plan tree reads of a
+        node with thousands of them."""
+        alts = self._alts.get((expr, prop))
+        if alts is not None:
+            return alts[i]
+        c = self.columns(expr, prop)
+        return tuple.__new__(Alt, (expr, prop, c.index[i], c.log_op[i], c.phy_op[i], c.left[i],
+                                   c.left_prop[i], c.right[i], c.right_prop[i]))
 
     def alternatives(self, expr: int, prop: str) -> list[Alt]:
         """Every AND node of an OR node, in a fixed order (memoized)."""
@@ -416,6 +456,12 @@ class PlanSpace:
             self._local[alt] = hit
         return hit
 
+    def chosen_local_cost(self, alt: Alt, i: int) -> float:
+        """:meth:`local_cost` of ``alt``, alternative ``i`` of its OR node: read from the
+        node's :meth:`local_costs` if they are memoized (the same bits), else computed."""
+        costs = self._node_local.get((alt.expr, alt.prop))
+        return costs[i] if costs is not None else self.local_cost(alt)
+
     def local_costs_of(self, alts: list[Alt]) -> list[float]:
         """:meth:`local_cost` of many alternatives of any OR nodes (the batch
         ``Fn_nonscancost``): the same values, without an entry per alternative in the memo."""
@@ -447,10 +493,21 @@ class PlanSpace:
         key = (expr, prop)
         hit = self._node_local.get(key)
         if hit is None:
+            if self._prefetch:
+                self._prefetch_cards()
             cols = self.columns(expr, prop)
             hit = self._node_local[key] = self._factored(
                 self.model.local_costs(self, expr, prop, cols), cols.phy_op)
         return hit
+
+    def _prefetch_cards(self) -> None:
+        """Estimate the join graph's csgs at once (:meth:`Estimator.prefetch`) when there are
+        at least :data:`PREFETCH_FROM` of them; below, numpy's fixed cost is more than the
+        scalar estimates it saves."""
+        self._prefetch = False
+        csgs = self.graph.csgs()
+        if len(csgs) >= PREFETCH_FROM:
+            self.estimator.prefetch(csgs)
 
     def _factored(self, costs: list[float], ops: list[str]) -> list[float]:
         """Local costs times their operators' factors (``cost OP *F``), as
@@ -473,7 +530,7 @@ class PlanSpace:
         expression moves when it contains a changed relation set — a superset of the
         expressions whose estimate differs, and no estimate is computed before it is needed."""
         ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
-        masks = self.estimator.moved_masks(old.estimator)
+        masks = self.estimator.moved_since(old.estimator)
         within = self.all  # the final operator's pseudo-expression: the whole query's rows
 
         def moved(expr: int) -> bool:
@@ -489,7 +546,7 @@ class PlanSpace:
         """``moved`` of :meth:`changed_inputs` for many expressions (``int64``) at once."""
         exprs = np.asarray(exprs, dtype=np.int64) & self.all
         out = np.zeros(len(exprs), dtype=bool)
-        for m in self.estimator.moved_masks(old.estimator):
+        for m in self.estimator.moved_since(old.estimator):
             out |= (exprs & m) == m
         return out
 

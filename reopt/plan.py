@@ -79,3 +79,71 @@ def build_plan(
     local = space.local_cost(alt)
     cost = plan_cost(local, *(c.cost for c in children))
     return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
+
+
+def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
+                    node: tuple[int, str] | None = None) -> PlanNode:
+    """:func:`build_plan` given the index of every OR node's winning alternative, as the
+    procedural optimizers' memos hold it: the alternative is built alone from the node's
+    columns (:meth:`PlanSpace.alternative`), and its local cost read from the node's
+    memoized local costs when the search computed them (the same bits as
+    :meth:`PlanSpace.local_cost`, which answers otherwise)."""
+    node = node or space.root
+    i = winner(node)
+    alt = space.alternative(node[0], node[1], i)
+    local = space.chosen_local_cost(alt, i)
+    if not alt.left:  # a scan: plan_cost(local) is local
+        children, cost = [], local
+    elif not alt.right:
+        child = plan_of_winners(space, winner, (alt.left, alt.left_prop))
+        children, cost = [child], plan_cost(local, child.cost)
+    else:
+        left = plan_of_winners(space, winner, (alt.left, alt.left_prop))
+        right = plan_of_winners(space, winner, (alt.right, alt.right_prop))
+        children, cost = [left, right], plan_cost(local, left.cost, right.cost)
+    return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
+
+
+class PlanCache:
+    """The nodes of the last plan an incremental optimizer built, by OR node, so that its next
+    plan reuses every subtree a delta cannot have changed instead of building it again (the
+    plan is a large part of a small query's update).
+
+    A subtree is reused when its root OR node has the same winning alternative and its
+    expression did not move since the last plan (:meth:`PlanSpace.changed_inputs`): every
+    node below holds a subset of its relations, so none moved either; with no operator
+    factor changed, their estimates, local costs and winners are the ones the last plan was
+    built from (an incremental optimizer re-settles only moved nodes then). Results share
+    such subtrees; plan trees are not modified after they are built."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[tuple[int, str], tuple[int, PlanNode]] = {}
+
+    def build(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int],
+              unchanged: Callable[[int], bool] | None) -> PlanNode:
+        """:func:`plan_of_winners`, reusing the last plan's subtrees whose expression is
+        ``unchanged`` (None: nothing is reused, as after an operator's cost factor changed or
+        without a last plan)."""
+        old = self.nodes if unchanged is not None else {}
+        new: dict[tuple[int, str], tuple[int, PlanNode]] = {}
+
+        def build(node: tuple[int, str]) -> PlanNode:
+            i = winner(node)
+            hit = old.get(node)
+            if hit is not None and hit[0] == i and unchanged(node[0]):
+                for below in hit[1].walk():
+                    key = (below.alt.expr, below.alt.prop)
+                    new[key] = old[key]
+                return hit[1]
+            alt = space.alternative(node[0], node[1], i)
+            children = [build(child) for child in alt.children]
+            local = space.chosen_local_cost(alt, i)
+            cost = plan_cost(local, *(c.cost for c in children))
+            out = PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost,
+                           children)
+            new[node] = (i, out)
+            return out
+
+        root = build(space.root)
+        self.nodes = new
+        return root

@@ -156,14 +156,18 @@ def test_repro_refused_factor_does_not_stay_applied(optimizer):
 def failing_costs(monkeypatch):
     """Costing fails (RuntimeError) while the ``hashjoin`` factor is 7: an internal error in
     the middle of an update, wherever the optimizer is in its work."""
-    original = PlanSpace.local_cost
+    def failing(name):
+        original = getattr(PlanSpace, name)
 
-    def local_cost(self, alt):
-        if self.adjustments.op_factors.get("hashjoin") == 7.0:
-            raise RuntimeError("boom")
-        return original(self, alt)
+        def cost(self, *args):
+            if self.adjustments.op_factors.get("hashjoin") == 7.0:
+                raise RuntimeError("boom")
+            return original(self, *args)
 
-    monkeypatch.setattr(PlanSpace, "local_cost", local_cost)
+        monkeypatch.setattr(PlanSpace, name, cost)
+
+    for name in ("local_cost", "local_costs"):  # one alternative's, one node's (the batch)
+        failing(name)
 
 
 def _relations(o: Optimizer) -> dict[str, list]:

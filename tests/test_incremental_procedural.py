@@ -33,6 +33,7 @@ from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.incremental import BottomUpInc, Incremental, TopDownInc
 from reopt.optimizers.topdown import topdown
+from reopt.plan import plan_of_winners
 
 CLASSES = {"topdown-inc": TopDownInc, "bottomup-inc": BottomUpInc}
 
@@ -265,3 +266,28 @@ def test_topdown_inc_bulk_resettling_equals_from_scratch(model, qc, seed, steps,
             seen.append(r.cost)
         runs.append(seen)
     assert all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(*runs, strict=True))
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 6), seed=st.integers(0, 2**31), steps=st.integers(1, 12))
+def test_update_plans_equal_plans_built_afresh(model, qc, seed, steps):
+    """An update builds its plan reusing the last plan's subtrees that no change reaches
+    (PlanCache), in a space derived by with_adjustments (estimates and moved sets carried
+    over): node for node (rows, local costs, costs) it is the plan built afresh from the same
+    winners in a fresh space of the same statistics — for bottomup-inc, bottomup's plan from
+    scratch."""
+    q, cat = qc
+    m = cost_model(model)
+    rng = random.Random(seed)
+    space = PlanSpace(q, cat, m)
+    bu, td = BottomUpInc(space), TopDownInc(space)
+    bu.optimize(), td.optimize()
+    adj = Adjustments()
+    for text in with_table_deltas(random_deltas(q, rng, steps, m.operators), rng):
+        adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
+        space = space.with_adjustments(adj)
+        fresh = PlanSpace(q, cat, m, adj)
+        assert bu.update(space).plan.to_json() == bottomup(fresh).plan.to_json(), text
+        got = td.update(space).plan.to_json()
+        assert got == plan_of_winners(fresh, lambda g: td.memo[g][1]).to_json(), text

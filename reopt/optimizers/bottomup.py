@@ -13,7 +13,7 @@ import math
 
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import build_plan
+from reopt.plan import plan_of_winners
 
 Group = tuple[int, str]
 
@@ -66,7 +66,7 @@ class BottomUp:
         space, best = self.space, self.best
         if space.root not in best:  # pragma: no cover
             raise RuntimeError("no plan found")
-        plan = build_plan(space, lambda g: space.alternatives(*g)[best[g][1]])
+        plan = plan_of_winners(space, lambda g: best[g][1])
         assert math.isclose(plan.cost, best[space.root][0], rel_tol=1e-12)
         return Result(plan.cost, plan, {"or_nodes": ors, "and_nodes": ands})
 

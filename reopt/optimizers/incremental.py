@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from reopt.optimizers import dptable
 from reopt.optimizers.base import Result, without_gc
 from reopt.optimizers.dptable import DPTable
 from reopt.optimizers.topdown import Group, TopDown
-from reopt.plan import build_plan
+from reopt.plan import PlanCache, PlanNode
 
 
 class Incremental:
@@ -60,6 +61,11 @@ class Incremental:
     def __init__(self, space: PlanSpace):
         self.space = space
         self.touched_or = set()
+        self.plans = PlanCache()
+        """The last plan's nodes, reused by the next plan where no change reaches them."""
+        self._unchanged: Callable[[int], bool] | None = None
+        """During an update without operator-factor changes: whether an expression did not
+        move (what :class:`PlanCache` may reuse); None otherwise."""
 
     # -- to be provided ----------------------------------------------------------------------
     def optimize(self) -> Result:
@@ -91,14 +97,22 @@ class Incremental:
             space.catalog is not old.catalog
         ):
             raise ValueError("update() needs a space of the same query, catalog and cost model")
-        saved = self._snapshot()
+        saved, plans = self._snapshot(), self.plans.nodes
         try:
             self.space = space
             return self._update(old, space)
         except BaseException:
             self.space = old
             self._restore(saved)
+            self.plans.nodes = plans
             raise
+        finally:
+            self._unchanged = None
+
+    def _reuse_unmoved(self, moved: Callable[[int], bool], ops: set[str]) -> None:
+        """Let this update's plan reuse the last plan's subtrees over expressions that did
+        not move, unless an operator's cost factor changed (:class:`PlanCache`)."""
+        self._unchanged = None if ops else (lambda expr: not moved(expr))
 
 
 class BottomUpInc(Incremental):
@@ -130,7 +144,8 @@ class BottomUpInc(Incremental):
         table = self.table
         if table is None:
             return self.optimize()
-        _, ops = space.changed_inputs(old)
+        moved, ops = space.changed_inputs(old)
+        self._reuse_unmoved(moved, ops)
         stale = space.moved_exprs(old, table.exprs)
         if ops:
             stale |= table.using(ops)
@@ -146,7 +161,7 @@ class BottomUpInc(Incremental):
         root = table.entry(space.root)
         if root is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        plan = build_plan(space, lambda g: space.alternatives(*g)[table.entry(g)[1]])
+        plan = self.plans.build(space, lambda g: table.entry(g)[1], self._unchanged)
         return Result(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
 
 
@@ -187,6 +202,10 @@ class TopDownInc(Incremental, TopDown):
             self.bulk.read_all()
         return result
 
+    def _plan(self) -> PlanNode:
+        memo = self.memo
+        return self.plans.build(self.space, lambda g: memo[g][1], self._unchanged)
+
     def _search(self, group: Group, limit: float) -> float | None:
         self._searched.add(group)
         self._written.append(group)
@@ -211,6 +230,7 @@ class TopDownInc(Incremental, TopDown):
         if not entries:
             return self.optimize()
         moved, ops = space.changed_inputs(old)
+        self._reuse_unmoved(moved, ops)
         self._dearer = all(space.adjustments.op_factors.get(op, 1.0)
                            >= old.adjustments.op_factors.get(op, 1.0) for op in ops)
         """Whether the change only raised operator factors (no local cost fell)."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import build_plan
+from reopt.plan import PlanNode, plan_of_winners
 
 Group = tuple[int, str]
 Entry = tuple[float, Alt | None]
@@ -54,9 +54,13 @@ class TopDown:
         """The root's plan from the memo's winners; ``and_nodes`` counts the alternatives
         of the ``searched`` groups."""
         space, memo = self.space, self.memo
-        plan = build_plan(space, lambda g: space.alternatives(*g)[memo[g][1]])
-        return Result(memo[space.root][0], plan,
+        return Result(memo[space.root][0], self._plan(),
                       {"or_nodes": ors, "and_nodes": self._and_nodes(searched)})
+
+    def _plan(self) -> PlanNode:
+        """The root's plan tree from the memo's winners."""
+        memo = self.memo
+        return plan_of_winners(self.space, lambda g: memo[g][1])
 
     def _and_nodes(self, searched: Iterable[Group]) -> int:
         """The alternatives of the ``searched`` groups."""
