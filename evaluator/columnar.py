@@ -589,6 +589,18 @@ class Maintained(ColumnarStratum):
     def frame(self, pred: str, rows: Iterable[tuple]) -> Frame:
         return self._frame_of(rows, pred)
 
+    def lookup(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
+               ) -> tuple[list[int], list[tuple]]:
+        """The live rows of ``pred`` whose columns ``cols`` equal one of ``keys``: for each
+        match, the key's position and the row (as a tuple)."""
+        if not keys:
+            return [], []
+        types = self.types[pred]
+        at = Frame.from_rows(keys, names(len(cols)), [types[c] for c in cols])
+        li, ri = self._probe(pred, cols, list(at.cols.values()))
+        rows = self.full[pred].take(ri).rows(names(len(types)))
+        return li.tolist(), rows
+
     def key_frame(self, pred: str, keys: Iterable[tuple], width: int) -> Frame:
         """Group keys (the leading ``width`` columns of ``pred``) as a frame."""
         types = self.types[pred][:width]

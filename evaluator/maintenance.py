@@ -274,6 +274,7 @@ class MaintainedEngine(PythonEngine):
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
         self.complete = self.full
+        self._on_frames()
         self._live()
         self.live = self.full
         self.stats.held = {p: len(r) for p, r in self.full.items()}
@@ -385,11 +386,16 @@ class MaintainedEngine(PythonEngine):
             self._frames = None  # the tuples change alone from here: the frames would lag
             return None
         if self._frames is None:
+            # what updates scan, and what revival looks up: the layer's relations but its
+            # aggregates (which change group by group on tuples only)
             plan = self.plan
             preds = {plan.target} | {op.pred for _, _, v in plan.sources for op in v.ops
                                      if isinstance(op, Scan)}
             preds |= {op.pred for v in plan.parents for op in v.ops if isinstance(op, Scan)}
+            preds |= set(self._layer) - set(plan.aggregates)
+            full, self.full = self.full, self.complete
             self._frames = columnar.Maintained(self, preds)
+            self.full = full
         self._frames.stats = self.stats
         return self._frames
 
@@ -602,7 +608,7 @@ class MaintainedEngine(PythonEngine):
         while work:
             p, rs = work.popleft()
             rel = self.full[p]
-            rs = [r for r in set(rs) if r not in rel.rows and self._supported(p, r)]
+            rs = self._supported([r for r in set(rs) if r not in rel.rows], p)
             if rs:
                 rel.add(rs)
                 self._spread(p, rs, work)
@@ -630,19 +636,41 @@ class MaintainedEngine(PythonEngine):
                 # once: a candidate not supported yet is queued again by the embedded source
                 # that makes it supported, when that source's tuple becomes live
                 queued.add((h, v.embeds))
-                idx = self.complete[h].index(v.embeds)
-                work.append((h, [t for r in rs for t in idx.get(r, ())]))
+                work.append((h, self._complete_rows(h, v.embeds, rs)))
 
-    def _supported(self, pred: str, row: tuple) -> bool:
-        """Whether a complete-layer tuple belongs in the live layer given what is live now."""
+    def _supported(self, rows: list[tuple], pred: str) -> list[tuple]:
+        """The complete-layer tuples of ``rows`` that belong in the live layer given what is
+        live now."""
         if pred in self.counts:
-            return self.counts[pred].get(row, 0) > 0
+            counts = self.counts[pred]
+            return [r for r in rows if counts.get(r, 0) > 0]
         pruned = self._suppressing.get(pred)
-        if pruned is not None and row not in self.complete[pruned].index(
-                self._suppressed_key[pred]):
-            return False
+        if pruned is not None and rows:
+            have = self._complete_keys(pruned, self._suppressed_key[pred], rows)
+            rows = [r for r in rows if r in have]
         rules = self._embedded.get(pred)
         if not rules:
-            return True
+            return rows
         full = self.full
-        return any(all(key(row) in full[src].rows for src, key in atoms) for atoms in rules)
+        return [r for r in rows
+                if any(all(key(r) in full[src].rows for src, key in atoms) for atoms in rules)]
+
+    def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
+                       ) -> list[tuple]:
+        """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of
+        ``keys`` (a bag, key by key): from its frame when the layer is on frames (one probe
+        for all keys), else through a hash index of its tuples."""
+        frames = self._frames
+        if frames is not None and pred in frames.full:
+            return frames.lookup(pred, cols, keys)[1]
+        idx = self.complete[pred].index(cols)
+        return [t for k in keys for t in idx.get(k, ())]
+
+    def _complete_keys(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
+                       ) -> set[tuple]:
+        """Those of ``keys`` that some complete-layer tuple of ``pred`` has in ``cols``."""
+        frames = self._frames
+        if frames is not None and pred in frames.full:
+            return {keys[i] for i in set(frames.lookup(pred, cols, keys)[0])}
+        idx = self.complete[pred].index(cols)
+        return {k for k in keys if k in idx}
