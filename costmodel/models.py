@@ -177,12 +177,12 @@ class CoutModel(CostModel):
         # what all_columns assembles, directly: a leaf's OR node holds its scan, any other
         # its joins (no enforcers, no final operator, one join method; a property other
         # than ``any`` is never asked for and has no alternative)
-        from reopt.costmodel.space import ANY, NO_COLUMNS, NONE, AltColumns
+        from reopt.costmodel.space import ANY, NO_COLUMNS
 
         if prop != ANY or expr == space.top:
             return NO_COLUMNS
         if expr & (expr - 1) == 0:
-            return AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
+            return _COUT_SCAN
         return self.joins(space, expr, prop, "join", space.split_lefts(expr))
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
@@ -392,6 +392,16 @@ def _restricts(p, column: str) -> bool:
         return p.column.column == column
     return False
 
+
+def _cout_scan() -> AltColumns:
+    from reopt.costmodel.space import NONE, AltColumns
+
+    return AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
+
+
+_COUT_SCAN = _cout_scan()
+"""A leaf's only alternative under ``cout``, as columns: the same for every leaf (columns are
+never modified, like the shared ``NO_COLUMNS``)."""
 
 MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel()}
 
