@@ -196,7 +196,7 @@ class CoutModel(CostModel):
 
     def local_costs(self, space, expr, prop, cols):
         # a leaf's OR node holds only its scan, any other only joins
-        return [0.0 if space.is_leaf(expr) else space.summary(expr)] * cols.count
+        return [0.0 if expr & (expr - 1) == 0 else space.summary(expr)] * len(cols.index)
 
     def local_cost_columns(self, space, expr, op):
         # a scan (operator 0) costs 0, a join its expression's rows: one estimate per run of

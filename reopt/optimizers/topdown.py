@@ -77,11 +77,11 @@ class TopDown:
     def _optimize(self, group: Group, limit: float) -> float | None:
         """The best cost of ``group`` if it is below ``limit``, else None."""
         entry = self.memo.get(group)
+        if entry is None:  # never explored (memo_answer's first case, without the call)
+            return self._search(group, limit)
         done, cost = memo_answer(entry, limit)
         if done:
             return cost
-        if entry is None:
-            return self._search(group, limit)
         # re-opened: an earlier request found no plan under a tighter limit. Search it
         # without a limit this time, so no group is searched more than twice; the winner
         # is exact, and the caller still gets None if it is above its limit
