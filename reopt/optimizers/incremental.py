@@ -373,7 +373,7 @@ class _Bulk:
             if not len(picked):
                 continue
             batch = [groups[k] for k in picked.tolist()]
-            before = [memo.get(g) for g in batch]
+            before = [memo.get(g) for g in batch] if ops else batch  # (read only with ops)
             opt.touched_or.update(batch)
             uncosted = picked[~costed[picked]]
             if len(uncosted):
@@ -436,11 +436,11 @@ class _Bulk:
         """Write the searched entries of ``nodes`` (:meth:`DPTable.cheapest`'s answer: a
         winner, or "no plan at all" where there is none) to the memo and the arrays."""
         opt, groups = self.opt, self.table.groups
-        memo = opt.memo
-        for k, c, i in zip(nodes.tolist(), least.tolist(), win.tolist(), strict=True):
-            g = groups[k]
-            memo[g] = (c, i) if i >= 0 else (math.inf, None)
-            opt._searched.add(g)
+        entered = [groups[k] for k in nodes.tolist()]
+        opt.memo.update(zip(entered, [(c, i) if i >= 0 else (math.inf, None)
+                                      for c, i in zip(least.tolist(), win.tolist(),
+                                                      strict=True)], strict=True))
+        opt._searched.update(entered)
         self.known[nodes] = True
         self.best[nodes] = least
         self.lower[nodes] = least
