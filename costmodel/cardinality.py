@@ -53,7 +53,14 @@ from typing import Any
 
 import numpy as np
 
-from reopt.costmodel.catalog import Catalog, ColumnStats, as_number, iso_date, share
+from reopt.costmodel.catalog import (
+    Catalog,
+    ColumnStats,
+    TableStats,
+    as_number,
+    iso_date,
+    share,
+)
 from reopt.costmodel.errors import QueryError
 from reopt.costmodel.numeric import MAX_ROWS, short_text
 from reopt.costmodel.query import (
@@ -160,6 +167,10 @@ def changed_observations(a: Adjustments, b: Adjustments) -> set[int]:
     return {k for k in {*was, *now} if was.get(k) != now.get(k)}
 
 
+_NO_STATS = ColumnStats()
+"""The statistics of a column the catalog says nothing about (immutable: one for all)."""
+
+
 def _clamp01(s: float) -> float:
     return 0.0 if s < 0 else 1.0 if s > 1 else s
 
@@ -237,6 +248,8 @@ class Estimator:
         self.adj = adjustments or Adjustments()
         self._card: dict[int, float] = {}
         derived = previous is not None and previous.query is query and previous.catalog is catalog
+        self._tables: dict[str, TableStats] = previous._tables if derived else {}
+        """Alias → its table's statistics, looked up once (:meth:`table_stats`)."""
         self._check_dates = not derived
         """Check the filters' literals against date columns (:meth:`_check_literals`): they
         depend on the query and the catalog only, so an estimator derived from one under
@@ -287,16 +300,23 @@ class Estimator:
         return rows, filters, [self.estimated_join_selectivity(p) for p in self.query.joins]
 
     # -- base relations ----------------------------------------------------------------------
+    def table_stats(self, alias: str) -> TableStats:
+        """The catalog's statistics of a relation's table (memoized per alias: estimation
+        asks for them several times per relation)."""
+        hit = self._tables.get(alias)
+        if hit is None:
+            hit = self._tables[alias] = self.catalog.table(self.query.table_of(alias))
+        return hit
+
     def column(self, ref: ColumnRef) -> ColumnStats:
-        t = self.catalog.table(self.query.table_of(ref.alias))
-        return t.columns.get(ref.column) or ColumnStats()
+        return self.table_stats(ref.alias).columns.get(ref.column) or _NO_STATS
 
     def base_rows(self, alias: str) -> float:
         """Row count of a relation before its filters (catalog, then ``card`` deltas). Inputs
         are checked against :data:`MAX_ROWS` where they enter; the ``min`` keeps an
         :class:`Adjustments` built by hand from making a cost infinite."""
         table = self.query.table_of(alias)
-        rows = self.adj.table_rows.get(table, self.catalog.table(table).rows)
+        rows = self.adj.table_rows.get(table, self.table_stats(alias).rows)
         return min(rows * self.adj.alias_factors.get(alias, 1.0), MAX_ROWS)
 
     def filter_selectivity(self, alias: str) -> float:
@@ -377,7 +397,7 @@ class Estimator:
         stats = self.column(ref)
         if stats.histogram is not None:
             return stats.histogram.fraction_below(x)
-        lo, hi = as_number(stats.min), as_number(stats.max)
+        lo, hi = stats.numeric_range
         if lo is None or hi is None:
             return None
         if hi <= lo:
@@ -389,7 +409,7 @@ class Estimator:
         d = self.column(ref).distinct
         if d:
             return d
-        return max(1.0, self.catalog.table(self.query.table_of(ref.alias)).rows)
+        return max(1.0, self.table_stats(ref.alias).rows)
 
     def estimated_join_selectivity(self, p: JoinPredicate) -> float:
         """The estimate before any ``sel`` delta: ``1/max(distinct(a.x), distinct(b.y))``."""

@@ -157,6 +157,12 @@ class ColumnStats:
     histogram: Histogram | None = None
 
     @cached_property
+    def numeric_range(self) -> tuple[float | None, float | None]:
+        """``min`` and ``max`` on the numeric axis of range estimates (:func:`as_number`;
+        cached: parsing a date is most of a range estimate, and every estimator asks)."""
+        return as_number(self.min), as_number(self.max)
+
+    @cached_property
     def kind(self) -> ValueKind | None:
         """What the column's statistics hold (``"date"``, ``"number"``, ...), None without
         values. Estimation checks literals against it: a date column compared with

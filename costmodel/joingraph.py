@@ -52,7 +52,7 @@ COMPILED_FROM = 14
 """The fewest relations for which :class:`JoinGraph` enumerates with the compiled kernel by
 default. Loading it costs a process about 2 s and 130 MB once (numba and the cached machine
 code); the Python enumeration of a graph of fewer relations takes milliseconds, of a dense
-17-relation one 0.15 s against the kernel's 0.07 s (grouping included)."""
+17-relation one 0.10 s against the kernel's 0.05 s (grouping included)."""
 ENUMERATION_ENV = "REOPT_ENUMERATION"
 """``python``, ``compiled`` or ``auto`` (the default: compiled from :data:`COMPILED_FROM`
 relations, when numba can be imported)."""

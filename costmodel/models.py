@@ -27,9 +27,19 @@ import numpy as np
 
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
+from reopt.costmodel.space import (
+    ANY,
+    NO_COLUMNS,
+    NONE,
+    Alt,
+    AltColumns,
+    probe_prop,
+    prop_class,
+    sort_prop,
+)
 
 if TYPE_CHECKING:
-    from reopt.costmodel.space import Alt, AltColumns, PlanSpace
+    from reopt.costmodel.space import PlanSpace
 
 # --- io constants (documented in the README) ---------------------------------------------------
 PAGE_ROWS = 100.0
@@ -97,8 +107,6 @@ class CostModel:
         :attr:`symmetric` model), in split order, as columns: the batch form of
         :meth:`join_alternatives` (a model may answer it without a call per split, with the
         same alternatives)."""
-        from reopt.costmodel.space import AltColumns
-
         out: list[Alt] = []
         for left in lefts:
             out += self.join_alternatives(space, expr, prop, left, expr ^ left, method)
@@ -153,36 +161,30 @@ class CoutModel(CostModel):
     operators = ("scan", "join")
 
     def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
-        from reopt.costmodel.space import ANY, Alt
-
         return [Alt(expr, prop, 0, "scan", "scan")] if prop == ANY else []
 
     def join_alternatives(self, space, expr, prop, left, right, method):
-        from reopt.costmodel.space import ANY, Alt
-
         if method != "join" or prop != ANY or not left & expr & -expr:
             return []
         return [Alt(expr, prop, left, "join", "join", left, ANY, right, ANY)]
 
     def joins(self, space, expr, prop, method, lefts):
-        from reopt.costmodel.space import ANY, NO_COLUMNS, AltColumns
-
         if method != "join" or prop != ANY or not lefts:
             return NO_COLUMNS
         k = len(lefts)  # one order per pair (class doc)
         joins, anys = ["join"] * k, [ANY] * k
-        return AltColumns(lefts, joins, joins, lefts, anys, [expr ^ left for left in lefts], anys)
+        # (tuple.__new__: without the Python-level __new__ of a NamedTuple, once per node)
+        return tuple.__new__(AltColumns, (lefts, joins, joins, lefts, anys,
+                                          [expr ^ left for left in lefts], anys))
 
     def node_columns(self, space, expr, prop):
         # what all_columns assembles, directly: a leaf's OR node holds its scan, any other
         # its joins (no enforcers, no final operator, one join method; a property other
         # than ``any`` is never asked for and has no alternative)
-        from reopt.costmodel.space import ANY, NO_COLUMNS, NONE, AltColumns
-
         if prop != ANY or expr == space.top:
             return NO_COLUMNS
         if expr & (expr - 1) == 0:
-            return AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
+            return _COUT_SCAN
         return self.joins(space, expr, prop, "join", space.split_lefts(expr))
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
@@ -194,7 +196,7 @@ class CoutModel(CostModel):
 
     def local_costs(self, space, expr, prop, cols):
         # a leaf's OR node holds only its scan, any other only joins
-        return [0.0 if space.is_leaf(expr) else space.summary(expr)] * cols.count
+        return [0.0 if expr & (expr - 1) == 0 else space.summary(expr)] * len(cols.index)
 
     def local_cost_columns(self, space, expr, op):
         # a scan (operator 0) costs 0, a join its expression's rows: one estimate per run of
@@ -224,8 +226,6 @@ class IOModel(CostModel):
 
     # -- properties --------------------------------------------------------------------------
     def interesting_props(self, space: PlanSpace, expr: int) -> list[str]:
-        from reopt.costmodel.space import ANY, probe_prop, sort_prop
-
         if expr == space.top:
             return [ANY]
         out = [ANY]
@@ -257,8 +257,6 @@ class IOModel(CostModel):
 
     # -- scans -------------------------------------------------------------------------------
     def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
-        from reopt.costmodel.space import ANY, Alt, prop_class
-
         alias = space.relations(expr)[0]
         table = self._table(space, alias)
         out: list[Alt] = []
@@ -284,8 +282,6 @@ class IOModel(CostModel):
 
     # -- joins -------------------------------------------------------------------------------
     def join_alternatives(self, space, expr, prop, left, right, method):
-        from reopt.costmodel.space import ANY, Alt, probe_prop, sort_prop
-
         crossing = space.crossing(left, right)
         if method in ("blocknl", "hashjoin"):
             # block nested-loop joins anything; a hash join needs an equi-join predicate
@@ -316,15 +312,11 @@ class IOModel(CostModel):
         return []
 
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
-        from reopt.costmodel.space import ANY, Alt
-
         if prop.startswith("sort:"):
             return [Alt(expr, prop, 0, "sort", "sort", expr, ANY)]
         return []
 
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
-        from reopt.costmodel.space import ANY, Alt
-
         q = space.query
         if q.group_by or q.aggregates:
             ops = ("hashagg", "sortagg")
@@ -392,6 +384,10 @@ def _restricts(p, column: str) -> bool:
         return p.column.column == column
     return False
 
+
+_COUT_SCAN = AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
+"""A leaf's only alternative under ``cout``, as columns: the same for every leaf (columns are
+never modified, like the shared ``NO_COLUMNS``)."""
 
 MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel()}
 

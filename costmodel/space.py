@@ -52,7 +52,7 @@ ANY = "any"
 NONE = ""
 """The property of an absent child."""
 _NO_LEFTS: list[int] = []
-PREFETCH_FROM = 128
+PREFETCH_FROM = 64
 """The fewest csgs for which a plan space estimates them all in one vectorized call before
 its first local costs (:meth:`PlanSpace.local_costs`)."""
 

@@ -379,3 +379,29 @@ def test_the_batch_estimate_is_the_exact_one(qc, data):
     assert got == [fresh.card(m) for m in masks]
     if not observed:  # the oracle: the overflow-free product
         assert got == [clamp_rows(fresh.raw_card(m), fresh.ceiling(m)) for m in masks]
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.sampled_from(["clique", "star"]), n=st.integers(7, 9),
+       seed=st.integers(0, 2**31), data=st.data())
+def test_a_plan_space_estimates_its_csgs_in_bulk_as_one_by_one(shape, n, seed, data):
+    """A plan space of at least PREFETCH_FROM csgs estimates them all in one vectorized call
+    before its first local costs (Estimator.prefetch); every estimate a search then reads is
+    a fresh estimator's card of the set, bit for bit, under corrections and observations."""
+    from randq import make_query
+
+    from reopt.costmodel.space import PREFETCH_FROM, PlanSpace
+
+    q, cat = make_query(shape, n, seed)
+    sizes = st.sampled_from([1e-200, 1e-20, 0.5, 3.0, 1e20, 1e200])
+    corrections = data.draw(st.dictionaries(st.integers(1, q.all_mask), sizes, max_size=3))
+    observed = data.draw(st.dictionaries(st.integers(1, q.all_mask),
+                                         st.sampled_from([0.0, 5.0, 1e6]), max_size=2))
+    adj = Adjustments().replace(corrections=corrections, observations=observed)
+    space = PlanSpace(q, cat, cost_model("cout"), adj)
+    csgs = space.graph.csgs()
+    assert len(csgs) >= PREFETCH_FROM
+    space.local_costs(space.all, "any")  # the first local costs: the bulk estimate
+    assert set(csgs) <= set(space.estimator._card)
+    fresh = Estimator(q, cat, adj)
+    assert [space.summary(m) for m in csgs] == [fresh.card(m) for m in csgs]

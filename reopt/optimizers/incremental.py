@@ -290,6 +290,10 @@ class TopDownInc(Incremental, TopDown):
         table = self.bulk.table
         index = table.index
         nodes = np.fromiter((index[g] for g in searched), dtype=np.int64, count=len(searched))
+        if searched is self._searched:  # an update: with the nodes the bulk settled
+            mask = self.bulk.entered.copy()
+            mask[nodes] = True
+            nodes = np.flatnonzero(mask)
         return int((table.offsets[nodes + 1] - table.offsets[nodes]).sum())
 
 
@@ -317,6 +321,9 @@ class _Bulk:
         self.best = np.full(n + 1, np.inf)
         self.best[n] = 0.0
         self.lower = np.zeros(n + 1)
+        self.entered = np.zeros(n, dtype=bool)
+        """Nodes the current update settled in bulk (searched, as :attr:`TopDownInc._searched`
+        holds the groups the search settled one by one)."""
         parents = np.concatenate((table.node_of, table.node_of))
         children = np.concatenate((table.left, table.right))
         keep = children < n
@@ -359,6 +366,7 @@ class _Bulk:
     def update(self, old: PlanSpace, space: PlanSpace, ops: set[str]) -> Result:
         opt, table = self.opt, self.table
         self.read_written()
+        self.entered[:] = False
         n = table.absent
         stale = space.moved_exprs(old, table.exprs) & self.known
         todo = stale.copy()
@@ -373,7 +381,7 @@ class _Bulk:
             if not len(picked):
                 continue
             batch = [groups[k] for k in picked.tolist()]
-            before = [memo.get(g) for g in batch]
+            before = [memo.get(g) for g in batch] if ops else batch  # (read only with ops)
             opt.touched_or.update(batch)
             uncosted = picked[~costed[picked]]
             if len(uncosted):
@@ -435,12 +443,12 @@ class _Bulk:
     def _enter(self, nodes: np.ndarray, least: np.ndarray, win: np.ndarray) -> None:
         """Write the searched entries of ``nodes`` (:meth:`DPTable.cheapest`'s answer: a
         winner, or "no plan at all" where there is none) to the memo and the arrays."""
-        opt, groups = self.opt, self.table.groups
-        memo = opt.memo
-        for k, c, i in zip(nodes.tolist(), least.tolist(), win.tolist(), strict=True):
-            g = groups[k]
-            memo[g] = (c, i) if i >= 0 else (math.inf, None)
-            opt._searched.add(g)
+        groups = self.table.groups
+        self.opt.memo.update(zip([groups[k] for k in nodes.tolist()],
+                                 [(c, i) if i >= 0 else (math.inf, None)
+                                  for c, i in zip(least.tolist(), win.tolist(), strict=True)],
+                                 strict=True))
+        self.entered[nodes] = True
         self.known[nodes] = True
         self.best[nodes] = least
         self.lower[nodes] = least

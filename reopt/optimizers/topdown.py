@@ -40,10 +40,14 @@ class TopDown:
         # group -> (cost, i): the winner, alternative i of the group;
         # (limit, None): no plan cheaper than limit exists
         self.memo: dict[Group, tuple[float, int | None]] = {}
+        self._ands = 0
+        """Alternatives of the groups searched since :meth:`optimize` began, each group
+        counted once (its first search: the memo has no entry for it before)."""
 
     @without_gc
     def optimize(self) -> Result:
         space = self.space
+        self._ands = 0
         found = self._optimize(space.root, math.inf)
         if found is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
@@ -63,18 +67,21 @@ class TopDown:
         return plan_of_winners(self.space, lambda g: memo[g][1])
 
     def _and_nodes(self, searched: Iterable[Group]) -> int:
-        """The alternatives of the ``searched`` groups."""
+        """The alternatives of the ``searched`` groups (counted by the search when they are
+        the memo's: every group in it was searched)."""
+        if searched is self.memo:
+            return self._ands
         space = self.space
         return sum(space.columns(*g).count for g in searched)
 
     def _optimize(self, group: Group, limit: float) -> float | None:
         """The best cost of ``group`` if it is below ``limit``, else None."""
         entry = self.memo.get(group)
+        if entry is None:  # never explored (memo_answer's first case, without the call)
+            return self._search(group, limit)
         done, cost = memo_answer(entry, limit)
         if done:
             return cost
-        if entry is None:
-            return self._search(group, limit)
         # re-opened: an earlier request found no plan under a tighter limit. Search it
         # without a limit this time, so no group is searched more than twice; the winner
         # is exact, and the caller still gets None if it is above its limit
@@ -87,6 +94,8 @@ class TopDown:
         memo_get = self.memo.get
         bound, best = limit, None
         cols = space.columns(*group)
+        if group not in self.memo:
+            self._ands += len(cols.index)
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
                 cols.left, cols.left_prop, cols.right, cols.right_prop,
                 space.local_costs(*group), strict=True)):
