@@ -54,6 +54,10 @@ from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, distinct, group_best
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
+FRAME_PROBES = 64
+"""Lookups of one complete-layer relation made on its frames before a hash index of its
+tuples is built instead (:meth:`MaintainedEngine._probing`)."""
+
 
 @dataclass
 class UpdateStats:
@@ -263,6 +267,12 @@ class MaintainedEngine(PythonEngine):
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
         self._changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
+        self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
+        """Lookups of the complete layer made on frames, per relation and columns: revival
+        looks a large layer up on its frames (one probe per batch) instead of building a hash
+        index over all of it, until it has probed :data:`FRAME_PROBES` times — an update's
+        revival, group by group, makes many small lookups, which a hash index (built once,
+        then kept) answers faster."""
 
     # -- from scratch ---------------------------------------------------------------------------
     def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
@@ -270,6 +280,7 @@ class MaintainedEngine(PythonEngine):
         t0 = time.perf_counter()
         self.program = self.complete_program
         self._frames = None
+        self._probes = {}
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
@@ -658,19 +669,30 @@ class MaintainedEngine(PythonEngine):
     def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                        ) -> list[tuple]:
         """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of
-        ``keys`` (a bag, key by key): from its frame when the layer is on frames (one probe
-        for all keys), else through a hash index of its tuples."""
-        frames = self._frames
-        if frames is not None and pred in frames.full:
+        ``keys`` (a bag, key by key): from its frame while :attr:`_lookups` is set (one
+        probe for all keys), else through a hash index of its tuples."""
+        frames = self._probing(pred, cols)
+        if frames is not None:
             return frames.lookup(pred, cols, keys)[1]
         idx = self.complete[pred].index(cols)
         return [t for k in keys for t in idx.get(k, ())]
 
+    def _probing(self, pred: str, cols: tuple[int, ...]) -> columnar.Maintained | None:
+        """The frames to look ``pred`` up on by ``cols``, or None: use a hash index."""
+        frames = self._frames
+        if frames is None or pred not in frames.full or self.complete[pred].has_index(cols):
+            return None
+        n = self._probes.get((pred, cols), 0)
+        if n >= FRAME_PROBES:
+            return None
+        self._probes[(pred, cols)] = n + 1
+        return frames
+
     def _complete_keys(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                        ) -> set[tuple]:
         """Those of ``keys`` that some complete-layer tuple of ``pred`` has in ``cols``."""
-        frames = self._frames
-        if frames is not None and pred in frames.full:
+        frames = self._probing(pred, cols)
+        if frames is not None:
             return {keys[i] for i in set(frames.lookup(pred, cols, keys)[0])}
         idx = self.complete[pred].index(cols)
         return {k for k in keys if k in idx}

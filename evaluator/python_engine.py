@@ -90,6 +90,10 @@ class Relation:
         """The same tuples; indexes are rebuilt on demand."""
         return Relation(self.rows)
 
+    def has_index(self, cols: tuple[int, ...]) -> bool:
+        """Whether the index on ``cols`` is built already."""
+        return cols in self._indexes
+
     def index(self, cols: tuple[int, ...]) -> dict[tuple, dict[tuple, None]]:
         idx = self._indexes.get(cols)
         if idx is None:
