@@ -36,6 +36,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Aggregate, Arith, Const, Var
 from reopt.evaluator.compiler import (
     BOUND,
+    COMPARE,
     CONST,
     DELTA,
     OLD,
@@ -132,10 +133,6 @@ def _bound(name: str) -> str:
     return f"${name}"
 
 
-_COMPARE = {
-    "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
-    ">=": np.greater_equal,
-}
 _BETTER = {"min": np.less, "max": np.greater}
 
 
@@ -143,13 +140,9 @@ class ColumnarStratum:
     """One stratum of one evaluation, run on frames for a :class:`PythonEngine`."""
 
     def __init__(self, engine: PythonEngine, stratum: Stratum):
-        self.engine, self.stratum = engine, stratum
-        self.program = engine.program
-        self.types = self.program.schemas
-        self.ctx = engine.ctx
-        self.stats = engine.stats
+        self.stratum = stratum
         own = set(stratum.preds)
-        f = self.program.features
+        f = engine.program.features
         reads = {op.pred for v in (*stratum.base, *stratum.deltas) for op in v.ops
                  if isinstance(op, Scan)} | own
         for p in own:
@@ -158,7 +151,17 @@ class ColumnarStratum:
                 reads.add(sel.agg)
             if p in f.bound:
                 reads.add(f.bound[p])
-        self.full: dict[str, Frame] = {p: self._frame(engine, p) for p in reads}
+        self._frames_of(engine, engine.full, reads)
+
+    def _frames_of(self, engine: PythonEngine, rels: Mapping[str, Any],
+                   preds: Iterable[str]) -> None:
+        """Frames of the relations ``preds`` of ``rels`` (the engine's), with no index yet."""
+        self.engine = engine
+        self.program = engine.program
+        self.types = self.program.schemas
+        self.ctx = engine.ctx
+        self.stats = engine.stats
+        self.full: dict[str, Frame] = {p: self._frame(engine, rels[p], p) for p in preds}
         self.before: dict[str, Frame] = {}
         """Relation → its frame before its last release (an ``OLD`` scan's relation: the
         first rows of the full one, as releases append)."""
@@ -175,10 +178,9 @@ class ColumnarStratum:
                 np.arange(f.height, dtype=np.int64))
         return idx
 
-    def _frame(self, engine: PythonEngine, pred: str) -> Frame:
-        """The relation as a frame: the one a stratum on frames left, while the engine
-        holds the relation it handed back, else built from the tuples."""
-        rel = engine.full[pred]
+    def _frame(self, engine: PythonEngine, rel: Any, pred: str) -> Frame:
+        """Relation ``rel`` of ``pred`` as a frame: the one a stratum on frames left while
+        ``rel`` is the relation it handed back, unchanged, else built from the tuples."""
         kept = engine.frames.get(pred)
         if kept is not None and kept[0] is rel and kept[1] == rel.version:
             return kept[2]
@@ -338,14 +340,20 @@ class ColumnarStratum:
             seen = np.zeros(new.height, dtype=bool)
             seen[li] = True
             new = new.filter(~seen)
-        if new.height:
-            self.full[pred] = concat([have, new])
-            rids = np.arange(have.height, have.height + new.height, dtype=np.int64)
-            for (p, at), idx in self.indexes.items():
-                if p == pred:
-                    idx.add(row_hash([new.cols[f"c{j}"] for j in at], new.height), rids)
+        self.append(pred, new)
         stats.derived[pred] = stats.derived.get(pred, 0) + new.height
         return new
+
+    def append(self, pred: str, rows: Frame) -> None:
+        """Append ``rows`` to ``pred``'s frame, and to every index of it."""
+        if not rows.height:
+            return
+        have = self.full[pred]
+        self.full[pred] = concat([have, rows])
+        rids = np.arange(have.height, have.height + rows.height, dtype=np.int64)
+        for (p, at), idx in self.indexes.items():
+            if p == pred:
+                idx.add(row_hash([rows.cols[f"c{j}"] for j in at], rows.height), rids)
 
     def _select(self, sel: AggSel, rows: Frame) -> Frame:
         """Aggregate selection (as the tuple engine's ``_select``): per group, the tuples with
@@ -434,7 +442,7 @@ class ColumnarStratum:
         if STRING in (lk, rk) and op not in ("=", "!="):  # codes do not keep the order
             lc = STRINGS.decode(lc) if lk == STRING else lc
             rc = STRINGS.decode(rc) if rk == STRING else rc
-        return np.asarray(_COMPARE[op](lc, rc), dtype=bool)
+        return np.asarray(COMPARE[op](lc, rc), dtype=bool)
 
     def _probe(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
                below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -546,15 +554,9 @@ class Maintained(ColumnarStratum):
     groups with one run of each rule — one call of each built-in — instead of group by
     group, tuple by tuple."""
 
-    def __init__(self, engine: PythonEngine, preds: Iterable[str]):  # read in place
-        self.engine = engine
-        self.program = engine.program
-        self.types = self.program.schemas
-        self.ctx = engine.ctx
-        self.stats = engine.stats
-        self.full = {p: self._frame(engine, p) for p in preds}
+    def __init__(self, engine: PythonEngine, rels: Mapping[str, Any], preds: Iterable[str]):
+        self._frames_of(engine, rels, preds)
         self.alive = {p: np.ones(f.height, dtype=bool) for p, f in self.full.items()}
-        self.before, self.indexes = {}, {}
 
     def _whole(self, pred: str) -> Frame:
         return self.full[pred].filter(self.alive[pred])
@@ -576,15 +578,8 @@ class Maintained(ColumnarStratum):
         self.alive[pred][rids] = False
 
     def append(self, pred: str, rows: Frame) -> None:
-        if not rows.height:
-            return
-        have = self.full[pred]
-        self.full[pred] = concat([have, rows])
         self.alive[pred] = np.concatenate((self.alive[pred], np.ones(rows.height, bool)))
-        rids = np.arange(have.height, have.height + rows.height, dtype=np.int64)
-        for (p, at), idx in self.indexes.items():
-            if p == pred:
-                idx.add(row_hash([rows.cols[f"c{j}"] for j in at], rows.height), rids)
+        super().append(pred, rows)
 
     def frame(self, pred: str, rows: Iterable[tuple]) -> Frame:
         return self._frame_of(rows, pred)

@@ -17,6 +17,7 @@ both interpret exactly these ops.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,12 @@ class Filter:
 
 
 Op = Scan | Call | Filter
+
+COMPARE = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+}
+"""A :class:`Filter`'s comparison by its operator (on values, or elementwise on arrays)."""
 
 
 @dataclass(frozen=True)

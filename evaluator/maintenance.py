@@ -266,7 +266,6 @@ class MaintainedEngine(PythonEngine):
         self._alternatives = shape.alternatives
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
-        self._changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
         """Lookups of the complete layer made on frames, per relation and columns: revival
         looks a large layer up on its frames (one probe per batch) instead of building a hash
@@ -404,9 +403,7 @@ class MaintainedEngine(PythonEngine):
                                      if isinstance(op, Scan)}
             preds |= {op.pred for v in plan.parents for op in v.ops if isinstance(op, Scan)}
             preds |= set(self._layer) - set(plan.aggregates)
-            full, self.full = self.full, self.complete
-            self._frames = columnar.Maintained(self, preds)
-            self.full = full
+            self._frames = columnar.Maintained(self, self.complete, preds)
         self._frames.stats = self.stats
         return self._frames
 
@@ -435,20 +432,20 @@ class MaintainedEngine(PythonEngine):
         while pending:
             groups = sorted(pending.pop(min(pending)))
             up.rederived += len(groups)
-            changed = self._rederive_rank(frames, groups, up)
+            changed, went_came = self._rederive_rank(frames, groups, up)
             if not changed.height:
                 continue
-            for g, (removed, added) in self._changes.items():
-                changes[g] = (removed, added)
+            changes.update(went_came)
             for v in plan.parents:
                 queue(frames.run_variant(v, {plan.target: changed}))
         return changes
 
     def _rederive_rank(self, frames: columnar.Maintained, groups: list[tuple],
-                       up: UpdateStats) -> Frame:
+                       up: UpdateStats
+                       ) -> tuple[Frame, dict[tuple, tuple[set[tuple], set[tuple]]]]:
         """Re-derive one rank's ``groups`` on frames and put the result in place (tuples and
-        frames); returns the selected tuples that went or came, as a frame, and leaves each
-        changed group's in :attr:`_changes`."""
+        frames); returns the selected tuples that went or came, as a frame, and each changed
+        group's that went and that came."""
         plan, target = self.plan, self.plan.target
         width = len(self.program.schemas[target])
         cols = columnar.names(width)
@@ -462,26 +459,27 @@ class MaintainedEngine(PythonEngine):
         up.derived[target] = up.derived.get(target, 0) + cands.height
         if self._sel is not None and cands.height:
             ids, best = group_best(cands, cols[:plan.key], cols[self._sel.value],
-                                            self._sel.func)
+                                   self._sel.func)
             cands = cands.filter(cands.cols[cols[self._sel.value]] == best[ids])
         by_group: dict[tuple, list[tuple]] = {g: [] for g in groups}
         for r in cands.rows(cols):
             by_group[r[:plan.key]].append(r)
         old, rids = frames.rows_with(target, tuple(range(plan.key)), keys)
         rid_of = dict(zip(old.rows(cols), rids.tolist(), strict=True))
-        self._changes = {}
+        changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
         dead: list[int] = []
+        gone: list[tuple] = []
         born: list[tuple] = []
         for g in groups:
             removed, added = self._settle(g, by_group[g])
             if removed or added:
-                self._changes[g] = (removed, added)
+                changes[g] = (removed, added)
                 dead += [rid_of[r] for r in removed]
+                gone += removed
                 born += added
         frames.kill(target, np.asarray(dead, dtype=np.int64))
         frames.append(target, frames.frame(target, born))
-        gone = [r for removed, _ in self._changes.values() for r in removed]
-        return frames.frame(target, gone + born)
+        return frames.frame(target, gone + born), changes
 
     def _rederive(self, g: tuple, up: UpdateStats) -> tuple[set[tuple], set[tuple]]:
         """Re-derive group ``g`` of the maintained relation from its source tuples; returns
@@ -561,8 +559,9 @@ class MaintainedEngine(PythonEngine):
             if isinstance(then, set):
                 diff: Iterable[tuple] = then ^ rel.rows
             elif then is rel:
-                diff = changed[id(rel)] if id(rel) in changed else \
-                    changed.setdefault(id(rel), rel.changed())
+                if id(rel) not in changed:
+                    changed[id(rel)] = rel.changed()
+                diff = changed[id(rel)]
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
             if not diff:
@@ -669,8 +668,8 @@ class MaintainedEngine(PythonEngine):
     def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                        ) -> list[tuple]:
         """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of
-        ``keys`` (a bag, key by key): from its frame while :attr:`_lookups` is set (one
-        probe for all keys), else through a hash index of its tuples."""
+        ``keys`` (a bag, key by key): one probe of its frame for all keys while
+        :meth:`_probing` says so, else through a hash index of its tuples."""
         frames = self._probing(pred, cols)
         if frames is not None:
             return frames.lookup(pred, cols, keys)[1]

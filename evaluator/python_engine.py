@@ -36,11 +36,6 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.failures import CRASHES, rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
 
-COMPARE = {
-    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-    ">": operator.gt, ">=": operator.ge,
-}
-
 
 def key_of(cols: tuple[int, ...]) -> Callable[[tuple], tuple]:
     """A function reading the key ``cols`` of a tuple (as a tuple, also for one column)."""

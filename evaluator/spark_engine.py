@@ -138,7 +138,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import time
 import uuid
 import weakref
@@ -158,6 +157,7 @@ from reopt.evaluator.ast import Aggregate, Arith, Const, Var, Wildcard
 from reopt.evaluator.compiler import (
     BOOLEAN,
     BOUND,
+    COMPARE,
     CONST,
     DELTA,
     DOUBLE,
@@ -284,10 +284,6 @@ head terms, the rank to append (None, ``("k", rank)`` or ``("fn", name, inputs)`
 rule (:func:`rule_label`), named when a built-in it calls fails."""
 
 
-_COMPARE = {
-    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-    ">": operator.gt, ">=": operator.ge,
-}
 
 
 
@@ -304,7 +300,7 @@ def _tail_step(op, schema: dict[str, int], ctx, builtins, local):
             get = _getter(src, schema)
             schema[free.name] = len(schema)
             return lambda rows: [r + (get(r),) for r in rows]
-        cmp = _COMPARE[op.op]
+        cmp = COMPARE[op.op]
         lhs, rhs = _getter(op.left, schema), _getter(op.right, schema)
         return lambda rows: [r for r in rows if cmp(lhs(r), rhs(r))]
     if isinstance(op, Call):
