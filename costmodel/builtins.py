@@ -46,6 +46,10 @@ class Builtin:
     statistics: bool = False
     """Whether results depend on the statistics (summaries, costs): after a delta, only
     these can answer differently, and only for the OR nodes :func:`stale_keys` names."""
+    reads_space: bool = True
+    """Whether it answers from one query's plan space, the query id being its first input
+    (all but arithmetic): a program is decomposable by query only if every such call gets
+    its rule's query id (:mod:`reopt.evaluator.decompose`)."""
 
     def __post_init__(self) -> None:
         if self.batch is None:
@@ -294,6 +298,6 @@ BUILTINS: dict[str, Builtin] = {
                 "Fn_rank(q, expr, prop, rank): the OR node's bottom-up rank (children below "
                 "parents), the order scheduled strata follow"),
         Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum, _sum_batch,
-                "Fn_sum(localCost, lCost, rCost, cost): a plan's cost"),
+                "Fn_sum(localCost, lCost, rCost, cost): a plan's cost", reads_space=False),
     )
 }

@@ -201,10 +201,23 @@ class CompiledProgram:
     """The iterations and tuples an evaluation may take before it is stopped as having no
     fixpoint (set by the driver from ``--max-tuples``/``--max-iterations``)."""
 
+    source: Any = None
+    """What the program was compiled from (:class:`~reopt.evaluator.driver.ProgramSource`, set
+    by the driver): a program pickles as its source, so it reaches Spark's workers and a saved
+    session without its generated code, and is compiled again there (once per process)."""
+
     triggers: dict[str, list[Variant]] = field(default_factory=dict)
     """Relation → for every rule body atom of it, the variant that derives what depends on
     tuples of that relation being deleted (that atom reads the deleted tuples, atoms before
     it the relations without them, atoms after it the relations with them)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self.source is None:
+            raise ReoptError("a rule program compiled without its source cannot be saved or "
+                             "sent to Spark workers (load it with driver.load_program)")
+        from reopt.evaluator.driver import restore_program
+
+        return restore_program, (self.source, self.budget)
 
     def variants(self):
         for s in self.strata:

@@ -10,7 +10,7 @@ of queries: each query gets an id ``q`` (its position in the batch), the input r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,10 @@ from typing import Any
 from reopt.costmodel.builtins import BOOLEAN, BUILTINS, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import Alt, PlanSpace
+from reopt.evaluator.ast import Program
 from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
-from reopt.evaluator.parser import parse_files
+from reopt.evaluator.parser import parse, parse_files
 from reopt.evaluator.python_engine import PythonEngine, RunStats
 from reopt.plan import PlanNode, build_plan
 
@@ -80,9 +81,38 @@ def load_program(rules: str | Path | None = None, pruning: str = "none",
     prog = compile_program(parse_files(files), BUILTINS, INPUTS, PRUNING_MODES[pruning])
     check_interface(prog, files)
     prog.compile_seconds = time.perf_counter() - t0
+    prog.source = ProgramSource(tuple((str(f), f.read_text(encoding="utf-8")) for f in files),
+                                pruning)
     if budget is not None:
         prog.budget = budget
     return prog
+
+
+@dataclass(frozen=True)
+class ProgramSource:
+    """The rule files (name, text) and the pruning mode a program was compiled from: enough
+    to compile it again in another process (a Spark worker, a restarted driver)."""
+
+    files: tuple[tuple[str, str], ...]
+    pruning: str
+
+
+_RESTORED: dict[ProgramSource, CompiledProgram] = {}
+"""Programs compiled from a source in this process (a worker restores many states of one
+program: it compiles it once)."""
+
+
+def restore_program(source: ProgramSource, budget: Budget) -> CompiledProgram:
+    """The program compiled from ``source``, with ``budget`` (how a program unpickles)."""
+    prog = _RESTORED.get(source)
+    if prog is None:
+        parsed = Program()
+        for name, text in source.files:
+            parsed.extend(parse(text, name))
+        prog = compile_program(parsed, BUILTINS, INPUTS, PRUNING_MODES[source.pruning])
+        prog.source = source
+        _RESTORED[source] = prog
+    return prog if prog.budget == budget else replace(prog, budget=budget)
 
 
 def check_interface(prog: CompiledProgram, files: list[Path]) -> None:

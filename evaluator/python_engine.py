@@ -81,6 +81,14 @@ class Relation:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The tuples only: indexes are rebuilt on demand, and a journal is an update's."""
+        return {"rows": self.rows, "version": self.version}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["rows"])  # type: ignore[misc]
+        self.version = state["version"]
+
     def copy(self) -> Relation:
         """The same tuples; indexes are rebuilt on demand."""
         return Relation(self.rows)

@@ -130,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs=argparse.REMAINDER)
     d = sub.add_parser("data", help="generate TPC-H data as Parquet (reopt data tpch --help)")
     d.add_argument("args", nargs=argparse.REMAINDER)
+    f = sub.add_parser("fleet", help="optimize many standing queries on Spark, then rounds "
+                       "of deltas (reopt fleet --help)")
+    f.add_argument("args", nargs=argparse.REMAINDER)
     b = sub.add_parser("bench", help="the paper's evaluation: BENCHMARKS.md and PNG plots "
                        "(source checkout only; see benchmarks/run.py)")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -510,6 +513,10 @@ def main(argv: list[str] | None = None) -> int:
             from reopt.data import main as data_main
 
             return data_main(argv[1:])
+        if argv[:1] == ["fleet"]:  # likewise: `reopt fleet --help` shows its options
+            from reopt.fleetcli import main as fleet_main
+
+            return fleet_main(argv[1:])
         if argv[:1] == ["bench"]:  # likewise: `reopt bench --help` shows benchmarks/run.py's
             return bench_main(argv[1:])
         args = _parser().parse_args(argv)

@@ -1,0 +1,549 @@
+"""Fleets: many standing queries optimized and re-optimized together on Spark.
+
+The rule program is *decomposable* on the query id (:mod:`reopt.evaluator.decompose`):
+evaluating it over a batch of queries gives, query by query, what evaluating it over each
+query alone gives. So the fleet runs the BigDatalog way: its state is a DataFrame with one
+row per query, hash-partitioned by query id, and a round — the initial optimization or one
+batch of deltas — is a single ``mapInArrow`` over the partitions in which every task runs the
+in-process engine (:class:`~reopt.incremental.session.Session` through
+:class:`~reopt.api.Optimizer`) on its own queries: the whole fixpoint, or the incremental
+update, with no exchange between tasks. The jobs per round are a fixed handful (the round
+itself, its reliable checkpoint, collecting the results), whatever the number of queries,
+their size or the number of ranks.
+
+A query's state is its optimizer, pickled (the rule program pickles as its source, the
+relations as their tuples: :meth:`CompiledProgram.__reduce__`,
+:meth:`MaintainedEngine.__getstate__`) and compressed. A round's output is checkpointed
+reliably (to ``checkpoint`` or the session's checkpoint directory), so a lost executor costs
+a task retry — each task is a pure function of its input rows — and :meth:`Fleet.save` /
+:meth:`Fleet.load` let a restarted driver resume.
+
+A delta that fails for one query (unknown table, bad factor, a failure while re-optimizing)
+is reported on that query's result row and leaves that query's state as it was; the other
+queries' deltas go through.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import pickle
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reopt.costmodel.errors import ReoptError
+
+FORMAT = 1
+"""Version of the saved fleet layout (:meth:`Fleet.save`); :meth:`Fleet.load` refuses others."""
+
+STATE_COLUMNS = (
+    ("q", "long"), ("name", "string"), ("version", "long"), ("state", "binary"),
+    ("cost", "double"), ("plan", "string"), ("changed", "boolean"), ("error", "string"),
+    ("seconds", "double"), ("derived", "long"), ("updated", "long"),
+)
+"""One row per query: its id and name, how many rounds changed its state, the state itself,
+and what the last round gave it (best cost, plan as JSON, whether the plan changed, the error
+that rejected its deltas, CPU seconds, PlanCost tuples derived, OR nodes whose state changed)."""
+
+RESULT_COLUMNS = tuple(c for c in STATE_COLUMNS if c[0] != "state")
+
+
+def _schema() -> str:
+    return ", ".join(f"{n} {t}" for n, t in STATE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """A standing query: its name, its SQL (or a built-in name such as ``tpch:q5``) and its
+    catalog (the JSON object of README "Catalog format"; None: the fleet's catalog)."""
+
+    name: str
+    sql: str
+    catalog: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """What every query of a fleet is optimized with; pickled once into each round's tasks."""
+
+    program: Any
+    """The compiled rule program (pickles as its source: workers compile it once)."""
+    cost_model: str = "io"
+    pruning: str = "all"
+    catalog: Any = None
+    """The catalog of queries without their own (None: the built-in TPC-H statistics)."""
+    max_pairs: int | None = None
+    over_budget: str = "error"
+
+
+# -- one query, in a task ---------------------------------------------------------------------
+
+def _dump(opt: Any) -> bytes:
+    return zlib.compress(pickle.dumps(opt, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+def _load(blob: bytes) -> Any:
+    return pickle.loads(zlib.decompress(blob))
+
+
+def _optimizer(fq: FleetQuery, opts: FleetOptions) -> Any:
+    from reopt.api import MAX_PAIRS, Optimizer, load_query
+    from reopt.costmodel.catalog import Catalog
+    from reopt.costmodel.sql import parse_query
+
+    if fq.catalog is not None:
+        catalog = Catalog.from_dict(fq.catalog, source=f"{fq.name}.catalog.json")
+    else:
+        catalog = opts.catalog if opts.catalog is not None else _tpch()
+    text = fq.sql.strip()
+    if text.lower().startswith("tpch:"):
+        query = load_query(text, catalog)
+    else:
+        query = parse_query(text, catalog, name=fq.name, source=f"query {fq.name}")
+    return Optimizer(query, catalog, cost_model=opts.cost_model, engine="python",
+                     pruning=opts.pruning, program=opts.program,
+                     max_pairs=opts.max_pairs or MAX_PAIRS, over_budget=opts.over_budget)
+
+
+_TPCH: list[Any] = []
+
+
+def _tpch() -> Any:
+    if not _TPCH:
+        from reopt.api import load_catalog
+
+        _TPCH.append(load_catalog())
+    return _TPCH[0]
+
+
+def _outcome(step: Any, before: str | None) -> dict[str, Any]:
+    plan = json.dumps(step.plan.to_json(), sort_keys=True)
+    m = step.metrics
+    return {"cost": float(step.cost), "plan": plan,
+            "changed": before is not None and plan != before,
+            "derived": int(m.get("derived", {}).get("PlanCost", 0))
+            if isinstance(m.get("derived"), dict) else 0,
+            "updated": int(m.get("updated", {}).get("or_nodes", 0))
+            if isinstance(m.get("updated"), dict) else 0}
+
+
+def initial(fq: FleetQuery, opts: FleetOptions) -> tuple[bytes | None, dict[str, Any]]:
+    """Optimize one query from scratch: its state and its result row (an ``error`` instead
+    when its SQL, catalog or optimization fails)."""
+    t0 = time.process_time()
+    try:
+        opt = _optimizer(fq, opts)
+        out = _outcome(opt.optimize(), None)
+        blob: bytes | None = _dump(opt)
+        out["error"] = None
+    except ReoptError as e:
+        blob, out = None, {"error": f"query {fq.name}: {e}"}
+    out["seconds"] = time.process_time() - t0
+    return blob, out
+
+
+def advance(name: str, blob: bytes, deltas: list[str], plan: str | None
+            ) -> tuple[bytes, dict[str, Any], bool]:
+    """Apply one query's deltas of a round (all or nothing): its new state, its result row,
+    and whether the state changed. A rejected batch keeps the state and says why."""
+    t0 = time.process_time()
+    opt = _load(blob)
+    try:
+        out = _outcome(opt.update(deltas), plan)
+        out["error"] = None
+        blob, moved = _dump(opt), True
+    except ReoptError as e:
+        out = {"error": f"query {name}: {e}", "plan": plan, "changed": False}
+        moved = False
+    out["seconds"] = time.process_time() - t0
+    return blob, out, moved
+
+
+# -- one round, in a task ---------------------------------------------------------------------
+
+def _initial_task(batches: Iterator[Any], opts: FleetOptions) -> Iterator[Any]:
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    for batch in batches:
+        cols = batch.to_pydict()
+        rows = []
+        for q, name, sql, cat in zip(cols["q"], cols["name"], cols["sql"], cols["catalog"],
+                                     strict=True):
+            fq = FleetQuery(name, sql, json.loads(cat) if cat else None)
+            blob, out = initial(fq, opts)
+            rows.append({"q": q, "name": name, "version": 0, "state": blob, **out})
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _update_task(batches: Iterator[Any], deltas: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    wanted: Mapping[str, list[str]] = deltas.value
+    for batch in batches:
+        rows = batch.to_pylist()
+        for row in rows:
+            mine = wanted.get(row["name"])
+            if mine is None or row["state"] is None:
+                row.update(changed=False, error=None, seconds=0.0, derived=0, updated=0)
+                continue
+            blob, out, moved = advance(row["name"], row["state"], mine, row["plan"])
+            row.update(out)
+            row["state"] = blob
+            row["version"] += int(moved)
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    types = {"long": pa.int64(), "string": pa.string(), "binary": pa.large_binary(),
+             "double": pa.float64(), "boolean": pa.bool_()}
+    return pa.schema([(n, types[t]) for n, t in STATE_COLUMNS])
+
+
+# -- the fleet --------------------------------------------------------------------------------
+
+@dataclass
+class Round:
+    """What one round did: its per-query results (no state), its Spark jobs and wall time."""
+
+    number: int
+    results: list[dict[str, Any]]
+    jobs: int
+    seconds: float
+    errors: list[str] = field(default_factory=list)
+
+    def by_name(self) -> dict[str, dict[str, Any]]:
+        return {r["name"]: r for r in self.results}
+
+
+class Fleet:
+    """Many standing queries, optimized together on Spark and re-optimized by rounds of
+    deltas addressed by query name (module doc)."""
+
+    def __init__(self, queries: Iterable[FleetQuery], catalog: Any = None, *,
+                 cost_model: str = "io", pruning: str = "all", rules: str | Path | None = None,
+                 spark: Any = None, partitions: int | None = None,
+                 checkpoint: str | Path | None = None, progress: bool = False,
+                 max_pairs: int | None = None, over_budget: str = "error"):
+        from reopt.api import load_catalog
+        from reopt.costmodel.catalog import Catalog
+        from reopt.costmodel.models import cost_model as get_cost_model
+        from reopt.evaluator.decompose import decomposition
+        from reopt.evaluator.driver import load_program
+
+        self.queries = list(queries)
+        names = [fq.name for fq in self.queries]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ReoptError(f"fleet: query name '{dup}' is used twice (deltas address "
+                             "queries by name)")
+        if not self.queries:
+            raise ReoptError("fleet: no queries")
+        get_cost_model(cost_model)  # a bad name fails here, not in every task
+        program = load_program(rules, pruning)
+        why = decomposition(program)
+        if not why.decomposable:
+            raise ReoptError(f"fleet: the rule program is not decomposable by query id, so "
+                             f"it cannot run a task per partition of queries: {why.reason}")
+        if catalog is not None and not isinstance(catalog, Catalog):
+            catalog = load_catalog(catalog)
+        self.options = FleetOptions(program, cost_model, pruning, catalog, max_pairs,
+                                    over_budget)
+        self.spark = spark
+        self.partitions = partitions
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.progress = progress
+        self.state: Any = None
+        """The state DataFrame (:data:`STATE_COLUMNS`), checkpointed, once optimized."""
+        self.rounds = 0
+
+    # -- Spark plumbing ---------------------------------------------------------------------
+    def _session(self) -> Any:
+        if self.spark is None:
+            from reopt.spark import get_spark
+
+            self.spark = get_spark()
+        if self.checkpoint is not None:
+            self.spark.sparkContext.setCheckpointDir(self.checkpoint)
+        return self.spark
+
+    def _partitions(self) -> int:
+        if self.partitions:
+            return self.partitions
+        cores = self._session().sparkContext.defaultParallelism
+        return max(1, min(len(self.queries), 4 * cores))
+
+    def _run(self, label: str, make: Any) -> Round:
+        """Run one round: build the new state with ``make()``, checkpoint it reliably, read
+        the results; counts the Spark jobs it took."""
+        spark = self._session()
+        sc = spark.sparkContext
+        group = f"reopt-fleet-{id(self)}-{self.rounds}"
+        sc.setJobGroup(group, f"reopt fleet {label}")
+        t0 = time.perf_counter()
+        try:
+            with _Progress(sc, group, label, self.progress):
+                new = make().persist()
+                new = new.checkpoint(eager=True)
+                results = [r.asDict() for r in new.drop("state").collect()]
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        seconds = time.perf_counter() - t0
+        jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+        if self.state is not None:
+            self.state.unpersist()
+        self.state = new
+        results.sort(key=lambda r: r["q"])
+        rnd = Round(self.rounds, results, jobs, seconds,
+                    [r["error"] for r in results if r["error"]])
+        self.rounds += 1
+        return rnd
+
+    # -- rounds -----------------------------------------------------------------------------
+    def optimize(self) -> Round:
+        """Round 0: every query optimized from scratch."""
+        import pandas as pd
+
+        spark = self._session()
+        rows = pd.DataFrame({
+            "q": list(range(len(self.queries))),
+            "name": [fq.name for fq in self.queries],
+            "sql": [fq.sql for fq in self.queries],
+            "catalog": [json.dumps(fq.catalog) if fq.catalog is not None else None
+                        for fq in self.queries]})
+        src = spark.createDataFrame(rows, "q long, name string, sql string, catalog string")
+        opts = self.options
+        self.rounds = 0
+
+        def make() -> Any:
+            return (src.repartition(self._partitions(), "q")
+                    .mapInArrow(lambda it: _initial_task(it, opts), _schema()))
+
+        return self._run("optimize", make)
+
+    def update(self, deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> Round:
+        """One round of deltas: ``{"query": name, "delta": text}`` items (several for one
+        query form one batch, applied all or nothing), or a mapping name → delta text(s).
+        Queries without deltas keep their state untouched."""
+        if self.state is None:
+            raise ReoptError("fleet: optimize() (or load()) before update()")
+        wanted = _by_query(deltas)
+        known = {fq.name for fq in self.queries}
+        unknown = sorted(set(wanted) - known)
+        spark = self._session()
+        bc = spark.sparkContext.broadcast({n: d for n, d in wanted.items() if n in known})
+        state = self.state
+
+        def make() -> Any:
+            return state.mapInArrow(lambda it: _update_task(it, bc), _schema())
+
+        rnd = self._run("update", make)
+        bc.unpersist()
+        for n in unknown:
+            msg = f"query {n}: no such query in the fleet (delta {'; '.join(wanted[n])})"
+            rnd.results.append({"q": None, "name": n, "error": msg})
+            rnd.errors.append(msg)
+        return rnd
+
+    def results(self) -> Any:
+        """The last round's results as a Spark DataFrame (:data:`RESULT_COLUMNS`)."""
+        if self.state is None:
+            raise ReoptError("fleet: optimize() first")
+        return self.state.drop("state")
+
+    def optimizer(self, name: str) -> Any:
+        """The in-process optimizer of query ``name`` as the fleet holds it (its state read
+        back to the driver): ``.relations()``, ``.graph()``, further ``.update()``s."""
+        if self.state is None:
+            raise ReoptError("fleet: optimize() first")
+        rows = self.state.where(f"name = '{_quote(name)}'").select("state").collect()
+        if not rows:
+            raise ReoptError(f"fleet: no query named '{name}'")
+        if rows[0]["state"] is None:
+            raise ReoptError(f"fleet: query '{name}' failed to optimize; it has no state")
+        return _load(rows[0]["state"])
+
+    # -- saved state ------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the fleet (queries, options, state) to directory ``path``, for :meth:`load`
+        in another driver."""
+        if self.state is None:
+            raise ReoptError("fleet: optimize() before save()")
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.state.write.mode("overwrite").parquet(str(out / "state.parquet"))
+        meta = {"format": FORMAT, "rounds": self.rounds, "partitions": self.partitions}
+        (out / "fleet.json").write_text(json.dumps(meta))
+        (out / "fleet.pkl").write_bytes(pickle.dumps((self.queries, self.options)))
+
+    @classmethod
+    def load(cls, path: str | Path, *, spark: Any = None, checkpoint: str | Path | None = None,
+             progress: bool = False) -> Fleet:
+        """A fleet saved by :meth:`save`; its next round continues where the saved one
+        stopped."""
+        base = Path(path)
+        try:
+            meta = json.loads((base / "fleet.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ReoptError(f"{base}: not a saved fleet ({e})") from None
+        if meta.get("format") != FORMAT:
+            raise ReoptError(f"{base}: saved fleet format {meta.get('format')!r}; this reopt "
+                             f"reads format {FORMAT}")
+        queries, options = pickle.loads((base / "fleet.pkl").read_bytes())
+        fleet = cls.__new__(cls)
+        fleet.queries, fleet.options = queries, options
+        fleet.spark, fleet.partitions = spark, meta.get("partitions")
+        fleet.checkpoint = str(checkpoint) if checkpoint is not None else None
+        fleet.progress, fleet.rounds, fleet.state = progress, meta["rounds"], None
+        sess = fleet._session()
+        saved = sess.read.parquet(str(base / "state.parquet"))
+        fleet.state = saved.repartition(fleet._partitions(), "q").checkpoint(eager=True)
+        return fleet
+
+
+def _quote(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _by_query(deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> dict[str, list[str]]:
+    """Deltas grouped by query name, in order; a malformed item is a one-line error."""
+    out: dict[str, list[str]] = {}
+    if isinstance(deltas, Mapping):
+        for name, d in deltas.items():
+            out.setdefault(str(name), []).extend([d] if isinstance(d, str) else list(d))
+        return out
+    for i, item in enumerate(deltas):
+        if not isinstance(item, Mapping) or not isinstance(item.get("query"), str) \
+                or not isinstance(item.get("delta"), str):
+            raise ReoptError(f"fleet deltas, item {i + 1}: expected {{\"query\": name, "
+                             f"\"delta\": text}}, got {item!r}"[:300])
+        out.setdefault(item["query"], []).append(item["delta"])
+    return out
+
+
+# -- reading a fleet --------------------------------------------------------------------------
+
+def read_queries(spec: str | Path) -> list[FleetQuery]:
+    """A fleet's queries from a directory of ``.sql`` files (each with its
+    ``<name>.catalog.json`` when present, as ``benchmarks/workload.py`` writes them), a glob
+    of ``.sql`` files, or a JSON lines file of ``{"name", "sql"[, "catalog"]}`` (``catalog``:
+    a catalog object or a path)."""
+    p = Path(spec)
+    if p.is_dir():
+        files = sorted(p.glob("*.sql"))
+    elif p.suffix in (".jsonl", ".json") and p.is_file():
+        return _json_queries(p)
+    else:
+        files = sorted(Path(f) for f in glob.glob(str(spec)))
+        files = [f for f in files if f.suffix == ".sql"]
+    if not files:
+        raise ReoptError(f"{spec}: no .sql files (a fleet is a directory or glob of .sql "
+                         "files, or a .jsonl file of {\"name\", \"sql\"} lines)")
+    out = []
+    for f in files:
+        cat = f.with_name(f.stem + ".catalog.json")
+        out.append(FleetQuery(f.stem, f.read_text(encoding="utf-8"),
+                              _catalog_file(cat) if cat.exists() else None))
+    return out
+
+
+def _catalog_file(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReoptError(f"{path}: cannot read catalog: {e}") from None
+
+
+def _json_queries(path: Path) -> list[FleetQuery]:
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            raise ReoptError(f"{path}:{n}: not JSON: {e}") from None
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
+                or not isinstance(item.get("sql"), str):
+            raise ReoptError(f"{path}:{n}: expected {{\"name\": ..., \"sql\": ...}}")
+        cat = item.get("catalog")
+        if isinstance(cat, str):
+            cat = _catalog_file(path.parent / cat)
+        elif cat is not None and not isinstance(cat, dict):
+            raise ReoptError(f"{path}:{n}: 'catalog' must be an object or a file path")
+        out.append(FleetQuery(item["name"], item["sql"], cat))
+    if not out:
+        raise ReoptError(f"{path}: no queries")
+    return out
+
+
+def read_deltas(path: str | Path) -> list[dict[str, str]]:
+    """One round's deltas: JSON lines ``{"query": name, "delta": text}``."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ReoptError(f"{p}: cannot read deltas: {e.strerror}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            raise ReoptError(f"{p}:{n}: not JSON: {e}") from None
+        if not isinstance(item, dict) or not isinstance(item.get("query"), str) \
+                or not isinstance(item.get("delta"), str):
+            raise ReoptError(f"{p}:{n}: expected {{\"query\": name, \"delta\": text}}")
+        out.append(item)
+    return out
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+class _Progress:
+    """A progress bar over a round's tasks (tqdm, on stderr), fed by polling Spark's status
+    tracker; nothing when off."""
+
+    def __init__(self, sc: Any, group: str, label: str, on: bool):
+        self.sc, self.group, self.label, self.on = sc, group, label, on
+        self._stop = threading.Event()
+
+    def __enter__(self) -> _Progress:
+        if self.on:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.on:
+            self._stop.set()
+            self._thread.join()
+
+    def _poll(self) -> None:
+        from tqdm import tqdm
+
+        tracker = self.sc.statusTracker()
+        bar = tqdm(desc=f"fleet {self.label}", unit="task", leave=False)
+        seen: dict[int, tuple[int, int]] = {}
+        while not self._stop.wait(0.25):
+            for job in tracker.getJobIdsForGroup(self.group):
+                info = tracker.getJobInfo(job)
+                for sid in info.stageIds if info else ():
+                    st = tracker.getStageInfo(sid)
+                    if st is not None:
+                        seen[sid] = (st.numCompletedTasks, st.numTasks)
+            done, total = sum(d for d, _ in seen.values()), sum(t for _, t in seen.values())
+            bar.total = max(total, 1)
+            bar.n = done
+            bar.refresh()
+        bar.close()
+
