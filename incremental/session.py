@@ -15,9 +15,11 @@ update, and the session says so in :attr:`Session.incremental` (and why in ``rea
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from reopt.costmodel.cardinality import Adjustments
@@ -57,6 +59,46 @@ class UpdateResult:
     seconds: float = 0.0
 
 
+FORMAT = 1
+"""Version of the saved state's layout (:func:`save_state`); :func:`load_state` refuses others:
+a state pickled by another layout would load into objects that no longer fit the code."""
+
+
+def save_state(obj: Any, path: str | Path, kind: str) -> None:
+    """Write ``obj`` (a :class:`Session` or an API optimizer) to directory ``path`` as
+    ``state.pkl``, with its format and kind, so a restarted driver resumes it. The rule
+    program is saved as its source and compiled again on load."""
+    out = Path(path)
+    try:
+        data = pickle.dumps({"format": FORMAT, "kind": kind, "state": obj},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise ReoptError(f"{out}: this {kind} cannot be saved: {e}") from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "state.pkl").write_bytes(data)
+    except OSError as e:
+        raise ReoptError(f"{out}: cannot save the state: {e.strerror}") from None
+
+
+def load_state(path: str | Path, kind: str) -> Any:
+    """What :func:`save_state` wrote to ``path``; a one-line error for a directory without
+    one, another kind of state or another format."""
+    f = Path(path) / "state.pkl"
+    try:
+        saved = pickle.loads(f.read_bytes())
+    except OSError as e:
+        raise ReoptError(f"{f}: cannot read a saved state: {e.strerror}") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+        raise ReoptError(f"{f}: not a saved reopt state ({e})") from None
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        got = saved.get("format") if isinstance(saved, dict) else None
+        raise ReoptError(f"{f}: saved state format {got!r}; this reopt reads format {FORMAT}")
+    if saved.get("kind") != kind:
+        raise ReoptError(f"{f}: holds a saved {saved.get('kind')}, not a {kind}")
+    return saved["state"]
+
+
 class Session:
     """The state of the declarative optimizer for a batch of queries between deltas."""
 
@@ -82,6 +124,23 @@ class Session:
     @property
     def incremental(self) -> bool:
         return self.engine is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.engine_name != "python":
+            raise ReoptError("only sessions of the python engine can be saved; on Spark, a "
+                             "fleet saves its state (reopt.fleet.Fleet.save, reopt fleet --save)")
+        return dict(self.__dict__)
+
+    def save(self, path: str | Path) -> None:
+        """Save the session (relations, reference counts, plan spaces) to directory
+        ``path``; :meth:`load` resumes it in another process."""
+        save_state(self, path, "session")
+
+    @staticmethod
+    def load(path: str | Path) -> Session:
+        """The session saved in ``path``: its next update equals the one the saved session
+        would have made."""
+        return load_state(path, "session")
 
     def optimize(self) -> Evaluation:
         """Evaluate from scratch (the initial optimization)."""

@@ -315,6 +315,24 @@ class Optimizer:
                                     "changed": up.changed}
         return Step(ev.best_cost(q), ev.best_plan(q), metrics)
 
+    def save(self, path: str | Path) -> None:
+        """Save this optimizer — query, catalog, statistics and, for the declarative one, the
+        state of its last optimize()/update() — to directory ``path``; :meth:`load` resumes
+        it in another process, where the next update() gives what this one's would."""
+        from reopt.incremental.session import save_state
+
+        if self.optimizer == DECLARATIVE and self.engine != "python":
+            raise ReoptError("save(): only the python engine's state can be saved; on Spark, "
+                             "a fleet saves its state (reopt.fleet.Fleet.save)")
+        save_state(self, path, "optimizer")
+
+    @staticmethod
+    def load(path: str | Path) -> Optimizer:
+        """The optimizer saved in directory ``path`` by :meth:`save`."""
+        from reopt.incremental.session import load_state
+
+        return load_state(path, "optimizer")
+
     def graph(self):
         """The search space as a :class:`reopt.graph.AndOrGraph`: every OR and AND node of the
         plan space under the current statistics, with the held state of the last optimize() or

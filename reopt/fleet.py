@@ -286,7 +286,7 @@ class Fleet:
         the results; counts the Spark jobs it took."""
         spark = self._session()
         sc = spark.sparkContext
-        group = f"reopt-fleet-{id(self)}-{self.rounds}"
+        group = self.job_group()
         sc.setJobGroup(group, f"reopt fleet {label}")
         t0 = time.perf_counter()
         try:
@@ -306,6 +306,10 @@ class Fleet:
                     [r["error"] for r in results if r["error"]])
         self.rounds += 1
         return rnd
+
+    def job_group(self) -> str:
+        """The Spark job group of the next round (for watching it in the status tracker)."""
+        return f"reopt-fleet-{id(self)}-{self.rounds}"
 
     # -- rounds -----------------------------------------------------------------------------
     def optimize(self) -> Round:

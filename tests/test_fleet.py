@@ -1,0 +1,137 @@
+"""Fleets on Spark (issue 19): every query's result after every round equals an in-process
+optimizer's — a fresh one fed the same accepted deltas (from scratch), and for a sample the
+relations of an in-process session fed the same rounds —; a bad delta rejects that query's
+deltas only; the jobs per round do not grow with the fleet; a saved fleet resumes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from reopt.api import Optimizer
+from reopt.costmodel.errors import ReoptError
+from reopt.fleet import Fleet, FleetQuery, read_deltas, read_queries
+
+sys.path.insert(0, "benchmarks")
+from workload import generate  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+MODEL = "cout"
+WORKLOAD = generate(11, 5, min_relations=4, max_relations=6)
+
+
+def fleet_queries() -> list[FleetQuery]:
+    out = [FleetQuery(w.name, w.sql, w.catalog) for w in WORKLOAD]
+    out.append(FleetQuery("q3", "tpch:q3"))  # the fleet's catalog: built-in TPC-H
+    out.append(FleetQuery("broken", "SELECT * FROM nosuch"))
+    return out
+
+
+def rounds() -> list[list[dict[str, str]]]:
+    r1 = [{"query": w.name, "delta": d.strip()} for w in WORKLOAD
+          for d in w.deltas[0].split(";")]
+    r1.append({"query": "q3", "delta": "card orders *4"})
+    r2 = [{"query": w.name, "delta": w.deltas[1].split(";")[0].strip()} for w in WORKLOAD]
+    r2 += [{"query": WORKLOAD[0].name, "delta": "card nosuch *2"},  # rejects its batch
+           {"query": "ghost", "delta": "card x *2"}]
+    return [r1, r2]
+
+
+def in_process(fq: FleetQuery) -> Optimizer:
+    from reopt.evaluator.driver import load_program
+    from reopt.fleet import FleetOptions, _optimizer
+
+    return _optimizer(fq, FleetOptions(load_program(None, "all"), MODEL, "all"))
+
+
+def plan_json(step) -> str:
+    return json.dumps(step.plan.to_json(), sort_keys=True)
+
+
+def test_a_fleet_equals_in_process_optimizers_round_after_round(spark, tmp_path):
+    queries = fleet_queries()
+    fleet = Fleet(queries, cost_model=MODEL, spark=spark, partitions=3,
+                  checkpoint=tmp_path / "ck")
+    r0 = fleet.optimize()
+    assert [e.split(":")[0] for e in r0.errors] == ["query broken"]
+    live = {fq.name: in_process(fq) for fq in queries if fq.name != "broken"}
+    accepted: dict[str, list[str]] = {n: [] for n in live}
+    for name, o in live.items():
+        step = o.optimize()
+        got = r0.by_name()[name]
+        assert got["cost"] == step.cost and got["plan"] == plan_json(step)
+    prev = r0.by_name()
+    for k, deltas in enumerate(rounds(), 1):
+        rnd = fleet.update(deltas)
+        got = rnd.by_name()
+        batches: dict[str, list[str]] = {}
+        for d in deltas:
+            batches.setdefault(d["query"], []).append(d["delta"])
+        for name, batch in batches.items():
+            if name not in live:
+                assert got[name]["error"].startswith(f"query {name}: no such query")
+                continue
+            try:
+                step = live[name].update(batch)
+            except ReoptError:
+                assert got[name]["error"].startswith(f"query {name}: ")
+                assert got[name]["cost"] == prev[name]["cost"]  # its state as it was
+                continue
+            accepted[name] += batch
+            fresh = in_process(next(fq for fq in queries if fq.name == name))
+            fresh.adjustments = fresh.check(accepted[name])
+            scratch = fresh.optimize()
+            assert got[name]["error"] is None
+            assert got[name]["cost"] == step.cost == scratch.cost, (k, name)
+            assert got[name]["plan"] == plan_json(step) == plan_json(scratch)
+        assert len(rnd.errors) == (0 if k == 1 else 2)
+        prev = got
+    # the relations the fleet holds for a sample equal the in-process sessions'
+    for name in (WORKLOAD[0].name, "q3"):
+        held = fleet.optimizer(name).relations()
+        mine = live[name].relations()
+        assert set(held) == set(mine)
+        for p in held:
+            assert set(map(tuple, held[p].itertuples(index=False))) == \
+                set(map(tuple, mine[p].itertuples(index=False))), (name, p)
+
+
+def test_jobs_per_round_do_not_grow_with_the_fleet(spark):
+    one = Fleet(fleet_queries()[:1], cost_model=MODEL, spark=spark)
+    many = Fleet(fleet_queries(), cost_model=MODEL, spark=spark, partitions=4)
+    a0, b0 = one.optimize(), many.optimize()
+    a1 = one.update(rounds()[0])
+    b1 = many.update(rounds()[0])
+    assert a0.jobs == b0.jobs and a1.jobs == b1.jobs
+    assert 1 <= b1.jobs <= 3
+
+
+def test_a_saved_fleet_resumes_where_it_stopped(spark, tmp_path):
+    r1, r2 = rounds()
+    a = Fleet(fleet_queries(), cost_model=MODEL, spark=spark, partitions=2)
+    a.optimize()
+    a.update(r1)
+    a.save(tmp_path / "saved")
+    b = Fleet.load(tmp_path / "saved", spark=spark)
+    ra, rb = a.update(r2), b.update(r2)
+    assert rb.number == ra.number == 2
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in ra.results]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in rb.results] == strip
+
+
+def test_fleet_input_errors(tmp_path):
+    with pytest.raises(ReoptError, match="used twice"):
+        Fleet([FleetQuery("a", "tpch:q3"), FleetQuery("a", "tpch:q5")])
+    (tmp_path / "d.jsonl").write_text('{"query": "a", "delta": "card x *2"}\n{"query": 3}\n')
+    with pytest.raises(ReoptError, match=r"d.jsonl:2: expected"):
+        read_deltas(tmp_path / "d.jsonl")
+    with pytest.raises(ReoptError, match="no .sql files"):
+        read_queries(tmp_path)
+    (tmp_path / "q.jsonl").write_text('{"name": "a", "sql": "tpch:q3"}\nnot json\n')
+    with pytest.raises(ReoptError, match=r"q.jsonl:2: not JSON"):
+        read_queries(tmp_path / "q.jsonl")
+    with pytest.raises(ReoptError, match="not a saved fleet"):
+        Fleet.load(tmp_path)
