@@ -59,12 +59,14 @@ def _schema() -> str:
 
 @dataclass(frozen=True)
 class FleetQuery:
-    """A standing query: its name, its SQL (or a built-in name such as ``tpch:q5``) and its
-    catalog (the JSON object of README "Catalog format"; None: the fleet's catalog)."""
+    """A standing query: its name, its SQL (or a built-in name such as ``tpch:q5``), its
+    catalog (the JSON object of README "Catalog format"; None: the fleet's catalog) and
+    deltas to apply before its first optimization (corrections known up front)."""
 
     name: str
     sql: str
     catalog: dict[str, Any] | None = None
+    deltas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ def initial(fq: FleetQuery, opts: FleetOptions) -> tuple[bytes | None, dict[str,
     t0 = time.process_time()
     try:
         opt = _optimizer(fq, opts)
+        if fq.deltas:
+            opt.adjustments = opt.check(list(fq.deltas))
         out = _outcome(opt.optimize(), None)
         blob: bytes | None = _dump(opt)
         out["error"] = None
@@ -173,9 +177,9 @@ def _initial_task(batches: Iterator[Any], opts: FleetOptions) -> Iterator[Any]:
     for batch in batches:
         cols = batch.to_pydict()
         rows = []
-        for q, name, sql, cat in zip(cols["q"], cols["name"], cols["sql"], cols["catalog"],
-                                     strict=True):
-            fq = FleetQuery(name, sql, json.loads(cat) if cat else None)
+        for q, name, sql, cat, ds in zip(cols["q"], cols["name"], cols["sql"], cols["catalog"],
+                                         cols["deltas"], strict=True):
+            fq = FleetQuery(name, sql, json.loads(cat) if cat else None, tuple(ds or ()))
             blob, out = initial(fq, opts)
             rows.append({"q": q, "name": name, "version": 0, "state": blob, **out})
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
@@ -322,8 +326,10 @@ class Fleet:
             "name": [fq.name for fq in self.queries],
             "sql": [fq.sql for fq in self.queries],
             "catalog": [json.dumps(fq.catalog) if fq.catalog is not None else None
-                        for fq in self.queries]})
-        src = spark.createDataFrame(rows, "q long, name string, sql string, catalog string")
+                        for fq in self.queries],
+            "deltas": [list(fq.deltas) for fq in self.queries]})
+        src = spark.createDataFrame(
+            rows, "q long, name string, sql string, catalog string, deltas array<string>")
         opts = self.options
         self.rounds = 0
 
@@ -438,8 +444,9 @@ def _by_query(deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> dict[s
 def read_queries(spec: str | Path) -> list[FleetQuery]:
     """A fleet's queries from a directory of ``.sql`` files (each with its
     ``<name>.catalog.json`` when present, as ``benchmarks/workload.py`` writes them), a glob
-    of ``.sql`` files, or a JSON lines file of ``{"name", "sql"[, "catalog"]}`` (``catalog``:
-    a catalog object or a path)."""
+    of ``.sql`` files, or a JSON lines file of ``{"name", "sql"[, "catalog"][, "deltas"]}``
+    (``catalog``: a catalog object or a path; ``deltas``: applied before the first
+    optimization)."""
     p = Path(spec)
     if p.is_dir():
         files = sorted(p.glob("*.sql"))
@@ -483,7 +490,10 @@ def _json_queries(path: Path) -> list[FleetQuery]:
             cat = _catalog_file(path.parent / cat)
         elif cat is not None and not isinstance(cat, dict):
             raise ReoptError(f"{path}:{n}: 'catalog' must be an object or a file path")
-        out.append(FleetQuery(item["name"], item["sql"], cat))
+        deltas = item.get("deltas", [])
+        if not isinstance(deltas, list) or not all(isinstance(d, str) for d in deltas):
+            raise ReoptError(f"{path}:{n}: 'deltas' must be a list of delta texts")
+        out.append(FleetQuery(item["name"], item["sql"], cat, tuple(deltas)))
     if not out:
         raise ReoptError(f"{path}: no queries")
     return out
