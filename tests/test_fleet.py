@@ -135,3 +135,40 @@ def test_fleet_input_errors(tmp_path):
         read_queries(tmp_path / "q.jsonl")
     with pytest.raises(ReoptError, match="not a saved fleet"):
         Fleet.load(tmp_path)
+
+
+def test_the_fleet_command(spark, tmp_path, capsys):
+    from reopt.cli import main
+
+    qdir = tmp_path / "q"
+    qdir.mkdir()
+    for w in WORKLOAD[:2]:
+        (qdir / f"{w.name}.sql").write_text(w.sql)
+        (qdir / f"{w.name}.catalog.json").write_text(json.dumps(w.catalog))
+    (qdir / "q3.sql").write_text("tpch:q3")  # no catalog beside it: --catalog's, else TPC-H
+    a, b = WORKLOAD[0].name, WORKLOAD[1].name
+    (tmp_path / "r1.jsonl").write_text(
+        json.dumps({"query": a, "delta": "card nosuch *2"}) + "\n"
+        + json.dumps({"query": b, "delta": WORKLOAD[1].deltas[0].split(";")[0]}) + "\n")
+    (tmp_path / "r2.jsonl").write_text(json.dumps({"query": "q3", "delta": "card orders *8"}))
+    out = tmp_path / "out.jsonl"
+    rc = main(["fleet", str(qdir), "--cost-model", MODEL, "--round", str(tmp_path / "r1.jsonl"),
+               "--save", str(tmp_path / "saved"), "-o", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["round"], x["query"]) for x in lines] == \
+        [(r, n) for r in (0, 1) for n in sorted([a, b, "q3"])]
+    rejected = [x for x in lines if x["error"]]
+    assert len(rejected) == 1 and rejected[0]["query"] == a and "nosuch" in rejected[0]["error"]
+    assert f"reopt: query {a}: delta 'card nosuch *2'" in err
+    assert "round 1: 3 queries" in err and "1 rejected" in err
+    rc = main(["fleet", "--resume", str(tmp_path / "saved"), "--round",
+               str(tmp_path / "r2.jsonl"), "--no-progress"])
+    resumed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert rc == 0 and {x["round"] for x in resumed} == {2}
+    q3 = Optimizer("tpch:q3", engine="python", cost_model=MODEL)
+    q3.adjustments = q3.check(["card orders *8"])
+    assert next(x for x in resumed if x["query"] == "q3")["cost"] == q3.optimize().cost
+    assert main(["fleet", "--no-progress"]) == 2
+    assert "give QUERIES or --resume DIR" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The notebooks run top to bottom (nbclient, a fresh kernel on this interpreter) and are
 committed without outputs. 01–03 use the python engine (03's slider is moved programmatically);
-04 and 06 start Spark in their kernel. nbformat/nbclient/ipykernel/ipywidgets/matplotlib come
+04, 05 and 06 start Spark in their kernel (05 with small fleets: ``REOPT_FLEET_SIZES``).
+nbformat/nbclient/ipykernel/ipywidgets/matplotlib come
 with the ``dev`` extra (through ``notebooks``): a missing one is an error here, not a skip."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def text_of(nb) -> str:
 
 
 EXPECTED = ["01-quickstart.ipynb", "02-and-or-graph.ipynb", "03-push-deltas.ipynb",
-            "04-spark.ipynb", "06-adaptive.ipynb"]
+            "04-spark.ipynb", "05-fleet.ipynb", "06-adaptive.ipynb"]
 
 
 def test_expected_notebooks_exist():
@@ -124,6 +125,18 @@ def test_04_spark():
 
 
 @pytest.mark.spark
+def test_05_fleet(monkeypatch):
+    monkeypatch.setenv("REOPT_FLEET_SIZES", "1,3")
+    nb = run("05-fleet.ipynb")
+    assert not [o for o in outputs(nb) if o.get("output_type") == "error"]
+    text = text_of(nb)
+    assert "sizes [1, 3]" in text
+    # the rejected delta is reported on its query, the others' plans came through
+    assert "query chain-11-s19-0: delta 'card nosuch *2'" in text
+    m = re.search(r"jobs per round: \[\((\d+), (\d+)\)\]", text)
+    assert m is not None, text[-2000:]  # one (initial, update) pair for every size
+
+
 def test_06_adaptive():
     """The four strategies on Q5 over the same splits of a freshly generated SF 0.01: one
     answer, the wrong catalog makes adaptive switch its plan, and one figure (time per split,
