@@ -234,6 +234,10 @@ class Optimizer:
         """The declarative optimizer's state since the last optimize() (update() maintains
         it); shared by the optimizers of one batch."""
         self._qid = 0
+        self._fleet: Any = None
+        """On the ``spark`` engine with a decomposable program: the one-round-per-step fleet
+        (:mod:`reopt.fleet`) holding this query's state on Spark, and its name there."""
+        self._fleet_name = ""
         if self.optimizer == DECLARATIVE:
             from reopt.evaluator.driver import load_program
 
@@ -262,9 +266,15 @@ class Optimizer:
         if self._greedy:
             raise ReoptError(f"relations(): query {self.query.name} was planned greedily "
                              f"({self._greedy}); no rules were evaluated")
+        if self._fleet is not None:
+            return _spark_frames(self._program, self._fleet_twin().relations())
         if self._evaluation is None:
             raise ReoptError("relations(): optimize() first")
         return self._evaluation.frames()
+
+    def _fleet_twin(self) -> Optimizer:
+        """This query's in-process optimizer as the fleet holds it on Spark (one job)."""
+        return self._fleet.optimizer(self._fleet_name)
 
     def check(self, deltas: Iterable[str | dict | Delta]) -> Adjustments:
         """The statistics after ``deltas``, without adopting them (raises on a bad delta)."""
@@ -282,7 +292,8 @@ class Optimizer:
         raises before anything changes; any other failure while re-optimizing (see
         :func:`update_steps`) is a one-line :class:`DeltaError` naming the query and the
         deltas, with the optimizer restored to exactly its state before the call."""
-        if self.optimizer == DECLARATIVE and self._session is None and not self._greedy:
+        if self.optimizer == DECLARATIVE and self._session is None and self._fleet is None \
+                and not self._greedy:
             raise ReoptError("update(): optimize() first: the declarative optimizer maintains "
                              "the state of its last optimize()")
         items = _listify(deltas)
@@ -341,6 +352,8 @@ class Optimizer:
         optimize() first."""
         from reopt.graph import build_graph
 
+        if self._fleet is not None:
+            return self._fleet_twin().graph()
         if self._greedy:
             raise ReoptError(f"graph(): query {self.query.name} is above the search-space "
                              f"budget ({self._greedy}); its and-or graph is too large to build")
@@ -406,6 +419,11 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
         from reopt.incremental.session import Session
 
         first = opts[members[0]]
+        if engine == "spark" and _decomposable(first._program):
+            batch = [opts[i] for i in members]
+            for i, step in zip(members, _spark_steps(batch), strict=True):
+                steps[i] = _finite(opts[i], step)
+            continue
         t0 = time.perf_counter() - sum(checked[i] for i in members)
         session = Session(first._program, [spaces[i] for i in members], engine)
         session.members = [opts[i] for i in members]
@@ -423,6 +441,76 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
     return [steps[i] for i in range(len(opts))]
 
 
+def _decomposable(program: Any) -> bool:
+    from reopt.evaluator.decompose import decomposition
+
+    return decomposition(program).decomposable
+
+
+def _spark_steps(opts: list[Optimizer]) -> list[Step]:
+    """The ``spark`` engine on a decomposable program: the batch's queries become a fleet
+    (:mod:`reopt.fleet`), one round of Spark jobs in which each task runs the in-process
+    engine on its queries; the state stays on Spark, partitioned by query."""
+    import copy
+    import pickle
+
+    from reopt.fleet import Fleet, FleetQuery, _dump
+
+    queries = []
+    for k, o in enumerate(opts):
+        twin = copy.copy(o)
+        twin.engine = "python"
+        twin._session = twin._evaluation = twin._incremental = twin._fleet = None
+        queries.append(FleetQuery(str(k), "", seed=_dump(twin)))
+    first = opts[0]
+    fleet = Fleet(queries, cost_model=first.model.name, pruning=first.pruning,
+                  program=first._program)
+    rnd = fleet.optimize()
+    out = []
+    for k, (o, r) in enumerate(zip(opts, rnd.results, strict=True)):
+        done = pickle.loads(r["step"])
+        if isinstance(done, BaseException):
+            raise done
+        if o._session is not None and o in o._session.members:
+            o._session.members.remove(o)
+        o._session = o._evaluation = None
+        o._fleet, o._fleet_name, o._qid = fleet, str(k), 0
+        done.metrics.update(batch_queries=len(opts), spark_jobs=rnd.jobs,
+                            spark_seconds=rnd.seconds)
+        out.append(done)
+    return out
+
+
+def _spark_update(o: Optimizer, adjustments: Adjustments) -> Step:
+    """One update of a fleet-held query: a round with its new statistics."""
+    import pickle
+
+    rnd = o._fleet.update({o._fleet_name: adjustments})
+    got = rnd.by_name()[o._fleet_name]
+    done = pickle.loads(got["step"])
+    if isinstance(done, BaseException):
+        raise done
+    done.metrics.update(spark_jobs=rnd.jobs, spark_seconds=rnd.seconds)
+    return done
+
+
+def _spark_frames(program: Any, frames: dict[str, Any]) -> dict[str, Any]:
+    """pandas frames of the relations as Spark DataFrames, typed by the program's schemas."""
+    from pyspark.sql import types as T
+
+    from reopt.evaluator.spark_engine import SPARK_TYPES
+    from reopt.spark import get_spark
+
+    spark = get_spark()
+    out = {}
+    for pred, frame in frames.items():
+        schema = T.StructType([T.StructField(c, SPARK_TYPES[t]) for c, t in
+                               zip(frame.columns, program.schemas[pred], strict=True)])
+        out[pred] = spark.createDataFrame(frame, schema) if len(frame) else \
+            spark.createDataFrame([], schema)
+    return out
+
+
 def _greedy_step(o: Optimizer, space: PlanSpace, checked: float) -> Step:
     """The greedy plan of a query above its budget (:mod:`reopt.optimizers.greedy`), whatever
     its optimizer: flagged not exact, with why. A declarative optimizer's old session (or an
@@ -433,7 +521,7 @@ def _greedy_step(o: Optimizer, space: PlanSpace, checked: float) -> Step:
     result = greedy(space)
     if o._session is not None and o in o._session.members:
         o._session.members.remove(o)
-    o._session = o._evaluation = o._incremental = None
+    o._session = o._evaluation = o._incremental = o._fleet = None
     metrics = {"seconds": time.perf_counter() - t0, "explored": result.explored}
     return _finite(o, Step(result.cost, result.plan, metrics, estimates=estimates(space),
                            exact=False, reason=f"query {o.query.name}: {o._greedy}"))
@@ -447,7 +535,9 @@ def update_batch(opts: list[Optimizer], adjustments: list[Adjustments]) -> list[
     rest: list[int] = []
     for i, (o, adj) in enumerate(zip(opts, adjustments, strict=True)):
         o.adjustments = adj
-        if o._session is not None:
+        if o._fleet is not None:
+            steps[i] = _spark_update(o, adj)
+        elif o._session is not None:
             steps[i] = o._incremental_step(o._session, adj)
         else:
             rest.append(i)

@@ -44,13 +44,15 @@ FORMAT = 1
 STATE_COLUMNS = (
     ("q", "long"), ("name", "string"), ("version", "long"), ("state", "binary"),
     ("cost", "double"), ("plan", "string"), ("changed", "boolean"), ("error", "string"),
-    ("seconds", "double"), ("derived", "long"), ("updated", "long"),
+    ("seconds", "double"), ("derived", "long"), ("updated", "long"), ("step", "binary"),
 )
 """One row per query: its id and name, how many rounds changed its state, the state itself,
 and what the last round gave it (best cost, plan as JSON, whether the plan changed, the error
-that rejected its deltas, CPU seconds, PlanCost tuples derived, OR nodes whose state changed)."""
+that rejected its deltas, CPU seconds, PlanCost tuples derived, OR nodes whose state changed,
+and the API's pickled step — or the exception that rejected the round — for
+``Optimizer(engine="spark")``, which runs on a fleet)."""
 
-RESULT_COLUMNS = tuple(c for c in STATE_COLUMNS if c[0] != "state")
+RESULT_COLUMNS = tuple(c for c in STATE_COLUMNS if c[0] not in ("state", "step"))
 
 
 def _schema() -> str:
@@ -61,12 +63,15 @@ def _schema() -> str:
 class FleetQuery:
     """A standing query: its name, its SQL (or a built-in name such as ``tpch:q5``), its
     catalog (the JSON object of README "Catalog format"; None: the fleet's catalog) and
-    deltas to apply before its first optimization (corrections known up front)."""
+    deltas to apply before its first optimization (corrections known up front). ``seed``
+    instead: a pickled, not yet optimized python-engine optimizer (``Optimizer(engine=
+    "spark")`` hands its query over this way)."""
 
     name: str
     sql: str
     catalog: dict[str, Any] | None = None
     deltas: tuple[str, ...] = ()
+    seed: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -139,30 +144,40 @@ def initial(fq: FleetQuery, opts: FleetOptions) -> tuple[bytes | None, dict[str,
     when its SQL, catalog or optimization fails)."""
     t0 = time.process_time()
     try:
-        opt = _optimizer(fq, opts)
+        opt = _load(fq.seed) if fq.seed is not None else _optimizer(fq, opts)
         if fq.deltas:
             opt.adjustments = opt.check(list(fq.deltas))
-        out = _outcome(opt.optimize(), None)
+        step = opt.optimize()
+        out = _outcome(step, None)
         blob: bytes | None = _dump(opt)
-        out["error"] = None
+        out["error"], out["step"] = None, pickle.dumps(step)
     except ReoptError as e:
-        blob, out = None, {"error": f"query {fq.name}: {e}"}
+        blob, out = None, {"error": f"query {fq.name}: {e}", "step": pickle.dumps(e)}
     out["seconds"] = time.process_time() - t0
     return blob, out
 
 
-def advance(name: str, blob: bytes, deltas: list[str], plan: str | None
+def advance(name: str, blob: bytes, change: Any, plan: str | None
             ) -> tuple[bytes, dict[str, Any], bool]:
     """Apply one query's deltas of a round (all or nothing): its new state, its result row,
-    and whether the state changed. A rejected batch keeps the state and says why."""
+    and whether the state changed. A rejected batch keeps the state and says why.
+    ``change`` is the delta texts, or the new statistics (``Adjustments``, validated by the
+    API's optimizer in the driver)."""
+    from reopt.api import update_steps
+
     t0 = time.process_time()
     opt = _load(blob)
     try:
-        out = _outcome(opt.update(deltas), plan)
-        out["error"] = None
+        if isinstance(change, list):
+            step = opt.update(change)
+        else:
+            step = update_steps([opt], [change], [])[0]
+        out = _outcome(step, plan)
+        out["error"], out["step"] = None, pickle.dumps(step)
         blob, moved = _dump(opt), True
     except ReoptError as e:
-        out = {"error": f"query {name}: {e}", "plan": plan, "changed": False}
+        out = {"error": f"query {name}: {e}", "plan": plan, "changed": False,
+               "step": pickle.dumps(e)}
         moved = False
     out["seconds"] = time.process_time() - t0
     return blob, out, moved
@@ -177,9 +192,10 @@ def _initial_task(batches: Iterator[Any], opts: FleetOptions) -> Iterator[Any]:
     for batch in batches:
         cols = batch.to_pydict()
         rows = []
-        for q, name, sql, cat, ds in zip(cols["q"], cols["name"], cols["sql"], cols["catalog"],
-                                         cols["deltas"], strict=True):
-            fq = FleetQuery(name, sql, json.loads(cat) if cat else None, tuple(ds or ()))
+        for q, name, sql, cat, ds, seed in zip(cols["q"], cols["name"], cols["sql"],
+                                               cols["catalog"], cols["deltas"], cols["seed"],
+                                               strict=True):
+            fq = FleetQuery(name, sql, json.loads(cat) if cat else None, tuple(ds or ()), seed)
             blob, out = initial(fq, opts)
             rows.append({"q": q, "name": name, "version": 0, "state": blob, **out})
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
@@ -195,7 +211,8 @@ def _update_task(batches: Iterator[Any], deltas: Any) -> Iterator[Any]:
         for row in rows:
             mine = wanted.get(row["name"])
             if mine is None or row["state"] is None:
-                row.update(changed=False, error=None, seconds=0.0, derived=0, updated=0)
+                row.update(changed=False, error=None, seconds=0.0, derived=0, updated=0,
+                           step=None)
                 continue
             blob, out, moved = advance(row["name"], row["state"], mine, row["plan"])
             row.update(out)
@@ -236,7 +253,8 @@ class Fleet:
                  cost_model: str = "io", pruning: str = "all", rules: str | Path | None = None,
                  spark: Any = None, partitions: int | None = None,
                  checkpoint: str | Path | None = None, progress: bool = False,
-                 max_pairs: int | None = None, over_budget: str = "error"):
+                 max_pairs: int | None = None, over_budget: str = "error",
+                 program: Any = None):
         from reopt.api import load_catalog
         from reopt.costmodel.catalog import Catalog
         from reopt.costmodel.models import cost_model as get_cost_model
@@ -252,7 +270,7 @@ class Fleet:
         if not self.queries:
             raise ReoptError("fleet: no queries")
         get_cost_model(cost_model)  # a bad name fails here, not in every task
-        program = load_program(rules, pruning)
+        program = program if program is not None else load_program(rules, pruning)
         why = decomposition(program)
         if not why.decomposable:
             raise ReoptError(f"fleet: the rule program is not decomposable by query id, so "
@@ -298,6 +316,8 @@ class Fleet:
                 new = make().persist()
                 new = new.checkpoint(eager=True)
                 results = [r.asDict() for r in new.drop("state").collect()]
+                for r in results:
+                    r["step"] = bytes(r["step"]) if r["step"] is not None else None
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
         seconds = time.perf_counter() - t0
@@ -327,9 +347,10 @@ class Fleet:
             "sql": [fq.sql for fq in self.queries],
             "catalog": [json.dumps(fq.catalog) if fq.catalog is not None else None
                         for fq in self.queries],
-            "deltas": [list(fq.deltas) for fq in self.queries]})
-        src = spark.createDataFrame(
-            rows, "q long, name string, sql string, catalog string, deltas array<string>")
+            "deltas": [list(fq.deltas) for fq in self.queries],
+            "seed": [fq.seed for fq in self.queries]})
+        src = spark.createDataFrame(rows, "q long, name string, sql string, catalog string, "
+                                    "deltas array<string>, seed binary")
         opts = self.options
         self.rounds = 0
 
@@ -358,7 +379,8 @@ class Fleet:
         rnd = self._run("update", make)
         bc.unpersist()
         for n in unknown:
-            msg = f"query {n}: no such query in the fleet (delta {'; '.join(wanted[n])})"
+            what = "; ".join(wanted[n]) if isinstance(wanted[n], list) else "new statistics"
+            msg = f"query {n}: no such query in the fleet (delta {what})"
             rnd.results.append({"q": None, "name": n, "error": msg})
             rnd.errors.append(msg)
         return rnd
@@ -367,7 +389,7 @@ class Fleet:
         """The last round's results as a Spark DataFrame (:data:`RESULT_COLUMNS`)."""
         if self.state is None:
             raise ReoptError("fleet: optimize() first")
-        return self.state.drop("state")
+        return self.state.select(*(n for n, _ in RESULT_COLUMNS))
 
     def optimizer(self, name: str) -> Any:
         """The in-process optimizer of query ``name`` as the fleet holds it (its state read
@@ -423,12 +445,18 @@ def _quote(name: str) -> str:
     return name.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _by_query(deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> dict[str, list[str]]:
-    """Deltas grouped by query name, in order; a malformed item is a one-line error."""
-    out: dict[str, list[str]] = {}
+def _by_query(deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> dict[str, Any]:
+    """Deltas grouped by query name, in order; a malformed item is a one-line error. A
+    mapping's value may also be new statistics (``Adjustments``: the API's own updates)."""
+    out: dict[str, Any] = {}
     if isinstance(deltas, Mapping):
         for name, d in deltas.items():
-            out.setdefault(str(name), []).extend([d] if isinstance(d, str) else list(d))
+            if isinstance(d, str):
+                out.setdefault(str(name), []).append(d)
+            elif isinstance(d, (list, tuple)):
+                out.setdefault(str(name), []).extend(d)
+            else:
+                out[str(name)] = d
         return out
     for i, item in enumerate(deltas):
         if not isinstance(item, Mapping) or not isinstance(item.get("query"), str) \

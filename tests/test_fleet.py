@@ -118,8 +118,10 @@ def test_a_saved_fleet_resumes_where_it_stopped(spark, tmp_path):
     b = Fleet.load(tmp_path / "saved", spark=spark)
     ra, rb = a.update(r2), b.update(r2)
     assert rb.number == ra.number == 2
-    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in ra.results]
-    assert [{k: v for k, v in r.items() if k != "seconds"} for r in rb.results] == strip
+    def strip(rs):  # CPU seconds differ, and so the pickled steps holding them
+        return [{k: v for k, v in r.items() if k not in ("seconds", "step")} for r in rs]
+
+    assert strip(rb.results) == strip(ra.results)
 
 
 def test_fleet_input_errors(tmp_path):
