@@ -8,7 +8,9 @@ For each cost model and fleet size N, the first N queries of the shared workload
 
 * **in-process loop**: one :class:`reopt.api.Optimizer` (python engine, ``all``) per query,
   optimized from scratch, then updated with the query's first delta step (a statistic of
-  every query changes); wall time of each phase, summed over the queries;
+  every query changes); wall time of each phase, summed over the queries; with the fleet
+  tasks' garbage-collection policy (:func:`reopt.fleet.gc_paused`), so that both sides do
+  the same engine work;
 * **fleet, initial**: :meth:`reopt.fleet.Fleet.optimize` on a warm Spark session (one fleet
   was run before, so Python workers are up and the program compiled): wall time, Spark jobs;
 * **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas;
@@ -16,7 +18,10 @@ For each cost model and fleet size N, the first N queries of the shared workload
   (:class:`~reopt.fleet.FleetQuery` ``deltas``): what re-optimizing the fleet from scratch
   on Spark costs, for the update's speed-up.
 
-Per-query times are the phase's wall time over N.
+Per-query times are the phase's wall time over N. Then **one query on a warm session**:
+``Optimizer("tpch:q5", engine="spark", cost_model="io")`` — a decomposable program on the
+``spark`` engine runs as a one-query fleet — its ``optimize()`` and an ``update("card orders
+*F")``, wall time, the median of ``--repeat`` runs, side by side with the python engine.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from harness import markdown_table, parser, script
 from workload import generate
 
 from reopt.api import Optimizer
-from reopt.fleet import Fleet, FleetQuery
+from reopt.fleet import Fleet, FleetQuery, gc_paused
 
 
 def _loop(queries: list[FleetQuery], model: str) -> tuple[float, float]:
@@ -39,12 +44,14 @@ def _loop(queries: list[FleetQuery], model: str) -> tuple[float, float]:
 
     opts = FleetOptions(load_program(None, "all"), model, "all")
     scratch = update = 0.0
-    for fq in queries:
+    for fq in queries:  # with the fleet tasks' garbage-collection policy: the same engine work
         t0 = time.perf_counter()
-        o: Optimizer = _optimizer(fq, opts)
-        o.optimize()
+        with gc_paused():
+            o: Optimizer = _optimizer(fq, opts)
+            o.optimize()
         t1 = time.perf_counter()
-        o.update(list(fq.deltas))
+        with gc_paused():
+            o.update(list(fq.deltas))
         update += time.perf_counter() - t1
         scratch += t1 - t0
     return scratch, update
@@ -72,12 +79,33 @@ def measure(n: int, model: str, seed: int, spark: Any) -> dict[str, Any]:
             "partitions": fleet._partitions()}
 
 
+def single(repeat: int) -> list[dict[str, Any]]:
+    """TPC-H Q5 alone, on Spark and in process: optimize, then one update (each run fresh)."""
+    import statistics
+
+    out = []
+    for engine in ("spark", "python"):
+        opt_t, upd_t = [], []
+        for k in range(repeat):
+            o = Optimizer("tpch:q5", engine=engine, cost_model="io")
+            t0 = time.perf_counter()
+            o.optimize()
+            t1 = time.perf_counter()
+            o.update(f"card orders *{2 + k}")
+            upd_t.append(time.perf_counter() - t1)
+            opt_t.append(t1 - t0)
+        out.append({"engine": engine, "optimize": statistics.median(opt_t),
+                    "update": statistics.median(upd_t)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, "benchmarks/fleet.py")
     p.add_argument("--sizes", default="1,10,100,1000")
     p.add_argument("--models", default="cout,io")
     p.add_argument("--seed", type=int, default=19)
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from reopt.spark import get_spark
@@ -86,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
     warm.optimize()
     warm.update({"warm": "card orders *2"})
+    one = single(args.repeat)
+    print(json.dumps(one), file=sys.stderr, flush=True)
     rows = []
     for model in args.models.split(","):
         for n in (int(x) for x in args.sizes.split(",")):
@@ -93,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"single": one, "fleets": rows}, indent=1))
         return 0
+    print("\n".join(markdown_table(
+        ["TPC-H Q5 (io), warm session", "optimize s", "update s"],
+        [[r["engine"], f"{r['optimize']:.3f}", f"{r['update']:.3f}"] for r in one])))
+    print()
     header = ["model", "N", "loop: scratch s (ms/q)", "loop: update s (ms/q)",
               "fleet: initial s (ms/q)", "fleet/loop", "fleet: update s (ms/q)",
               "fleet: scratch s", "scratch/update", "jobs/round"]

@@ -267,7 +267,7 @@ class Optimizer:
             raise ReoptError(f"relations(): query {self.query.name} was planned greedily "
                              f"({self._greedy}); no rules were evaluated")
         if self._fleet is not None:
-            return _spark_frames(self._program, self._fleet_twin().relations())
+            return _spark_frames(self._program, self._fleet.optimizers())
         if self._evaluation is None:
             raise ReoptError("relations(): optimize() first")
         return self._evaluation.frames()
@@ -352,8 +352,10 @@ class Optimizer:
         optimize() first."""
         from reopt.graph import build_graph
 
-        if self._fleet is not None:
-            return self._fleet_twin().graph()
+        if self._fleet is not None:  # the state read back from Spark; exported as DataFrames
+            g = self._fleet_twin().graph()
+            g.engine = "spark"
+            return g
         if self._greedy:
             raise ReoptError(f"graph(): query {self.query.name} is above the search-space "
                              f"budget ({self._greedy}); its and-or graph is too large to build")
@@ -494,16 +496,30 @@ def _spark_update(o: Optimizer, adjustments: Adjustments) -> Step:
     return done
 
 
-def _spark_frames(program: Any, frames: dict[str, Any]) -> dict[str, Any]:
-    """pandas frames of the relations as Spark DataFrames, typed by the program's schemas."""
+def _spark_frames(program: Any, twins: dict[str, Optimizer]) -> dict[str, Any]:
+    """The relations of a batch held by a fleet as Spark DataFrames typed by the program's
+    schemas: every query's tuples with its position in the batch as query id (its fleet
+    name), as one evaluation of the batch gives them; fact relations once."""
+    import pandas as pd
     from pyspark.sql import types as T
 
+    from reopt.evaluator.decompose import decomposition
     from reopt.evaluator.spark_engine import SPARK_TYPES
     from reopt.spark import get_spark
 
+    partitioned = decomposition(program).partitioned
+    parts: dict[str, list[Any]] = {}
+    for name, twin in sorted(twins.items(), key=lambda kv: int(kv[0])):
+        for pred, frame in twin.relations().items():
+            if pred in partitioned:
+                frame = frame.assign(**{frame.columns[0]: int(name)})
+            elif pred in parts:
+                continue
+            parts.setdefault(pred, []).append(frame)
     spark = get_spark()
     out = {}
-    for pred, frame in frames.items():
+    for pred, frames in parts.items():
+        frame = pd.concat(frames, ignore_index=True)
         schema = T.StructType([T.StructField(c, SPARK_TYPES[t]) for c, t in
                                zip(frame.columns, program.schemas[pred], strict=True)])
         out[pred] = spark.createDataFrame(frame, schema) if len(frame) else \

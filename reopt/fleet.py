@@ -25,6 +25,7 @@ queries' deltas go through.
 
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import pickle
@@ -32,6 +33,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,24 @@ class FleetOptions:
 
 
 # -- one query, in a task ---------------------------------------------------------------------
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while one query's state is built, loaded or
+    changed, then one collection of what that allocated. Unpickling or deriving a large state
+    allocates millions of tuples, and every burst of allocations otherwise triggers passes
+    over everything alive: measured on the largest workload queries under ``io`` (2.5–3.4 MB
+    states), loading took 0.5–0.9 s instead of 0.1–0.17 s, and an update 1.5–1.9 s instead
+    of 0.8–1.0 s."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.collect(0)  # the young generation: what this query allocated, once
+
 
 def _dump(opt: Any) -> bytes:
     return zlib.compress(pickle.dumps(opt, protocol=pickle.HIGHEST_PROTOCOL), 1)
@@ -196,7 +216,8 @@ def _initial_task(batches: Iterator[Any], opts: FleetOptions) -> Iterator[Any]:
                                                cols["catalog"], cols["deltas"], cols["seed"],
                                                strict=True):
             fq = FleetQuery(name, sql, json.loads(cat) if cat else None, tuple(ds or ()), seed)
-            blob, out = initial(fq, opts)
+            with gc_paused():
+                blob, out = initial(fq, opts)
             rows.append({"q": q, "name": name, "version": 0, "state": blob, **out})
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
@@ -214,7 +235,8 @@ def _update_task(batches: Iterator[Any], deltas: Any) -> Iterator[Any]:
                 row.update(changed=False, error=None, seconds=0.0, derived=0, updated=0,
                            step=None)
                 continue
-            blob, out, moved = advance(row["name"], row["state"], mine, row["plan"])
+            with gc_paused():
+                blob, out, moved = advance(row["name"], row["state"], mine, row["plan"])
             row.update(out)
             row["state"] = blob
             row["version"] += int(moved)
@@ -402,6 +424,15 @@ class Fleet:
         if rows[0]["state"] is None:
             raise ReoptError(f"fleet: query '{name}' failed to optimize; it has no state")
         return _load(rows[0]["state"])
+
+    def optimizers(self) -> dict[str, Any]:
+        """Every query's in-process optimizer as the fleet holds it, by name (all states read
+        back to the driver: for small fleets)."""
+        if self.state is None:
+            raise ReoptError("fleet: optimize() first")
+        return {r["name"]: _load(r["state"])
+                for r in self.state.select("name", "state").collect()
+                if r["state"] is not None}
 
     # -- saved state ------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
