@@ -28,7 +28,15 @@ and every engine implements the same declarations with the same semantics.
 
 ``.bound R B.`` (pruning feature ``bound``)
     Recursive bounding (Section 4.3): an ``R`` tuple whose aggregate-selection value exceeds
-    ``B``'s value for its group (``B``'s leading columns) is rejected like a suppressed one.
+    ``B``'s value for its group is rejected like a suppressed one (strictly above: a tuple
+    equal to its bound stays). ``B``'s last column is the bound; its other columns are a
+    prefix of the group's (all of them: one bound per group; fewer, e.g. the query id alone:
+    one bound for every group they lead). A bound caps values from above, so it prunes a
+    ``min<>`` selection only; with a ``max<>`` selection it is off. When ``B`` does not depend
+    on ``R``, ``B`` is evaluated in an earlier stratum, so its bounds are in force while ``R``
+    is derived. With a ``.schedule``, once a rank is released, the ``.suppress`` sources of
+    its groups that got no ``R`` tuple at all (an input of theirs was rejected by its bound)
+    are suppressed too: every input ranks lower, so they can never get one.
 """
 
 from __future__ import annotations
@@ -153,9 +161,11 @@ def read_features(
         if sel is None:
             raise DirectiveError(f".bound {r} {b}: needs aggregate selection on {r} "
                                  "(its value column)")
-        if arity[b] != len(sel.key) + 1:
-            raise DirectiveError(f".bound {r} {b}: {b} must have the group columns of "
-                                 f"{sel.agg} and one value")
+        if not 1 <= arity[b] <= len(sel.key) + 1:
+            raise DirectiveError(f".bound {r} {b}: {b} must have leading group columns of "
+                                 f"{sel.agg} (at most {len(sel.key)}) and one value")
+    # an upper bound prunes a minimum only (module doc)
+    out.bound = {r: b for r, b in out.bound.items() if out.aggsel[r].func == "min"}
     return out
 
 
