@@ -10,7 +10,7 @@ of queries: each query gets an id ``q`` (its position in the batch), the input r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -253,4 +253,15 @@ def evaluate(
     else:
         raise ReoptError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     sizes = {p: len(set(rows)) for p, rows in inputs.items()}
-    return Evaluation(prog, ctx, rels, stats, sizes)
+    ev = Evaluation(prog, ctx, rels, stats, sizes)
+    if prog.features.bound and not set(inputs["Expr"]) <= {r[:3] for r in ev.rows("BestCost")}:
+        # A seed bound left some query without a plan: it was below that query's optimum,
+        # which happens only when the rules' space lacks a plan the seed costed (edited rules
+        # deleting an operator its greedy plan uses). Without bounds, then: exact again.
+        return evaluate(spaces, engine, program=without_bounds(prog))
+    return ev
+
+
+def without_bounds(program: CompiledProgram) -> CompiledProgram:
+    """``program`` with its ``.bound`` pruning off (the strata stay as they are)."""
+    return replace(program, features=replace(program.features, bound={}))

@@ -37,6 +37,7 @@ a program outside this shape is rejected with a clear error.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -348,13 +349,27 @@ class MaintainedEngine(PythonEngine):
 
     def _bound_caps(self) -> dict[str, dict[tuple, Any]]:
         """Per relation pruned by a ``.bound``: its bound per bound key (the bound relation's
-        leading columns, a prefix of the group's), the tightest where there are several."""
+        leading columns, a prefix of the group's), the tightest where there are several.
+
+        None at all when a bound would leave an input's group (a query's root) without its
+        selected tuples: that bound was below the optimum — rules whose space lacks a plan
+        the seed costed — and a from-scratch evaluation then runs without bounds too
+        (:func:`~reopt.evaluator.driver.evaluate`)."""
         prog, out = self.live_program, {}
         for target, bound in prog.features.bound.items():
             width = len(prog.schemas[bound]) - 1
-            out[target] = {k: min(t[-1] for t in ts)
-                           for k, ts in self.full[bound].index(tuple(range(width))).items()
-                           if ts}
+            caps = {k: min(t[-1] for t in ts)
+                    for k, ts in self.full[bound].index(tuple(range(width))).items() if ts}
+            sel = prog.features.aggsel[target]
+            pos = prog.aggregates[sel.agg][0]
+            n = len(sel.key)
+            best = {r[:pos] + r[pos + 1:]: r[pos] for r in self.full[sel.agg].rows}
+            for inp in prog.inputs:
+                for root in self.full[inp].rows:
+                    if len(root) == n and not caps_within(caps, root[:width],
+                                                          best.get(root, math.inf)):
+                        return {}
+            out[target] = caps
         return out
 
     def _within(self, pred: str, rows: Iterable[tuple]) -> list[tuple]:
@@ -426,7 +441,6 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps
         self._reseed()
         self.full = complete
-        self._caps = self._bound_caps()
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         stale = stale_keys(old, self.ctx, list(by_key))
         up.stale = len(stale)
@@ -436,6 +450,7 @@ class MaintainedEngine(PythonEngine):
         else:
             changes = self._update_on_tuples(stale, up)
         up.changed = len(changes)
+        self._caps = self._bound_caps()  # checked against the roots' new optima
         self.full = self.live
         self.program = self.live_program
         if caps != self._caps:
