@@ -34,9 +34,9 @@ and every engine implements the same declarations with the same semantics.
     one bound for every group they lead). A bound caps values from above, so it prunes a
     ``min<>`` selection only; with a ``max<>`` selection it is off. When ``B`` does not depend
     on ``R``, ``B`` is evaluated in an earlier stratum, so its bounds are in force while ``R``
-    is derived. With a ``.schedule``, once a rank is released, the ``.suppress`` sources of
-    its groups that got no ``R`` tuple at all (an input of theirs was rejected by its bound)
-    are suppressed too: every input ranks lower, so they can never get one.
+    is derived. With a ``.schedule``, once the stratum is released, the ``.suppress`` sources
+    that got no ``R`` tuple at all (an input of theirs was rejected by its bound) are
+    suppressed too: every input ranks lower, so they could never get one.
 """
 
 from __future__ import annotations

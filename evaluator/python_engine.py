@@ -467,12 +467,6 @@ class PythonEngine:
         def at_current(pred: str) -> bool:
             return current in pending[pred]
 
-        uncosted = self._bounded_sources(stratum, n_in, lambda g: rank(ctx, *g)[0][0])
-        for by_rank in uncosted.values():
-            for k in by_rank:
-                if k not in queued:
-                    queued.add(k)
-                    heapq.heappush(ranks, sign * k)
         for v in self._live_base(stratum):
             add(v.head_pred, self.run_variant(v, self.full, {}))
         while ranks:
@@ -494,36 +488,24 @@ class PythonEngine:
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
                                  f"rank {current}; the rank must separate them")
-            for pred, by_rank in uncosted.items():
-                self._suppress_uncosted(pred, n_in, by_rank.pop(current, ()))
+        self._suppress_uncosted(stratum)
 
-    def _bounded_sources(self, stratum: Stratum, n_in: int, rank: Callable[[tuple], int]
-                         ) -> dict[str, dict[int, set[tuple]]]:
-        """Per relation of ``stratum`` pruned by a bound and suppressing its sources: the
-        groups of its sources by rank (see :meth:`_suppress_uncosted`)."""
+    def _suppress_uncosted(self, stratum: Stratum) -> None:
+        """After a scheduled stratum, suppress the sources that got no tuple of a relation
+        pruned by a ``.bound``: an input of theirs was rejected by its bound, and inputs rank
+        lower, so none will come (without bounds every source gets its tuple; see
+        :mod:`.features`, ``.bound``). Deleting them at the end or as each rank is released
+        deletes the same: nothing at a later rank reads them, or what their cascade takes."""
         f = self.program.features
-        out: dict[str, dict[int, set[tuple]]] = {}
         for pred in stratum.preds:
             source = f.suppress.get(pred)
             if source is None or pred not in f.bound:
                 continue
-            by_rank: dict[int, set[tuple]] = {}
-            for g in {r[:n_in] for r in self.full[source].rows}:
-                by_rank.setdefault(rank(g), set()).add(g)
-            out[pred] = by_rank
-        return out
-
-    def _suppress_uncosted(self, pred: str, n_in: int, groups: Iterable[tuple]) -> None:
-        """Once a rank is released, suppress the sources of its groups that got no ``pred``
-        tuple: an input was rejected by its bound, and inputs rank lower, so none will come
-        (without bounds every source gets its tuple; see :mod:`.features`, ``.bound``)."""
-        source = self.program.features.suppress[pred]
-        width = len(self.program.schemas[source])
-        by_group = self.full[source].index(tuple(range(n_in)))
-        have = self.full[pred].index(tuple(range(width)))
-        dead = [s for g in groups for s in by_group.get(g, ()) if s not in have]
-        if dead:
-            self._delete(source, dead)
+            width = len(self.program.schemas[source])
+            have = self.full[pred].index(tuple(range(width)))
+            dead = [s for s in self.full[source].rows if s not in have]
+            if dead:
+                self._delete(source, dead)
 
     def _iterated(self, delta: Mapping[str, Relation]) -> None:
         """Count a fixpoint iteration whose new tuples are ``delta``, within the program's

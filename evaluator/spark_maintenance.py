@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from reopt.costmodel.builtins import stale_keys
+from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.compiler import CompiledProgram, Variant
 from reopt.evaluator.maintenance import UpdateStats, layers, maintenance_plan
 from reopt.evaluator.python_engine import RunStats
@@ -87,6 +88,11 @@ class SparkMaintainedEngine(SparkEngine):
 
     def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any],
                  spark: SparkSession | None = None):
+        if compiled.features.bound:
+            raise ReoptError("incremental maintenance on spark: the live layer does not follow "
+                             ".bound (seed bounds that move with the statistics) on this engine "
+                             "yet; the session re-evaluates on update (the python engine "
+                             "maintains it)")
         super().__init__(compiled, ctx, spark)
         self.plan = maintenance_plan(compiled)
         self.live_program = compiled
