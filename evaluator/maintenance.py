@@ -660,8 +660,8 @@ class MaintainedEngine(PythonEngine):
                 diff = changed[id(rel)]
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
-            if not diff:
-                continue
+            if not diff or len(self.program.schemas[p]) < self.plan.key:
+                continue  # (a relation narrower than the group key names no OR node)
             alt = p in self._alternatives
             for t in diff:
                 ors.setdefault(t[0], set()).add(t[:self.plan.key])
