@@ -143,7 +143,17 @@ class Evaluation:
         for r in sorted(self.rows("BestPlan")):
             if r[0] == q and (r[1], r[2]) not in chosen:
                 chosen[(r[1], r[2])] = Alt(*r[1:10])
-        return build_plan(self.spaces[q], chosen)
+        space = self.spaces[q]
+
+        def choose(node: tuple[int, str]) -> Alt:
+            alt = chosen.get(node)
+            if alt is None:  # rules that cost a plan without a plan of each input
+                raise ReoptError(f"query {space.query.name}: the best plan needs a plan of "
+                                 f"{'/'.join(space.relations(node[0]))} ({node[1]}), and the "
+                                 "rules derived none")
+            return alt
+
+        return build_plan(space, choose)
 
     def sizes(self) -> dict[str, int]:
         """Tuples per relation at the fixpoint, as the engine counted them (no extra pass
