@@ -202,13 +202,13 @@ def test_pruning_same_as_python(spark, query, mode):
     assert sp.held(0) == py.held(0)
 
 
-# `aggsel+refcount`: reference counting and revival; `aggsel`: suppression alone (the deletion
-# cascade). The bounded modes (`aggsel+bound`, `all`) re-evaluate on Spark (see below).
+# `all`: reference counting and revival; `aggsel+bound`: suppression alone (the deletion
+# cascade); both with the seed bound, which moves with every step.
 # Few steps: a Spark update costs ~25 jobs; tests/test_incremental.py has the long sequences.
 # A step is k random deltas, or "tie"/"untie": a cost delta alone (only parents reached by
 # propagation are re-derived) making two scans of different operators tie exactly, and back.
 @pytest.mark.parametrize("mode, shape, n, seed, steps", [
-    ("aggsel+refcount", "chain", 3, 5, (2, "tie", "untie")), ("aggsel", "star", 2, 9, (1, 2))])
+    ("all", "chain", 3, 5, (2, "tie", "untie")), ("aggsel+bound", "star", 2, 9, (1, 2))])
 def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, seed, steps):
     """Issue 5 on Spark: a session maintained incrementally on Spark holds, after every step
     of a random delta sequence (increases and decreases, a batch), exactly the relations of a
@@ -243,12 +243,3 @@ def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, see
         assert sp.stats.derived == py.stats.derived
         assert sp.updated == py.updated
 
-
-@pytest.mark.parametrize("mode", ["aggsel+bound", "all"])
-def test_a_bounded_session_on_spark_says_it_re_evaluates(spark, mode):
-    """The Spark twin of the maintained live layer does not follow moving seed bounds yet:
-    a session in a bounded mode re-evaluates on update instead, and says why."""
-    q, cat = make_query("chain", 2, 1)
-    session = Session(load_program(pruning=mode), [PlanSpace(q, cat, cost_model("io"))],
-                      "spark")
-    assert not session.incremental and ".bound" in session.reason
