@@ -12,8 +12,9 @@ pruning mode. The engine keeps two layers between evaluations:
   can come back without re-deriving its subplans (the paper's memoization, Section 5.4).
 * the **live layer**: what the pruning mode keeps — the complete layer with tuple source
   suppression and reference counting applied (their deletions cascade exactly as during a
-  full evaluation), then the strata after the maintained one (BestPlan, LocalCost, Bound)
-  derived from it. These are the relations the optimizer reports.
+  full evaluation) and, with ``.bound``, without the selected tuples above their bound, then
+  the strata after the maintained one (BestPlan, LocalCost, Bound) derived from it. These are
+  the relations the optimizer reports.
 
 An update (Section 5.1's cases, at the granularity of OR nodes):
 
@@ -28,6 +29,12 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
    it (undoing suppression, reference counts 0 → 1). The later strata follow.
+
+The seed bounds of ``.bound`` depend on the statistics: their strata (read by no rule, reading
+only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update, and
+the groups whose selected tuples the moved bounds take into or out of the live layer are
+handled like changed ones (Section 5.3: bounds that rise re-introduce plans, bounds that fall
+prune them).
 
 Nothing here is specific to one rule: the maintained stratum, its source relation, its group
 key (the schedule's rank inputs) and the parents' rules are read off the compiled program, and

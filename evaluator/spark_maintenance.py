@@ -21,7 +21,9 @@ then the later strata). The algorithm is the python engine's, set at a time:
   (reference counts fall, subplans go); the sources of newly selected tuples are revived from
   the complete layer one plan-tree level per job (counts rise, subplans come back); the later
   strata are derived again. The initial live layer is built the same way, by revival from
-  the queries' roots (for ``all`` it touches only the optimal plan trees).
+  the queries' roots (for ``all`` it touches only the optimal plan trees);
+* with ``.bound``, the seed strata are evaluated again on update, the bounds (a few tuples)
+  checked on the driver, and the live layer kept within them as the python engine keeps it.
 
 Only counts and minimum ranks reach the driver, as in a from-scratch evaluation; the relations
 are those of a from-scratch evaluation (tests compare them with the python engine's after
