@@ -203,11 +203,23 @@ def test_metrics_in_a_step():
     (".schedule ascending Fn_sum Goal.", "not a built-in with one integer output"),
     (".suppress PlanCost Nothing.", "unknown relation Nothing"),
     (".schedule ascending Fn_rank BestPlan BestPlan.", "already scheduled"),
+    (".bound PlanCost BestPlan.", "PlanCost already has a bound"),
+    (".bound Goal BestCost.", "needs aggregate selection on Goal"),
 ])
 def test_bad_directives(tmp_path, extra, message):
     with pytest.raises(DirectiveError, match=message) as e:
         load_program(edited_rules(tmp_path, extra=extra), pruning="all")
     assert ".dl:" in str(e.value)
+
+
+@pytest.mark.parametrize("bound", ["BestPlan", "Expr"])
+def test_a_bound_relation_is_keyed_by_the_group(tmp_path, bound):
+    """A bound's columns are a prefix of the group's and its value: BestPlan has twelve."""
+    rules = edited_rules(tmp_path, ".bound PlanCost SeedBound.", f".bound PlanCost {bound}.")
+    with pytest.raises(DirectiveError, match="optimizer.dl:.*" + (
+            "BestPlan must have leading group columns of BestCost" if bound == "BestPlan"
+            else "Expr has no rules")):
+        load_program(rules, pruning="all")
 
 
 @pytest.mark.parametrize("body", ["R(k, v), v > 1", "R(k, v), S(k, _)", "!S(k, v), R(k, v)"])
