@@ -481,10 +481,11 @@ def fig5(cfg: Config) -> Section:
         "reference counting keeps exactly the plans on optimal trees, whatever the order.",
         f"**Figure 11 (each technique).** Aggregate selection with suppression alone prunes "
         f"{min(ag_and):.0%}–{max(ag_and):.0%} of AND nodes and no OR nodes; reference counting "
-        "adds the OR nodes (only plans on optimal trees remain); `aggsel+bound` holds what "
-        "`aggsel` holds and `all` what `aggsel+refcount` holds, because under reopt's "
-        "bottom-up schedule the bounds are derived after costing (README, \"Scheduling and "
-        "pruning\"). Time: `aggsel` "
+        "adds the OR nodes (only plans on optimal trees remain); `aggsel+bound` holds "
+        "`aggsel`'s plans of the OR nodes whose optimum is within the seed bound (the greedy "
+        "plan's cost) and `all` what `aggsel+refcount` holds; a session's complete layer is "
+        "unbounded, so bounds shrink what it holds, not what it costs (README, \"Scheduling "
+        "and pruning\"; BENCHMARKS.md, \"Bounds that prune\"). Time: `aggsel` "
         f"{min(ag_time):.1f}–{max(ag_time):.1f}× `topdown`; adding reference counting "
         f"multiplies it by {min(rc_time):.2f}–{max(rc_time):.2f} (the paper: each technique "
         "adds under 10%)"
@@ -870,10 +871,10 @@ def fig8(cfg: Config) -> list[Section]:
             "**Pruning per mode** (median OR / AND pruning ratio after the update): "
             + ", ".join(f"`{m}` {po[m]:.2f} / {pa[m]:.2f}" for m in MODES)
             + ". As in the paper each technique adds pruning — aggregate selection the plan "
-            "alternatives, reference counting the plan-table entries — except recursive "
-            "bounding, which reopt does not apply during re-optimization yet (README, "
-            "\"Incremental re-optimization\": `aggsel+bound` = `aggsel`, `all` = "
-            "`aggsel+refcount`).",
+            "alternatives, reference counting the plan-table entries — and the seed bound "
+            "drops the OR nodes whose optimum is above the greedy plan's cost from what "
+            "`aggsel+bound` holds (with reference counting only optimal trees remain anyway: "
+            "`all` = `aggsel+refcount`; README, \"Incremental re-optimization\").",
         ]
         sec.data["runs"] = {f"{k[0]} {k[1]}": v for k, v in res.items()}
         out.append(sec)

@@ -111,6 +111,25 @@ def _sum(ctx: Context, local: float, lcost: float, rcost: float):
     return [(plan_cost(local, lcost, rcost),)]
 
 
+SEED_SLACK = 1e-9
+"""Relative amount a seed bound is rounded up by: the optimum and the greedy plan are costed by
+the same additions, but a bound must never fall below the optimum by a rounding."""
+
+
+def _seedbound(ctx: Context, q: int):
+    """An upper bound on query ``q``'s optimal cost known before any costing: its greedy plan's
+    cost (:mod:`reopt.optimizers.greedy`, a plan of the same space, O(n^3) estimates), rounded
+    up. Every sub-plan of an optimal plan costs at most the optimum (costs are non-negative),
+    so a plan of any OR node costing more than this is in no optimal plan (Proposition 7)."""
+    from reopt.optimizers.greedy import greedy  # the optimizers import this package
+
+    try:
+        cost = greedy(ctx[q]).cost
+    except RuntimeError:  # no greedy plan (cannot happen on a model's full space): no bound
+        return [(float("inf"),)]
+    return [(cost * (1.0 + SEED_SLACK),)]
+
+
 # -- batch forms ------------------------------------------------------------------------------
 Column = Sequence | np.ndarray
 _DTYPES = {LONG: np.int64, DOUBLE: np.float64, BOOLEAN: np.bool_, STRING: object}
@@ -299,5 +318,9 @@ BUILTINS: dict[str, Builtin] = {
                 "parents), the order scheduled strata follow"),
         Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum, _sum_batch,
                 "Fn_sum(localCost, lCost, rCost, cost): a plan's cost", reads_space=False),
+        Builtin("Fn_seedbound", (LONG,), (DOUBLE,), _seedbound, None,
+                "Fn_seedbound(q, bound): an upper bound on the query's optimal cost known "
+                "before costing (its greedy plan's cost, rounded up)",
+                statistics=True),
     )
 }

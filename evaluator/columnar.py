@@ -370,8 +370,12 @@ class ColumnarStratum:
                 continue
             have = self.full[pred]
             hc = list(have.cols)
-            limits = have.select([(hc[i], key[i]) for i in range(len(key))] + [(hc[-1], "__v")])
-            limit, found = lookup(rows, limits, key, "__v")
+            on = key[:len(hc) - 1]  # a bound's key may be a prefix of the group's
+            limits = have.select([(hc[i], on[i]) for i in range(len(on))] + [(hc[-1], "__v")])
+            if not beats:  # the tightest bound of a key, once
+                ids, low = group_best(limits, on, "__v", "min")
+                limits = distinct(limits.filter(limits.cols["__v"] == low[ids]))
+            limit, found = lookup(rows, limits, on, "__v")
             v = rows.cols[val]
             keep = ~found | (better(v, limit) if beats else ~better(limit, v))
             rows = rows.filter(keep)

@@ -552,6 +552,9 @@ class _Compiler:
                     g.add_edge(lit.pred, rule.head.pred)
         for sel in self.features.aggsel.values():
             g.add_edge(sel.agg, sel.target)  # the target's fixpoint consults the aggregate
+        for target, bound in self.features.bound.items():
+            if bound in self.idb and not nx.has_path(g, target, bound):
+                g.add_edge(bound, target)  # bounds in force while the target is derived
         cond = nx.condensation(g)
         out: list[Stratum] = []
         for c in nx.lexicographical_topological_sort(

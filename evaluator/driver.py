@@ -173,7 +173,17 @@ class Evaluation:
         for r in sorted(self.rows("BestPlan")):
             if r[0] == q and (r[1], r[2]) not in chosen:
                 chosen[(r[1], r[2])] = Alt(*r[1:10])
-        return build_plan(self.spaces[q], chosen)
+        space = self.spaces[q]
+
+        def choose(node: tuple[int, str]) -> Alt:
+            alt = chosen.get(node)
+            if alt is None:  # rules that cost a plan without a plan of each input
+                raise ReoptError(f"query {space.query.name}: the best plan needs a plan of "
+                                 f"{'/'.join(space.relations(node[0]))} ({node[1]}), and the "
+                                 "rules derived none")
+            return alt
+
+        return build_plan(space, choose)
 
     def sizes(self) -> dict[str, int]:
         """Tuples per relation at the fixpoint, as the engine counted them (no extra pass
@@ -283,4 +293,15 @@ def evaluate(
     else:
         raise ReoptError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     sizes = {p: len(set(rows)) for p, rows in inputs.items()}
-    return Evaluation(prog, ctx, rels, stats, sizes)
+    ev = Evaluation(prog, ctx, rels, stats, sizes)
+    if prog.features.bound and not set(inputs["Expr"]) <= {r[:3] for r in ev.rows("BestCost")}:
+        # A seed bound left some query without a plan: it was below that query's optimum,
+        # which happens only when the rules' space lacks a plan the seed costed (edited rules
+        # deleting an operator its greedy plan uses). Without bounds, then: exact again.
+        return evaluate(spaces, engine, program=without_bounds(prog))
+    return ev
+
+
+def without_bounds(program: CompiledProgram) -> CompiledProgram:
+    """``program`` with its ``.bound`` pruning off (the strata stay as they are)."""
+    return replace(program, features=replace(program.features, bound={}))

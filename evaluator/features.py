@@ -28,7 +28,16 @@ and every engine implements the same declarations with the same semantics.
 
 ``.bound R B.`` (pruning feature ``bound``)
     Recursive bounding (Section 4.3): an ``R`` tuple whose aggregate-selection value exceeds
-    ``B``'s value for its group (``B``'s leading columns) is rejected like a suppressed one.
+    ``B``'s value for its group is rejected like a suppressed one (strictly above: a tuple
+    equal to its bound stays). ``B``'s last column is the bound; its other columns (at least
+    one) are a prefix of the group's, in the aggregate's order (all of them: one bound per
+    group; fewer, e.g. the query id alone: one bound for every group they lead; the tightest
+    where a key has several). A bound caps values from above, so it prunes a
+    ``min<>`` selection only; with a ``max<>`` selection it is off. When ``B`` does not depend
+    on ``R``, ``B`` is evaluated in an earlier stratum, so its bounds are in force while ``R``
+    is derived. With a ``.schedule``, once the stratum is released, the ``.suppress`` sources
+    that got no ``R`` tuple at all (an input of theirs was rejected by its bound) are
+    suppressed too: every input ranks lower, so they could never get one.
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ def read_features(
     """Check every directive; keep the pruning ones whose feature is ``enabled``."""
     out = Features()
     defined = {r.head.pred for r in rules}
+    bound_at: dict[str, Directive] = {}
 
     def relation(d: Directive, name: str, needs_rules: bool = True) -> str:
         if name not in arity:
@@ -143,6 +153,9 @@ def read_features(
             if len(d.args) != 2:
                 raise _err(d, "expected '.bound FilteredRelation BoundRelation.'")
             r, b = relation(d, d.args[0]), relation(d, d.args[1])
+            if r in bound_at:
+                raise _err(d, f"{r} already has a bound ({bound_at[r].pos})")
+            bound_at[r] = d
             if "bound" in enabled:
                 out.bound[r] = b
         else:
@@ -151,11 +164,12 @@ def read_features(
     for r, b in out.bound.items():
         sel = out.aggsel.get(r)
         if sel is None:
-            raise DirectiveError(f".bound {r} {b}: needs aggregate selection on {r} "
-                                 "(its value column)")
-        if arity[b] != len(sel.key) + 1:
-            raise DirectiveError(f".bound {r} {b}: {b} must have the group columns of "
-                                 f"{sel.agg} and one value")
+            raise _err(bound_at[r], f"needs aggregate selection on {r} (its value column)")
+        if not 2 <= arity[b] <= len(sel.key) + 1:
+            raise _err(bound_at[r], f"{b} must have leading group columns of {sel.agg} "
+                                    f"(1 to {len(sel.key)}) and one value")
+    # an upper bound prunes a minimum only (module doc)
+    out.bound = {r: b for r, b in out.bound.items() if out.aggsel[r].func == "min"}
     return out
 
 

@@ -12,8 +12,9 @@ pruning mode. The engine keeps two layers between evaluations:
   can come back without re-deriving its subplans (the paper's memoization, Section 5.4).
 * the **live layer**: what the pruning mode keeps — the complete layer with tuple source
   suppression and reference counting applied (their deletions cascade exactly as during a
-  full evaluation), then the strata after the maintained one (BestPlan, LocalCost, Bound)
-  derived from it. These are the relations the optimizer reports.
+  full evaluation) and, with ``.bound``, without the selected tuples above their bound, then
+  the strata after the maintained one (BestPlan, LocalCost, Bound) derived from it. These are
+  the relations the optimizer reports.
 
 An update (Section 5.1's cases, at the granularity of OR nodes):
 
@@ -29,6 +30,12 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    cascade, and a plan that becomes optimal is present again because the complete layer kept
    it (undoing suppression, reference counts 0 → 1). The later strata follow.
 
+The seed bounds of ``.bound`` depend on the statistics: their strata (read by no rule, reading
+only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update, and
+the groups whose selected tuples the moved bounds take into or out of the live layer are
+handled like changed ones (Section 5.3: bounds that rise re-introduce plans, bounds that fall
+prune them).
+
 Nothing here is specific to one rule: the maintained stratum, its source relation, its group
 key (the schedule's rank inputs) and the parents' rules are read off the compiled program, and
 a program outside this shape is rejected with a clear error.
@@ -37,6 +44,7 @@ a program outside this shape is rejected with a clear error.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +56,7 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Var
+from reopt.evaluator.ast import Atom, Var
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, distinct, group_best
@@ -93,6 +101,29 @@ class MaintenancePlan:
     parents: tuple[Variant, ...]
     """Variants deriving the group keys of ``target`` tuples that read changed ``target``
     tuples (cut after the key is bound: no built-in runs)."""
+    reseed: tuple[int, ...] = ()
+    """Strata before the maintained one that no rule reads and that read only inputs and
+    facts (the seed bounds of ``.bound``, which depend on statistics): evaluated again, whole,
+    on every update."""
+
+
+def caps_within(caps: Mapping[tuple, Any], key: tuple, value: Any) -> bool:
+    """Whether ``value`` does not exceed the bound ``caps`` gives ``key`` (none: it does not)."""
+    c = caps.get(key)
+    return c is None or not value > c
+
+
+def _seed_only(program: CompiledProgram, stratum) -> bool:
+    """Whether ``stratum`` is read by no rule (only by ``.bound``, or by nothing) and reads
+    only inputs and facts, which no update or pruning changes: evaluating it again whole
+    after an update gives a from-scratch evaluation's tuples."""
+    own = set(stratum.preds)
+    if any(isinstance(a, Atom) and a.pred in own for r in program.rules for a in r.body):
+        return False
+    base = set(program.inputs) | set(program.facts)
+    return all(a.is_builtin or a.pred in base
+               for r in program.rules if r.head.pred in own
+               for a in r.body if isinstance(a, Atom))
 
 
 def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
@@ -124,7 +155,10 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                                  f"maintained stratum must aggregate {target} by its first "
                                  f"{key} columns")
             aggs[rule.head.pred] = sel.value
-    for s in strata[:idx]:
+    reseed = tuple(i for i, s in enumerate(strata[:idx]) if _seed_only(program, s))
+    for i, s in enumerate(strata[:idx]):
+        if i in reseed:
+            continue  # a seed of .bound: evaluated again on update (MaintenancePlan.reseed)
         agg = next((p for p in s.preds if p in program.aggregates), None)
         if agg is not None:
             # its groups would have to follow pruning in the live layer; only the maintained
@@ -155,7 +189,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
                          f"relation of an earlier stratum holding the whole group key")
     parents = tuple(_key_variant(v, key) for v in program.triggers.get(target, ())
                     if v.head_pred == target)
-    return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents)
+    return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed)
 
 
 def _key_variant(v: Variant, key: int) -> Variant:
@@ -267,6 +301,8 @@ class MaintainedEngine(PythonEngine):
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._caps: dict[str, dict[tuple, Any]] = {}
+        """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
         """Lookups of the complete layer made on frames, per relation and columns: revival
         looks a large layer up on its frames (one probe per batch) instead of building a hash
         index over all of it, until it has probed :data:`FRAME_PROBES` times — an update's
@@ -304,6 +340,7 @@ class MaintainedEngine(PythonEngine):
             self.run_stratum(stratum)
         self.complete = self.full
         self._on_frames()
+        self._caps = self._bound_caps()
         self._live()
         self.live = self.full
         self.stats.held = {p: len(r) for p, r in self.full.items()}
@@ -336,8 +373,67 @@ class MaintainedEngine(PythonEngine):
         for stratum in prog.strata[self.plan.stratum + 1:]:
             self.run_stratum(stratum)
 
+    def _bound_caps(self) -> dict[str, dict[tuple, Any]]:
+        """Per relation pruned by a ``.bound``: its bound per bound key (the bound relation's
+        leading columns, a prefix of the group's), the tightest where there are several.
+
+        None at all when a bound would leave an input's group (a query's root) without its
+        selected tuples: that bound was below the optimum — rules whose space lacks a plan
+        the seed costed — and a from-scratch evaluation then runs without bounds too
+        (:func:`~reopt.evaluator.driver.evaluate`)."""
+        prog, out = self.live_program, {}
+        for target, bound in prog.features.bound.items():
+            width = len(prog.schemas[bound]) - 1
+            caps = {k: min(t[-1] for t in ts)
+                    for k, ts in self.full[bound].index(tuple(range(width))).items() if ts}
+            sel = prog.features.aggsel[target]
+            pos = prog.aggregates[sel.agg][0]
+            n = len(sel.key)
+            best = {r[:pos] + r[pos + 1:]: r[pos] for r in self.full[sel.agg].rows}
+            for inp in prog.inputs:
+                for root in self.full[inp].rows:
+                    if len(root) == n and not caps_within(caps, root[:width],
+                                                          best.get(root, math.inf)):
+                        return {}
+            out[target] = caps
+        return out
+
+    def _within(self, pred: str, rows: Iterable[tuple]) -> list[tuple]:
+        """Those of ``rows`` (tuples of ``pred``) that do not exceed their bound: all of them
+        unless ``pred`` is pruned by a ``.bound``. The complete layer keeps the others (a
+        bound may rise after an update: paper, Section 5.3), the live layer drops them."""
+        caps = self._caps.get(pred)
+        if not caps:
+            return list(rows)
+        sel = self.live_program.features.aggsel[pred]
+        lead = sel.key[:len(next(iter(caps)))]
+        val = sel.value
+        return [r for r in rows
+                if (c := caps.get(tuple(r[k] for k in lead))) is None or not r[val] > c]
+
+    def _reject_above_bounds(self) -> None:
+        """Delete the selected tuples that exceed their bound (see :meth:`_within`)."""
+        for target in self._caps:
+            rows = self.full[target].rows
+            dead = rows - set(self._within(target, rows))
+            if dead:
+                self._delete(target, dead)
+
+    def _reseed(self) -> None:
+        """Evaluate again the strata no rule reads (:attr:`MaintenancePlan.reseed`: seed
+        bounds under the new statistics), in the complete layer and in the live one."""
+        for i in self.plan.reseed:
+            stratum = self.program.strata[i]
+            self.full = self.complete
+            for p in stratum.preds:
+                self.complete[p] = Relation()
+            self.run_stratum(stratum)
+            for p in stratum.preds:
+                self.live[p] = self.complete[p].copy()
+
     def _count_and_suppress(self) -> None:
         prog = self.program
+        self._reject_above_bounds()
         self.counts = {}
         for g in prog.features.refcount:
             counts: dict[tuple, int] = {}
@@ -367,7 +463,10 @@ class MaintainedEngine(PythonEngine):
         self.stats = RunStats()
         up = UpdateStats()
         plan, complete = self.plan, self.complete
-        self.program, self.full = self.complete_program, complete
+        self.program = self.complete_program
+        caps = self._caps
+        self._reseed()
+        self.full = complete
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         stale = stale_keys(old, self.ctx, list(by_key))
         up.stale = len(stale)
@@ -377,8 +476,11 @@ class MaintainedEngine(PythonEngine):
         else:
             changes = self._update_on_tuples(stale, up)
         up.changed = len(changes)
+        self._caps = self._bound_caps()  # checked against the roots' new optima
         self.full = self.live
         self.program = self.live_program
+        if caps != self._caps:
+            self._crossing(caps, changes)
         self._live_update(changes)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
@@ -421,7 +523,8 @@ class MaintainedEngine(PythonEngine):
             preds = {plan.target} | {op.pred for _, _, v in plan.sources for op in v.ops
                                      if isinstance(op, Scan)}
             preds |= {op.pred for v in plan.parents for op in v.ops if isinstance(op, Scan)}
-            preds |= set(self._layer) - set(plan.aggregates)
+            preds |= set(self._layer) - set(plan.aggregates) - {
+                p for i in plan.reseed for p in self.program.strata[i].preds}  # replaced
             self._frames = columnar.Maintained(self, self.complete, preds)
         self._frames.stats = self.stats
         return self._frames
@@ -583,8 +686,8 @@ class MaintainedEngine(PythonEngine):
                 diff = changed[id(rel)]
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
-            if not diff:
-                continue
+            if not diff or len(self.program.schemas[p]) < self.plan.key:
+                continue  # (a relation narrower than the group key names no OR node)
             alt = p in self._alternatives
             for t in diff:
                 ors.setdefault(t[0], set()).add(t[:self.plan.key])
@@ -594,6 +697,30 @@ class MaintainedEngine(PythonEngine):
                 for q in self.ctx}
 
     # -- the live layer, incrementally --------------------------------------------------------
+    def _crossing(self, before: dict[str, dict[tuple, Any]],
+                  changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
+        """Add to ``changes`` the groups whose selected tuples the move of the bounds (from
+        ``before``) takes into or out of the live layer: a bound that rises brings plans
+        back, one that falls prunes them (paper, Section 5.3)."""
+        plan, prog = self.plan, self.live_program
+        sel = prog.features.aggsel.get(plan.target)
+        caps = self._caps.get(plan.target, {})
+        old = before.get(plan.target, {})
+        if sel is None or not (caps or old):
+            return
+        pos = prog.aggregates[sel.agg][0]
+        width = len(next(iter(caps or old)))
+        by_key = self.complete[plan.target].index(tuple(range(plan.key)))
+        live = self.live[plan.target].index(tuple(range(plan.key)))
+        for r in self.complete[sel.agg].rows:
+            g = r[:pos] + r[pos + 1:]
+            if g in changes:
+                continue
+            k, v = g[:width], r[pos]
+            was, now = caps_within(old, k, v), caps_within(caps, k, v)
+            if was != now:
+                changes[g] = (set(live.get(g, ())), set(by_key.get(g, ())))
+
     def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference
@@ -610,11 +737,13 @@ class MaintainedEngine(PythonEngine):
         live = self.full
         for g in order:
             removed, added = changes[g]
+            added = set(self._within(target, added))
             live[target].remove([r for r in removed if r in live[target].rows])
             if source is not None:
                 srcs = live[source].rows
                 dead = {r[:width] for r in removed} - {a[:width] for a in added}
-                dead_live = [s for s in dead if s in srcs and s not in kept]
+                dead_live = [s for s in dead if s in srcs
+                             and not self._within(target, kept.get(s, ()))]
                 if dead_live:
                     self._delete(source, dead_live)
                 back = {a[:width] for a in added} - srcs
@@ -673,8 +802,14 @@ class MaintainedEngine(PythonEngine):
         if pred in self.counts:
             counts = self.counts[pred]
             return [r for r in rows if counts.get(r, 0) > 0]
+        rows = self._within(pred, rows)
         pruned = self._suppressing.get(pred)
-        if pruned is not None and rows:
+        if pruned is not None and rows and pruned in self._caps:
+            cols = self._suppressed_key[pred]
+            have = {t[:len(cols)] for t in self._within(
+                pruned, self._complete_rows(pruned, cols, rows))}
+            rows = [r for r in rows if r in have]
+        elif pruned is not None and rows:
             have = self._complete_keys(pruned, self._suppressed_key[pred], rows)
             rows = [r for r in rows if r in have]
         rules = self._embedded.get(pred)

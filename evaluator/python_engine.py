@@ -496,6 +496,24 @@ class PythonEngine:
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
                                  f"rank {current}; the rank must separate them")
+        self._suppress_uncosted(stratum)
+
+    def _suppress_uncosted(self, stratum: Stratum) -> None:
+        """After a scheduled stratum, suppress the sources that got no tuple of a relation
+        pruned by a ``.bound``: an input of theirs was rejected by its bound, and inputs rank
+        lower, so none will come (without bounds every source gets its tuple; see
+        :mod:`.features`, ``.bound``). Deleting them at the end or as each rank is released
+        deletes the same: nothing at a later rank reads them, or what their cascade takes."""
+        f = self.program.features
+        for pred in stratum.preds:
+            source = f.suppress.get(pred)
+            if source is None or pred not in f.bound:
+                continue
+            width = len(self.program.schemas[source])
+            have = self.full[pred].index(tuple(range(width)))
+            dead = [s for s in self.full[source].rows if s not in have]
+            if dead:
+                self._delete(source, dead)
 
     def _iterated(self, delta: Mapping[str, Relation]) -> None:
         """Count a fixpoint iteration whose new tuples are ``delta``, within the program's
@@ -545,7 +563,8 @@ class PythonEngine:
         cols = tuple(range(len(sel.key)))
         current = self.full[sel.agg].index(cols)
         bound_pred = self.program.features.bound.get(sel.target)
-        bounds = self.full[bound_pred].index(cols) if bound_pred else {}
+        width = len(self.program.schemas[bound_pred]) - 1 if bound_pred else 0
+        bounds = self.full[bound_pred].index(tuple(range(width))) if bound_pred else {}
         kept = []
         for g, r in zip(groups, rows, strict=True):
             v = r[val]
@@ -554,8 +573,8 @@ class PythonEngine:
             cur = current.get(g)
             if cur and not better(v, next(iter(cur))[-1]):
                 continue
-            b = bounds.get(g)
-            if b and better(next(iter(b))[-1], v):
+            b = bounds.get(g[:width]) if bounds else None
+            if b and better(min(t[-1] for t in b), v):
                 continue
             kept.append(r)
         return kept

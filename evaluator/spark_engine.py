@@ -931,6 +931,22 @@ class SparkEngine:
             if left:
                 raise ReoptError(f".schedule: {', '.join(left)} depend on each other within "
                                  f"rank {k}; the rank must separate them")
+        self._suppress_uncosted(stratum)
+
+    def _suppress_uncosted(self, stratum: Stratum) -> None:
+        """:meth:`PythonEngine._suppress_uncosted`: the sources left without a tuple of a
+        relation pruned by a ``.bound`` are suppressed once the stratum is released."""
+        f = self.program.features
+        for pred in stratum.preds:
+            source = f.suppress.get(pred)
+            if source is None or pred not in f.bound:
+                continue
+            lead = self.columns[pred][:len(self.program.schemas[source])]
+            src = self._renamed(source, lead)
+            have = _sel(self.full[pred], *map(_ident, lead))
+            dead = _join(src, have, lead, "left_anti")
+            self._delete(source, _sel(dead, *[f"{_ident(c)} AS {_ident(n)}" for c, n in
+                                              zip(lead, self.columns[source], strict=True)]))
 
     def _skip(self, v: Variant) -> bool:
         """Whether ``v`` reads (non-negated) a relation known to be empty: it derives nothing,
@@ -1082,11 +1098,13 @@ class SparkEngine:
         bound = self.program.features.bound.get(sel.target)
         if bound is not None and (self.size[bound] or bound in self._unknown):
             b_names = self.columns[bound]
-            limit = _sel(
-                self.full[bound],
-                *[f"{_ident(c)} AS {_ident(n)}" for c, n in zip(b_names, key, strict=False)],
-                f"{_ident(b_names[-1])} AS {_ident(bnd)}")
-            df = (_lookup(df, limit, key, bnd)
+            lead = key[:len(b_names) - 1]  # the bound's key: a prefix of the group's
+            limit = (_sel(self.full[bound],
+                          *[f"{_ident(c)} AS {_ident(n)}"
+                            for c, n in zip(b_names[:-1], lead, strict=True)],
+                          f"{_ident(b_names[-1])} AS {_ident(bnd)}")
+                     .groupBy(*lead).agg(F.expr(f"min({_ident(bnd)}) AS {_ident(bnd)}")))
+            df = (_lookup(df, limit, lead, bnd)
                   .filter(f"{_ident(bnd)} IS NULL OR NOT ({_ident(bnd)} {lt} {v})").drop(bnd))
         return df
 

@@ -21,7 +21,9 @@ then the later strata). The algorithm is the python engine's, set at a time:
   (reference counts fall, subplans go); the sources of newly selected tuples are revived from
   the complete layer one plan-tree level per job (counts rise, subplans come back); the later
   strata are derived again. The initial live layer is built the same way, by revival from
-  the queries' roots (for ``all`` it touches only the optimal plan trees).
+  the queries' roots (for ``all`` it touches only the optimal plan trees);
+* with ``.bound``, the seed strata are evaluated again on update, the bounds (a few tuples)
+  checked on the driver, and the live layer kept within them as the python engine keeps it.
 
 Only counts and minimum ranks reach the driver, as in a from-scratch evaluation; the relations
 are those of a from-scratch evaluation (tests compare them with the python engine's after
@@ -53,6 +55,7 @@ from reopt.evaluator.spark_engine import (
     _fresh,
     _ident,
     _join,
+    _lookup,
     _sel,
     _union,
 )
@@ -100,6 +103,10 @@ class SparkMaintainedEngine(SparkEngine):
         self._kept, self._seeds = shape.kept, shape.seeds
         self._suppressing, self._embedded = shape.suppressing, shape.embedded
         self._alternatives = shape.alternatives
+        self._seeds_strata = [compiled.strata[i] for i in self.plan.reseed]
+        self._caps: dict[tuple, Any] = {}
+        """The bounds of the maintained relation per bound key (see _bound_caps)."""
+        self._caps_df: DataFrame | None = None
         target = self.plan.target
         self._key_cols = self.columns[target][:self.plan.key]
         self._key_schema = T.StructType(
@@ -117,6 +124,7 @@ class SparkMaintainedEngine(SparkEngine):
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
         self.complete, self.complete_size = dict(self.full), dict(self.size)
+        self._set_caps()
         self._live()
         self.stats.held = dict(self.size)
         self.stats.seconds = time.perf_counter() - t0
@@ -162,12 +170,15 @@ class SparkMaintainedEngine(SparkEngine):
         self._old, self._unknown = {}, set()
         for p in self._post:
             self.full[p], self.size[p] = self._frame(p, []), 0
+        for st in self._seeds_strata:  # evaluated again in the complete layer (update)
+            for p in st.preds:
+                self.full[p], self.size[p] = self.complete[p], self.complete_size[p]
         if not removed:  # nothing was stale
             self._post_strata()
             return
         target = self.plan.target
         names = self.columns[target]
-        gone, came = _union(removed), _union(added)
+        gone, came = _union(removed), self._within(_union(added))
         live = self.full
         live[target] = _join(live[target], gone, names, "left_anti")
         self.size[target] = _UNKNOWN
@@ -181,8 +192,8 @@ class SparkMaintainedEngine(SparkEngine):
                                   for c, n in zip(lead, cols, strict=True)])
 
             dead = _join(src(gone).distinct(), src(came), cols, "left_anti")
-            dead = _join(_join(dead, src(self.complete[target]), cols, "left_anti"),
-                         live[source], cols, "left_semi")
+            dead = _join(_join(dead, src(self._within(self.complete[target])), cols,
+                               "left_anti"), live[source], cols, "left_semi")
             self._delete(source, dead)
             self._revive_all({source: [_join(src(came).distinct(), live[source], cols,
                                              "left_anti")]})
@@ -196,6 +207,11 @@ class SparkMaintainedEngine(SparkEngine):
 
     def _count_and_suppress(self) -> None:
         prog = self.program
+        target = self.plan.target
+        if self._caps_df is not None:  # the selected tuples above their bound go
+            rows = self.full[target]
+            self._delete(target, _join(rows, self._within(rows), self.columns[target],
+                                       "left_anti"))
         self.counts = {}
         for g in prog.features.refcount:
             ones = [self.full[g] if g in prog.inputs else None]
@@ -276,9 +292,12 @@ class SparkMaintainedEngine(SparkEngine):
         if p in self.counts:
             live = _sel(self.counts[p].filter(f"{_ident(self._cnt[p])} > 0"), *map(_ident, cols))
             return _join(cand, live, cols, "left_semi")
+        if p == self.plan.target:
+            cand = self._within(cand)
         pruned = self._suppressing.get(p)
         if pruned is not None:
-            kept = _sel(self.complete[pruned],
+            kept = _sel(self._within(self.complete[pruned]) if pruned == self.plan.target
+                        else self.complete[pruned],
                         *[f"{_ident(c)} AS {_ident(n)}"
                           for c, n in zip(self.columns[pruned], cols, strict=False)])
             cand = _join(cand, kept, cols, "left_semi")
@@ -321,6 +340,71 @@ class SparkMaintainedEngine(SparkEngine):
         self._later.append(rels[agg])
         sizes[agg] = -1  # counted by the caller's next job
 
+    # -- bounds (see MaintainedEngine._bound_caps, _within, _crossing) ---------------------------
+    def _set_caps(self) -> None:
+        """The bounds of the maintained relation from the complete layer's bound relation (a
+        few tuples: one job), checked against the queries' optima there: none at all when
+        one would leave a root without its plans (:meth:`MaintainedEngine._bound_caps`)."""
+        prog, target = self.live_program, self.plan.target
+        bound = prog.features.bound.get(target)
+        self._caps, self._caps_df = {}, None
+        if bound is None:
+            return
+        sel = prog.features.aggsel[target]
+        pos = prog.aggregates[sel.agg][0]
+        caps: dict[tuple, Any] = {}
+        for r in self.complete[bound].collect():
+            k, c = tuple(r[:-1]), r[-1]
+            caps[k] = c if k not in caps else min(caps[k], c)
+        width = len(prog.schemas[bound]) - 1
+        names = self.columns[sel.agg]
+        group = names[:pos] + names[pos + 1:]
+        for inp in prog.inputs:
+            if len(prog.schemas[inp]) != len(group):
+                continue
+            roots = {tuple(r) for r in self.complete[inp].collect()}
+            ren = _sel(self.complete[inp], *[f"{_ident(c)} AS {_ident(n)}" for c, n in
+                                              zip(self.columns[inp], group, strict=True)])
+            best = {tuple(r[:pos]) + tuple(r[pos + 1:]): r[pos] for r in
+                    _join(self.complete[sel.agg], ren, group, "left_semi").collect()}
+            for root in roots:
+                v = best.get(root)
+                c = caps.get(root[:width])
+                if v is None or (c is not None and v > c):
+                    return  # a bound below an optimum: no bounds (see the docstring)
+        self._caps = caps
+        lead = [self.columns[target][k] for k in sel.key[:width]]
+        rows = [(*k, c) for k, c in caps.items()]
+        self._caps_df = _sel(self._frame(bound, rows),
+                             *[f"{_ident(c)} AS {_ident(n)}" for c, n in
+                               zip(self.columns[bound], [*lead, "_cap"], strict=True)])
+
+    def _within(self, rows: DataFrame, caps: DataFrame | None = None) -> DataFrame:
+        """The tuples of the maintained relation in ``rows`` that do not exceed their bound
+        (``caps``, default the current ones): all of them without bounds."""
+        caps = self._caps_df if caps is None else caps
+        if caps is None:
+            return rows
+        target = self.plan.target
+        sel = self.live_program.features.aggsel[target]
+        lead = caps.columns[:-1]
+        v = _ident(self.columns[target][sel.value])
+        return (_lookup(rows, caps, lead, "_cap")
+                .filter(f"_cap IS NULL OR NOT ({v} > _cap)").drop("_cap"))
+
+    def _crossing(self, before: DataFrame | None, removed: list[DataFrame],
+                  added: list[DataFrame]) -> None:
+        """Queue as changes the groups whose selected tuples the move of the bounds takes
+        into or out of the live layer (:meth:`MaintainedEngine._crossing`)."""
+        target, keys = self.plan.target, self._key_cols
+        rows = self.complete[target]
+        was = _sel(self._within(rows, before) if before is not None else rows,
+                   *map(_ident, keys)).distinct()
+        now = _sel(self._within(rows), *map(_ident, keys)).distinct()
+        moved = _union([_join(was, now, keys, "left_anti"), _join(now, was, keys, "left_anti")])
+        removed.append(_join(self.live[target], moved, keys, "left_semi"))
+        added.append(_join(rows, moved, keys, "left_semi"))
+
     # -- incremental ---------------------------------------------------------------------------
     def update(self, spaces: Mapping[int, Any]) -> tuple[dict[str, SparkRelation], UpdateStats]:
         """Replace the queries' plan spaces (new statistics) and bring every relation to what
@@ -336,6 +420,10 @@ class SparkMaintainedEngine(SparkEngine):
         self.program, self.full, self.size = self.complete_program, self.complete, \
             self.complete_size
         self._old, self._unknown, self._later = {}, set(), []
+        for st in self._seeds_strata:  # seed bounds under the new statistics
+            for p in st.preds:
+                self.full[p], self.size[p] = self._frame(p, []), 0
+            self.run_stratum(st)
         keys = self._key_cols
         groups = _sel(self.complete[plan.target], *map(_ident, keys)).distinct()
         queue = self._ranked(groups, old_bc, old_token).localCheckpoint(eager=False)
@@ -368,6 +456,10 @@ class SparkMaintainedEngine(SparkEngine):
             removed.append(gone)
             added.append(came)
         self._recount(self.complete, self.complete_size, plan.target)
+        before = self._caps_df
+        self._set_caps()
+        if before is not None or self._caps_df is not None:
+            self._crossing(before, removed, added)
         self._live_update(removed, added)
         old_bc.unpersist()
         self.stats.held = dict(self.size)

@@ -32,8 +32,9 @@ from reopt.evaluator.parser import parse
 
 DIR = Path(__file__).parent / "testdata"
 TYPES = (LONG, DOUBLE, STRING, BOOLEAN)
-FEATURES = frozenset({"aggsel"})
-"""Pruning features switched on for every case: a case's ``.aggsel`` directive takes effect."""
+FEATURES = frozenset({"aggsel", "bound"})
+"""Pruning features switched on for every case: a case's ``.aggsel`` and ``.bound`` directives
+take effect."""
 
 _HEADER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\(([^()]*)\))?:")
 

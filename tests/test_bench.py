@@ -240,6 +240,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("pruning.py", ["--engines", "python,nope"]), ("incremental.py", ["--repeat", "0"]),
     ("profile_python.py", ["--repeat", "0"]), ("profile_python.py", ["--queries", "tpch:q99"]),
     ("engine.py", ["--repeat", "0"]), ("engine.py", ["--out", str(BENCH)]),
+    ("bounds.py", ["--repeat", "0"]), ("bounds.py", ["--models", "cout,nope"]),
     ("sparkrun.py", []),  # stdin is not JSON
 ])
 def test_script_bad_options_are_one_line(name, args):
@@ -252,7 +253,7 @@ def test_script_bad_options_are_one_line(name, args):
 
 
 @pytest.mark.parametrize("name", ["initial.py", "pruning.py", "incremental.py",
-                                  "profile_python.py", "sparkrun.py", "engine.py"])
+                                  "profile_python.py", "sparkrun.py", "engine.py", "bounds.py"])
 def test_script_help(name):
     """Every option is explained; the docstrings (the description) are not stale."""
     r = _script(name, "--help")

@@ -15,7 +15,7 @@ from randq import SHAPES, make_query
 from rulefiles import edited_rules
 
 from reopt.api import Optimizer
-from reopt.costmodel.builtins import BUILTINS, LONG, STRING, Builtin
+from reopt.costmodel.builtins import BUILTINS, LONG, SEED_SLACK, STRING, Builtin
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import Alt, PlanSpace, plan_cost
@@ -24,6 +24,7 @@ from reopt.evaluator.driver import INPUTS, PRUNING_MODES, evaluate, load_program
 from reopt.evaluator.features import DirectiveError
 from reopt.evaluator.parser import parse, parse_files
 from reopt.evaluator.python_engine import PythonEngine
+from reopt.optimizers.greedy import greedy
 from reopt.optimizers.topdown import topdown
 
 PROGRAMS = {mode: load_program(pruning=mode) for mode in PRUNING_MODES}
@@ -77,15 +78,22 @@ def check_mode(space: PlanSpace, mode: str) -> None:
     assert ev.best_cost(0) == oracle.best(space.root)
     assert ev.best_plan(0).cost == oracle.best(space.root)
     held = held_and_nodes(ev)
+    seed = greedy(space).cost * (1 + SEED_SLACK)  # the seed bound: a plan's cost, rounded up
+    within = {n for n in space.or_nodes() if oracle.best(n) <= seed}
     if mode == "evita":  # prunes plans only, never plan-table entries
         assert len(held) == space.size()["and_nodes"]
-    elif mode in ("aggsel", "aggsel+bound"):  # suppression: only optimal plans stay
+    elif mode == "aggsel":  # suppression: only optimal plans stay
         assert held == oracle.optimal_and_nodes()
+    elif mode == "aggsel+bound":  # and only of OR nodes whose optimum is within the seed:
+        # a node above it has every plan rejected, and its parents' plans are never costed
+        assert held == {a for a in oracle.optimal_and_nodes() if (a.expr, a.prop) in within}
     elif mode in ("aggsel+refcount", "all"):  # and only those some optimal tree uses
         assert held == oracle.optimal_trees()
     costs = {(r[1], r[2]): r[3] for r in ev.rows("BestCost")}
     for node, cost in costs.items():
         assert cost == oracle.best(node)
+    if mode == "aggsel+bound":
+        assert set(costs) == within
     check_bounds(space, ev, oracle)
 
 
@@ -195,11 +203,23 @@ def test_metrics_in_a_step():
     (".schedule ascending Fn_sum Goal.", "not a built-in with one integer output"),
     (".suppress PlanCost Nothing.", "unknown relation Nothing"),
     (".schedule ascending Fn_rank BestPlan BestPlan.", "already scheduled"),
+    (".bound PlanCost BestPlan.", "PlanCost already has a bound"),
+    (".bound Goal BestCost.", "needs aggregate selection on Goal"),
 ])
 def test_bad_directives(tmp_path, extra, message):
     with pytest.raises(DirectiveError, match=message) as e:
         load_program(edited_rules(tmp_path, extra=extra), pruning="all")
     assert ".dl:" in str(e.value)
+
+
+@pytest.mark.parametrize("bound", ["BestPlan", "Expr"])
+def test_a_bound_relation_is_keyed_by_the_group(tmp_path, bound):
+    """A bound's columns are a prefix of the group's and its value: BestPlan has twelve."""
+    rules = edited_rules(tmp_path, ".bound PlanCost SeedBound.", f".bound PlanCost {bound}.")
+    with pytest.raises(DirectiveError, match="optimizer.dl:.*" + (
+            "BestPlan must have leading group columns of BestCost" if bound == "BestPlan"
+            else "Expr has no rules")):
+        load_program(rules, pruning="all")
 
 
 @pytest.mark.parametrize("body", ["R(k, v), v > 1", "R(k, v), S(k, _)", "!S(k, v), R(k, v)"])

@@ -202,12 +202,13 @@ def test_pruning_same_as_python(spark, query, mode):
     assert sp.held(0) == py.held(0)
 
 
-# `all`: reference counting and revival; `aggsel`: suppression alone (the deletion cascade).
+# `all`: reference counting and revival; `aggsel+bound`: suppression alone (the deletion
+# cascade); both with the seed bound, which moves with every step.
 # Few steps: a Spark update costs ~25 jobs; tests/test_incremental.py has the long sequences.
 # A step is k random deltas, or "tie"/"untie": a cost delta alone (only parents reached by
 # propagation are re-derived) making two scans of different operators tie exactly, and back.
 @pytest.mark.parametrize("mode, shape, n, seed, steps", [
-    ("all", "chain", 3, 5, (2, "tie", "untie")), ("aggsel", "star", 2, 9, (1, 2))])
+    ("all", "chain", 3, 5, (2, "tie", "untie")), ("aggsel+bound", "star", 2, 9, (1, 2))])
 def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, seed, steps):
     """Issue 5 on Spark: a session maintained incrementally on Spark holds, after every step
     of a random delta sequence (increases and decreases, a batch), exactly the relations of a
@@ -241,3 +242,4 @@ def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, see
             (py.stats.stale, py.stats.rederived, py.stats.changed), texts
         assert sp.stats.derived == py.stats.derived
         assert sp.updated == py.updated
+
