@@ -122,14 +122,16 @@ class _Streams:
         if not self.stream.any():
             raise ReoptError(f"query {q.name}: the rate cost model needs a stream in the "
                              "query (a catalog entry with a 'rate')")
-        self.inv_window = np.where(self.stream, 1.0 / self.window, 0.0)
-        self.arrivals = np.array([est.arrival_rate(a) for a in q.aliases])
+        with np.errstate(divide="ignore"):
+            self.inv_window = np.where(self.stream, 1.0 / self.window, 0.0)
+        self._inv = self.inv_window.tolist()  # (Python floats: costs stay plain floats)
+        self.arrivals = [est.arrival_rate(a) for a in q.aliases]
         self._t_n: float | None = None
 
     # -- steady state ------------------------------------------------------------------------
     def inv_w(self, expr: int) -> float:
         """``Σ_{s∈expr} 1/W_s`` (0 for stored tables)."""
-        total, inv = 0.0, self.inv_window
+        total, inv = 0.0, self._inv
         while expr:
             low = expr & -expr
             total += inv[low.bit_length() - 1]
@@ -251,7 +253,8 @@ def eq2_rate(space: PlanSpace, plan: PlanNode) -> float:
             work = rl * (MOVE + nr * COMP) + rr * (MOVE + nl * COMP)
         else:
             work = (rl + rr) * (MOVE + HASH + PROBE)
-        return fl * fr / max(1.0, work + full * OUT)
+        factor = space.adjustments.op_factors.get(node.op, 1.0)  # ``cost shj *F``
+        return fl * fr / max(1.0, (work + full * OUT) * factor)
 
     return s.rate(space.all) * delivered(plan)
 
@@ -315,7 +318,7 @@ class RateModel:
         timed = self.kind == "time-to"
         t = s.time_to(self.results) if timed else 1.0
         if alt.log_op == "scan":
-            return float(s.arrivals[alt.expr.bit_length() - 1]) * t * SELECT
+            return s.arrivals[alt.expr.bit_length() - 1] * t * SELECT
         left, right = alt.left, alt.right
         if timed:
             ins_l, ins_r = s.produced(left, t), s.produced(right, t)

@@ -300,6 +300,9 @@ class _Parser:
             if not 0 < seconds < math.inf:
                 raise self._error(f"window clause: the window must be a finite number of "
                                   f"seconds above 0, got {clause[2].text}", clause[2].start)
+            item = tokens[i - 2].token_type if i >= 2 else None
+            if item not in (TokenType.FROM, TokenType.COMMA, TokenType.JOIN):
+                raise self._misplaced(t.start)  # not right after the name of a FROM item
             end = clause[4].end + 1
             self._windows[t.start] = (seconds, end)
             text[t.start:end] = [c if c == "\n" else " " for c in text[t.start:end]]
@@ -318,8 +321,11 @@ class _Parser:
     def _check_windows_used(self) -> None:
         """A window clause not right after a table name in FROM is misplaced."""
         for start in self._windows:
-            raise self._error("window clause: [RANGE …] goes right after a stream's name in "
-                              "FROM (FROM bids [RANGE 30 SECONDS] b)", start)
+            raise self._misplaced(start)
+
+    def _misplaced(self, start: int) -> QueryError:
+        return self._error("window clause: [RANGE …] goes right after a stream's name in "
+                           "FROM (FROM bids [RANGE 30 SECONDS] b)", start)
 
     # -- errors and positions ----------------------------------------------------------------
     def _error_at(self, line: int | None, col: int | None, message: str) -> QueryError:
