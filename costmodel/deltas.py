@@ -182,8 +182,8 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
         m = _TEXT.match(spec.strip())
         if not m:
             raise DeltaError(
-                f"delta '{text}': expected 'card|sel|cost|rate|window TARGET *F', "
-                "'card|sel|rate|window TARGET =N' or 'card TARGET := N'"
+                f"delta '{text}': expected 'card|sel|cost TARGET *F', 'card|sel TARGET =N', "
+                "'card TARGET := N' or 'rate|window STREAM *F|=N'"
             )
         kind, target, op, raw = m.groups()
     else:

@@ -387,7 +387,8 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
                    "the data's scale factor)")
     p.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
                    "(default: the one DIR/reopt-data.json records, else 1)")
-    p.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    p.add_argument("--cost-model", default="io", choices=sorted(m for m in MODELS if m != "rate"),
+                   help="(the rate model plans continuous queries, which run on no executor yet)")
 
 
 def _spark_run_arguments(p: argparse.ArgumentParser) -> None:
