@@ -61,10 +61,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reopt.costmodel.errors import ReoptError
-from reopt.costmodel.numeric import parse_number
+from reopt.costmodel.numeric import MAX_ROWS, parse_number
 from reopt.costmodel.space import ANY, Alt
 
 if TYPE_CHECKING:
+    from reopt.costmodel.catalog import Catalog
+    from reopt.costmodel.query import Query
     from reopt.costmodel.space import PlanSpace
     from reopt.plan import PlanNode
 
@@ -100,10 +102,10 @@ def parse_objective(text: str) -> tuple[str, float]:
             n = parse_number(raw)
         except (ValueError, ArithmeticError):
             n = math.nan
-        if math.isfinite(n) and n > 0:
+        if math.isfinite(n) and 0 < n <= MAX_ROWS:
             return "time-to", n
         raise ReoptError(f"objective '{text}': N in time-to:N must be a number of results "
-                         f"above 0, got '{raw}'")
+                         f"above 0 and at most {MAX_ROWS:g}, got '{raw}'")
     raise ReoptError(f"unknown objective '{text}' (choose from rate, time-to:N)")
 
 
@@ -119,14 +121,14 @@ class _Streams:
         q = space.query
         self.window = np.array([est.window(a) for a in q.aliases])
         self.stream = np.isfinite(self.window)
-        if not self.stream.any():
-            raise ReoptError(f"query {q.name}: the rate cost model needs a stream in the "
-                             "query (a catalog entry with a 'rate')")
+        check_streams(q, space.catalog)
         with np.errstate(divide="ignore"):
             self.inv_window = np.where(self.stream, 1.0 / self.window, 0.0)
         self._inv = self.inv_window.tolist()  # (Python floats: costs stay plain floats)
         self.arrivals = [est.arrival_rate(a) for a in q.aliases]
-        self._t_n: float | None = None
+        self._t_n: dict[float, float] = {}
+        self._produced: dict[tuple[int, float], float] = {}
+        """Results of an expression produced by ``t_N`` (:meth:`produced_by_t_n`)."""
 
     # -- steady state ------------------------------------------------------------------------
     def inv_w(self, expr: int) -> float:
@@ -186,6 +188,14 @@ class _Streams:
         tau, wts = self._pieces(members, t)
         return float(wts @ self.inserted_rate(expr, members, tau))
 
+    def produced_by_t_n(self, expr: int, n: float) -> float:
+        """:meth:`produced` by ``t_N`` (memoized: every join alternative asks for its inputs
+        and its own)."""
+        hit = self._produced.get((expr, n))
+        if hit is None:
+            hit = self._produced[(expr, n)] = self.produced(expr, self.time_to(n))
+        return hit
+
     def comparisons(self, left: int, right: int, t: float) -> float:
         """``∫_0^t rate_L·|R| + rate_R·|L| dτ``: a nested-loops join's comparisons by ``t``."""
         ml, mr = self._members(left), self._members(right)
@@ -196,8 +206,9 @@ class _Streams:
 
     def time_to(self, n: float) -> float:
         """``t_N``: when the whole query has produced ``n`` results (memoized)."""
-        if self._t_n is not None:
-            return self._t_n
+        hit = self._t_n.get(n)
+        if hit is not None:
+            return hit
         root = self.space.all
         full = float(self.window[self.stream].max())
         got = self.produced(root, full)
@@ -214,8 +225,15 @@ class _Streams:
                 else:
                     lo = mid
             t = hi
-        self._t_n = t
+        self._t_n[n] = t
         return t
+
+
+def check_streams(query: Query, catalog: Catalog) -> None:
+    """The rate model plans continuous queries: a query reading no stream is refused."""
+    if not any(catalog.table(r.table).is_stream for r in query.relations):
+        raise ReoptError(f"query {query.name}: the rate cost model needs a stream in the "
+                         "query (a catalog entry with a 'rate'), and it reads only tables")
 
 
 def streams(space: PlanSpace) -> _Streams:
@@ -321,8 +339,9 @@ class RateModel:
             return s.arrivals[alt.expr.bit_length() - 1] * t * SELECT
         left, right = alt.left, alt.right
         if timed:
-            ins_l, ins_r = s.produced(left, t), s.produced(right, t)
-            out = s.produced(alt.expr, t)
+            n = self.results
+            ins_l, ins_r = s.produced_by_t_n(left, n), s.produced_by_t_n(right, n)
+            out = s.produced_by_t_n(alt.expr, n)
         else:
             ins_l, ins_r, out = s.rate(left), s.rate(right), s.rate(alt.expr)
         if alt.phy_op == "shj":

@@ -27,7 +27,7 @@ from reopt.costmodel.deltas import Delta, apply_deltas, parse_deltas
 from reopt.costmodel.errors import DeltaError, OptimizerError, ReoptError
 from reopt.costmodel.models import cost_model as get_cost_model
 from reopt.costmodel.query import Query
-from reopt.costmodel.rate import plan_estimates
+from reopt.costmodel.rate import check_streams, plan_estimates
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result
 from reopt.optimizers.bottomup import bottomup
@@ -225,6 +225,8 @@ class Optimizer:
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
         self.model = get_cost_model(cost_model, objective)
+        if self.model.name == "rate":
+            check_streams(self.query, self.catalog)
         self.adjustments = Adjustments(observed_supersets=policy)
         """The statistics deltas have changed; ``observed_supersets`` says how the estimates
         of unobserved sets use observations of their subsets (README, "Deltas")."""

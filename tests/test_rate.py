@@ -255,8 +255,9 @@ def test_objective_errors():
         with pytest.raises(ReoptError, match="objective"):
             cost_model("rate", bad)
     with pytest.raises(ReoptError, match="needs a stream"):
-        Optimizer("SELECT * FROM t", catalog(), cost_model="rate",
-                  optimizer="topdown").optimize()
+        Optimizer("SELECT * FROM t", catalog(), cost_model="rate", optimizer="topdown")
+    with pytest.raises(ReoptError, match="at most"):
+        cost_model("rate", "time-to:1e101")
 
 
 def test_cli_rate_model_and_errors(tmp_path, capsys):
