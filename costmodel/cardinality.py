@@ -349,7 +349,10 @@ class Estimator:
         if not stats.is_stream:
             return math.inf
         w = self.adj.windows.get(alias) or self.query.window_of.get(alias) or stats.window
-        assert w is not None, "a stream without a window is refused when the query is parsed"
+        if w is None:  # (SQL refuses it when parsed; a Query built in Python may lack one)
+            raise QueryError(f"query {self.query.name}: stream '{self.query.table_of(alias)}' "
+                             f"(alias '{alias}') has no window, neither in the query nor in "
+                             "the catalog")
         return w
 
     def filter_selectivity(self, alias: str) -> float:

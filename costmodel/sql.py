@@ -226,6 +226,8 @@ class _Parser:
         self, sql: str, catalog: Catalog, name: str, source: str | os.PathLike | None = None
     ) -> None:
         self.sql = sql
+        self.text = sql
+        """The query as written (:attr:`sql` loses its window clauses)."""
         self.catalog = catalog
         self.name = name
         self.source = source
@@ -265,7 +267,7 @@ class _Parser:
             aggregates=aggregates or order_aggregates,
             order_by=tuple(_unique(order_by)),
             windows=tuple(self.windows),
-            sql=self.sql,
+            sql=self.text,
         )
 
     # -- window clauses ----------------------------------------------------------------------

@@ -24,6 +24,7 @@ from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.errors import CatalogError, DeltaError, QueryError, ReoptError
 from reopt.costmodel.models import cost_model
+from reopt.costmodel.query import Query, Relation
 from reopt.costmodel.space import PlanSpace
 from reopt.costmodel.sql import parse_query
 from reopt.optimizers.bottomup import bottomup
@@ -184,6 +185,7 @@ def test_window_clause_units_and_catalog_default():
     q = parse_query("SELECT * FROM a [RANGE 2 MINUTES] x, b [range 30 seconds] "
                     "WHERE x.k = b.k AND b.f <> '[RANGE 1 HOUR]'", STREAMS)
     assert q.window_of == {"x": 120.0, "b": 30.0}
+    assert "[RANGE 2 MINUTES]" in q.sql  # the query as written
     space = PlanSpace(q, STREAMS, cost_model("rate"))
     assert space.estimator.base_rows("x") == 100 * 120
     q = parse_query("SELECT * FROM a, b [RANGE 1 HOUR] WHERE a.k = b.k", STREAMS)
@@ -246,6 +248,12 @@ def test_stream_delta_errors(delta, message):
     with pytest.raises(DeltaError) as e:
         apply_deltas(parse_deltas(delta), q, STREAMS, Adjustments())
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_stream_without_window_in_a_query_built_in_python():
+    q = Query("built", (Relation("b", "b"),))  # SQL would refuse it when parsed
+    with pytest.raises(QueryError, match="stream 'b' .* has no window"):
+        Optimizer(q, STREAMS, optimizer="topdown").optimize()
 
 
 def test_objective_errors():
