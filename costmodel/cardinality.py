@@ -115,6 +115,10 @@ class Adjustments:
     ``op_factors``: physical operator → factor on its local cost.
     ``observations``: relation bitmask → observed rows (``card {…} := N``): the set's
     estimate, pinned; a later observation of the same set replaces it.
+    ``stream_rates``: stream table → arrival rate (tuples/s) replacing the catalog's
+    (``rate`` deltas).
+    ``windows``: alias of a stream → window in seconds replacing the query's or catalog's
+    (``window`` deltas).
     ``observed_supersets``: how an unobserved set uses its observed subsets, one of
     :data:`OBSERVED_SUPERSETS` (an option of the optimizer, not a delta).
     """
@@ -125,6 +129,8 @@ class Adjustments:
     corrections: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
     op_factors: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     observations: Mapping[int, float] = field(default_factory=lambda: _EMPTY)
+    stream_rates: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    windows: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     observed_supersets: str = DEFAULT_OBSERVED_SUPERSETS
 
     def __post_init__(self) -> None:
@@ -140,6 +146,8 @@ class Adjustments:
             "corrections": self.corrections,
             "op_factors": self.op_factors,
             "observations": self.observations,
+            "stream_rates": self.stream_rates,
+            "windows": self.windows,
         }
         fields.update({k: MappingProxyType(dict(v)) for k, v in changes.items()})
         return Adjustments(**fields, observed_supersets=self.observed_supersets)
@@ -312,12 +320,40 @@ class Estimator:
         return self.table_stats(ref.alias).columns.get(ref.column) or _NO_STATS
 
     def base_rows(self, alias: str) -> float:
-        """Row count of a relation before its filters (catalog, then ``card`` deltas). Inputs
-        are checked against :data:`MAX_ROWS` where they enter; the ``min`` keeps an
-        :class:`Adjustments` built by hand from making a cost infinite."""
+        """Row count of a relation before its filters (catalog, then ``card`` deltas); a
+        stream's is what its window holds, arrival rate × window (``rate``/``window``
+        deltas). Inputs are checked against :data:`MAX_ROWS` where they enter; the ``min``
+        keeps an :class:`Adjustments` built by hand from making a cost infinite."""
         table = self.query.table_of(alias)
-        rows = self.adj.table_rows.get(table, self.table_stats(alias).rows)
+        stats = self.table_stats(alias)
+        if stats.is_stream:
+            return min(self.arrival_rate(alias) * self.window(alias), MAX_ROWS)
+        rows = self.adj.table_rows.get(table, stats.rows)
         return min(rows * self.adj.alias_factors.get(alias, 1.0), MAX_ROWS)
+
+    def is_stream(self, alias: str) -> bool:
+        return self.table_stats(alias).is_stream
+
+    def arrival_rate(self, alias: str) -> float:
+        """A stream's arrival rate before its filters, tuples/s (``rate`` deltas, then the
+        catalog); 0 for a stored table (it arrives all at once, before the stream starts)."""
+        stats = self.table_stats(alias)
+        if not stats.is_stream:
+            return 0.0
+        return self.adj.stream_rates.get(self.query.table_of(alias), stats.rate)
+
+    def window(self, alias: str) -> float:
+        """A stream's window in seconds (``window`` deltas, then the query's window clause,
+        then the catalog); infinite for a stored table (its tuples never expire)."""
+        stats = self.table_stats(alias)
+        if not stats.is_stream:
+            return math.inf
+        w = self.adj.windows.get(alias) or self.query.window_of.get(alias) or stats.window
+        if w is None:  # (SQL refuses it when parsed; a Query built in Python may lack one)
+            raise QueryError(f"query {self.query.name}: stream '{self.query.table_of(alias)}' "
+                             f"(alias '{alias}') has no window, neither in the query nor in "
+                             "the catalog")
+        return w
 
     def filter_selectivity(self, alias: str) -> float:
         s = 1.0
@@ -595,9 +631,13 @@ class Estimator:
         q, adj, was = self.query, self.adj, old.adj
         out = []
         # Adjustments.replace keeps the mappings a delta did not touch: skip those
-        if adj.table_rows is not was.table_rows or adj.alias_factors is not was.alias_factors:
+        if (adj.table_rows is not was.table_rows or adj.alias_factors is not was.alias_factors
+                or adj.stream_rates is not was.stream_rates or adj.windows is not was.windows):
+            # (a window also enters the rate model's costs beyond the rows it holds)
             out += [1 << i for i, r in enumerate(q.relations)
-                    if old.base_rows(r.alias) != self.base_rows(r.alias)]
+                    if old.base_rows(r.alias) != self.base_rows(r.alias)
+                    or old.window(r.alias) != self.window(r.alias)
+                    or old.arrival_rate(r.alias) != self.arrival_rate(r.alias)]
         if adj.selectivities is not was.selectivities:  # (the only input of _preds' values)
             out += [both for (both, sel), (_, before) in zip(self._preds, old._preds, strict=True)
                     if sel != before]

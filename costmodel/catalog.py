@@ -182,6 +182,18 @@ class TableStats:
     columns: dict[str, ColumnStats] = field(default_factory=dict)
     indexes: tuple[str, ...] = ()
     sorted_on: str | None = None
+    rate: float | None = None
+    """A stream's arrival rate in tuples per second (None: a stored table). A stream's
+    ``rows`` are the tuples its window holds, ``rate × window`` (``rate`` when it has no
+    window here and every query gives one): what a join column without a distinct count
+    takes as its distinct count."""
+    window: float | None = None
+    """A stream's default time-based sliding window in seconds (a query's
+    ``[RANGE n SECONDS]`` overrides it)."""
+
+    @property
+    def is_stream(self) -> bool:
+        return self.rate is not None
 
 
 @dataclass(frozen=True)
@@ -263,6 +275,11 @@ class Catalog:
                 d["indexes"] = list(t.indexes)
             if t.sorted_on:
                 d["sorted_on"] = t.sorted_on
+            if t.is_stream:
+                del d["rows"]  # derived: rate × window
+                d["rate"] = t.rate
+                if t.window is not None:
+                    d["window"] = t.window
             out[name] = d
         return {"tables": out}
 
@@ -322,12 +339,16 @@ def _parse_table(source: str, name: str, t: Any) -> TableStats:
     where = f"table '{name}'"
     if not isinstance(t, dict):
         raise CatalogError(f"{source}: {where} must be an object")
-    if "rows" not in t:
-        raise CatalogError(f"{source}: {where} has no 'rows'")
-    unknown = set(t) - {"rows", "columns", "indexes", "sorted_on"}
+    unknown = set(t) - {"rows", "columns", "indexes", "sorted_on", "rate", "window"}
     if unknown:
         raise CatalogError(f"{source}: {where} has unknown key '{sorted(unknown)[0]}'")
-    rows = _positive(source, f"{where} rows", t["rows"])
+    rate, window = _stream(source, where, t)
+    if rate is None and "rows" not in t:
+        raise CatalogError(f"{source}: {where} has no 'rows'")
+    if rate is not None:
+        rows = min(rate * (window or 1.0), MAX_ROWS)
+    else:
+        rows = _positive(source, f"{where} rows", t["rows"])
     cols_in = t.get("columns", {})
     if not isinstance(cols_in, dict):
         raise CatalogError(f"{source}: {where} 'columns' must be an object")
@@ -352,7 +373,29 @@ def _parse_table(source: str, name: str, t: Any) -> TableStats:
     for c in [*indexes, *([sorted_on] if sorted_on else [])]:
         if columns and c not in columns:
             raise CatalogError(f"{source}: {where}: index/sort column '{c}' is not a column")
-    return TableStats(rows, columns, tuple(indexes), sorted_on)
+    return TableStats(rows, columns, tuple(indexes), sorted_on, rate, window)
+
+
+def _stream(source: str, where: str, t: dict) -> tuple[float | None, float | None]:
+    """A stream's ``rate`` (tuples/s, > 0) and default ``window`` (seconds, > 0): a table
+    entry with a ``rate`` is a stream, and has no ``rows`` (they are ``rate × window``); a
+    ``window`` without a ``rate`` is a window on a table, an error."""
+    if "rate" not in t:
+        if "window" in t:
+            raise CatalogError(f"{source}: {where} has a 'window' but no 'rate': only a stream "
+                               "(an entry with a 'rate') has a window")
+        return None, None
+    if "rows" in t:
+        raise CatalogError(f"{source}: {where} is a stream (it has a 'rate'); its rows are "
+                           "rate × window, so it takes no 'rows'")
+    rate = _positive(source, f"{where} rate", t["rate"], allow_zero=False)
+    window = None
+    if "window" in t:
+        window = _positive(source, f"{where} window", t["window"], allow_zero=False)
+        if rate * window > MAX_ROWS:
+            raise CatalogError(f"{source}: {where}: rate × window is above the limit of "
+                               f"{compact(MAX_ROWS)} rows")
+    return rate, window
 
 
 def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:

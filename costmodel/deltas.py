@@ -14,6 +14,10 @@ Text form (also accepted as JSON, see :func:`parse_delta`)::
     sel A.x=B.y *F        scale a join predicate's selectivity (the result must stay <= 1)
     sel A.x=B.y =S        set it (0 < S <= 1)
     cost OPERATOR *F      scale an operator's local cost (e.g. ``cost hashjoin *2``)
+    rate STREAM *F        scale a stream's arrival rate (tuples/s; ``STREAM`` a stream table
+    rate STREAM =R        or an alias of one: the rate is the stream's, every alias of it)
+    window NAME *F        scale the window of a stream alias (or of every alias of a stream
+    window NAME =W        table); ``W`` in seconds, or with a unit: ``30s``, ``2m``, ``1h``
 
 Wherever an alias is accepted (``A``, ``B``, a member of ``{…}``), so is the name of a table
 that appears exactly once in the query: the built-in TPC-H queries name their relations by
@@ -55,7 +59,10 @@ from reopt.costmodel.numeric import (
 )
 from reopt.costmodel.query import ColumnRef, JoinPredicate, Query
 
-KINDS = ("card", "sel", "cost")
+KINDS = ("card", "sel", "cost", "rate", "window")
+STREAM_KINDS = ("rate", "window")
+_WINDOW_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+"""Units a window delta's value may carry (``window bids =30s``); none means seconds."""
 OBSERVE = ":="
 """The operator of an observation (``card {A,B} := N``)."""
 OPS = ("*", "=", OBSERVE)
@@ -96,6 +103,8 @@ class Delta:
             return "join predicate"
         if self.kind == "cost":
             return "operator"
+        if self.kind in STREAM_KINDS:
+            return "stream"
         return "relation set" if self.target.startswith("{") else "table or alias"
 
     @property
@@ -173,15 +182,16 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
         m = _TEXT.match(spec.strip())
         if not m:
             raise DeltaError(
-                f"delta '{text}': expected 'card|sel|cost TARGET *F', 'card|sel TARGET =N' "
-                "or 'card TARGET := N'"
+                f"delta '{text}': expected 'card|sel|cost TARGET *F', 'card|sel TARGET =N', "
+                "'card TARGET := N' or 'rate|window STREAM *F|=N'"
             )
         kind, target, op, raw = m.groups()
     else:
         raise DeltaError(f"delta {shown(spec)}: expected text or a JSON object")
     kind = kind.lower()
     if kind not in KINDS:
-        raise DeltaError(f"delta '{text}': unknown kind '{kind}' (expected card, sel or cost)")
+        raise DeltaError(f"delta '{text}': unknown kind '{kind}' (expected card, sel, cost, "
+                         "rate or window)")
     if op not in OPS:
         raise DeltaError(f"delta '{text}': operator must be '*', '=' or ':=', got '{op}'")
     if kind == "cost" and op != "*":
@@ -189,7 +199,16 @@ def parse_delta(spec: str | dict[str, Any]) -> Delta:
     if kind == "sel" and op == OBSERVE:
         raise DeltaError(f"delta '{text}': only cardinalities are observed ('card {{…}} := N'); "
                          "set a selectivity with '=S'")
-    value = _number(text, raw, zero=op == OBSERVE)
+    if kind in STREAM_KINDS and op == OBSERVE:
+        raise DeltaError(f"delta '{text}': {kind} deltas scale (*F) or set (=N); only "
+                         "cardinalities are observed (':=')")
+    unit = 1.0
+    if (kind == "window" and op == "=" and isinstance(raw, str)
+            and raw[-1:].lower() in _WINDOW_UNITS):
+        unit, raw = _WINDOW_UNITS[raw[-1].lower()], raw[:-1]
+    value = _number(text, raw, zero=op == OBSERVE) * unit
+    if not math.isfinite(value):  # (a window in hours near the float range)
+        raise DeltaError(f"delta '{text}': the window must be a finite number of seconds")
     if kind == "sel" and op == "=" and value > 1:
         raise DeltaError(f"delta '{text}': a selectivity must be in (0, 1], got {raw}")
     return Delta(kind, target.strip(), op, value, spec.strip() if isinstance(spec, str) else text)
@@ -347,6 +366,8 @@ def apply_delta(
         return _cost(delta, adj, operators)
     if delta.kind == "sel":
         return _sel(delta, query, catalog, adj)
+    if delta.kind in STREAM_KINDS:
+        return _stream(delta, query, catalog, adj)
     target = delta.target.strip()
     if delta.observation:
         return _observation(delta, query, adj)
@@ -443,10 +464,61 @@ def _observation(delta: Delta, query: Query, adj: Adjustments) -> Adjustments:
     return adj.replace(observations=obs)
 
 
+def _stream_table(delta: Delta, query: Query, catalog: Catalog) -> tuple[str, list[str]]:
+    """The stream a ``rate``/``window`` delta names and the aliases it changes: an alias
+    (rate: its stream, every alias of it; window: that alias) or a stream table (every alias
+    of it). A name that is no stream is an error whatever the query; a stream the query does
+    not read makes the delta not applicable to it."""
+    name = delta.target.strip().lower()
+    alias = name if name in query.aliases else None
+    table = query.table_of(alias) if alias else name
+    if table not in catalog.tables:
+        raise DeltaNotApplicable(delta, f"no table or alias '{name}' in query {query.name}")
+    if not catalog.table(table).is_stream:
+        raise DeltaError(f"delta '{delta}': '{table}' is a table, not a stream (only a catalog "
+                         f"entry with a 'rate' is one); {delta.kind} deltas name a stream")
+    aliases = [r.alias for r in query.relations if r.table == table]
+    if not aliases:
+        raise DeltaNotApplicable(delta, f"query {query.name} does not read stream '{table}'")
+    if delta.kind == "window" and alias:
+        aliases = [alias]
+    return table, aliases
+
+
+def _stream(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:
+    """``rate STREAM *F|=R`` sets the stream's arrival rate, ``window NAME *F|=W`` the window
+    of its aliases; refused when a window would hold more than
+    :data:`~reopt.costmodel.numeric.MAX_ROWS` tuples or a factor underflows to 0."""
+    table, aliases = _stream_table(delta, query, catalog)
+    est = Estimator(query, catalog, adj)
+    if delta.kind == "rate":
+        rate = delta.value if delta.op == "=" else est.arrival_rate(aliases[0]) * delta.value
+        after = adj.replace(stream_rates={**adj.stream_rates, table: rate})
+    else:
+        windows = dict(adj.windows)
+        for a in aliases:
+            windows[a] = delta.value if delta.op == "=" else est.window(a) * delta.value
+        after = adj.replace(windows=windows)
+    new = Estimator(query, catalog, after)
+    for a in aliases:
+        rate, window = new.arrival_rate(a), new.window(a)
+        if rate == 0 or window == 0:
+            raise DeltaError(f"delta '{delta}': the {delta.kind} of '{a}' would underflow to 0")
+        if not rate * window <= MAX_ROWS or not math.isfinite(window):
+            raise DeltaError(
+                f"delta '{delta}': the window of '{a}' would hold {compact(rate * window)} "
+                f"tuples, above the limit of {compact(MAX_ROWS)} (estimates must stay finite)")
+    return after
+
+
 def _card(delta: Delta, query: Query, catalog: Catalog, adj: Adjustments) -> Adjustments:
     """``card NAME *F`` / ``=N`` on an alias (its factor) or a table (its rows)."""
     f, setting = delta.value, delta.op == "="
     name = delta.target.strip().lower()
+    table = query.table_of(name) if name in query.aliases else name
+    if table in catalog.tables and catalog.table(table).is_stream:
+        raise DeltaError(f"delta '{delta}': '{name}' is a stream, whose rows are rate × window; "
+                         "change them with a rate or window delta")
     if name in query.aliases:
         factors = dict(adj.alias_factors)
         if setting:

@@ -27,6 +27,7 @@ import numpy as np
 
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
+from reopt.costmodel.rate import RateModel
 from reopt.costmodel.space import (
     ANY,
     NO_COLUMNS,
@@ -87,6 +88,11 @@ class CostModel:
     operators: tuple[str, ...] = ()
 
     def has_final(self, space: PlanSpace) -> bool:
+        return False
+
+    def reads_root(self, space: PlanSpace) -> bool:
+        """Whether every local cost reads the whole query's estimate (then any moved
+        estimate moves every cost: :meth:`PlanSpace.changed_inputs`)."""
         return False
 
     def interesting_props(self, space: PlanSpace, expr: int) -> list[str]:
@@ -389,13 +395,24 @@ _COUT_SCAN = AltColumns([0], ["scan"], ["scan"], [0], [NONE], [0], [NONE])
 """A leaf's only alternative under ``cout``, as columns: the same for every leaf (columns are
 never modified, like the shared ``NO_COLUMNS``)."""
 
-MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel()}
+class RateCostModel(RateModel, CostModel):
+    """:class:`~reopt.costmodel.rate.RateModel` under the :class:`CostModel` interface."""
 
 
-def cost_model(name: str) -> CostModel:
+MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": RateCostModel()}
+
+
+def cost_model(name: str, objective: str | None = None) -> CostModel:
+    """The cost model ``name``; ``objective`` (``rate`` or ``time-to:N``) only for ``rate``."""
     try:
-        return MODELS[name]
+        model = MODELS[name]
     except KeyError:
         raise ReoptError(
             f"unknown cost model '{name}' (choose from {', '.join(sorted(MODELS))})"
         ) from None
+    if objective is None:
+        return model
+    if name != "rate":
+        raise ReoptError(f"an objective ('{objective}') applies to the rate cost model only, "
+                         f"not to '{name}'")
+    return RateCostModel(objective)

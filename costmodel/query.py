@@ -154,6 +154,9 @@ class Query:
     group_by: tuple[ColumnRef, ...] = ()
     aggregates: bool = False
     order_by: tuple[ColumnRef, ...] = ()
+    windows: tuple[tuple[str, float], ...] = ()
+    """``(alias, seconds)`` for each FROM item written with a window clause
+    (``FROM bids [RANGE 30 SECONDS] b``); a stream without one uses its catalog window."""
     sql: str = field(default="", compare=False)
 
     # -- addressing --------------------------------------------------------------------------
@@ -215,6 +218,11 @@ class Query:
 
     def filters_of(self, alias: str) -> tuple[Predicate, ...]:
         return self._filters_by_alias.get(alias, ())
+
+    @cached_property
+    def window_of(self) -> dict[str, float]:
+        """Alias → the window its FROM item gives (only those written with one)."""
+        return dict(self.windows)
 
     @property
     def has_final(self) -> bool:

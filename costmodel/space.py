@@ -531,6 +531,8 @@ class PlanSpace:
         expressions whose estimate differs, and no estimate is computed before it is needed."""
         ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
         masks = self.estimator.moved_since(old.estimator)
+        if masks and self.model.reads_root(self):
+            masks = [0]  # every cost reads the whole query's estimate, which moved
         within = self.all  # the final operator's pseudo-expression: the whole query's rows
 
         def moved(expr: int) -> bool:
@@ -546,7 +548,11 @@ class PlanSpace:
         """``moved`` of :meth:`changed_inputs` for many expressions (``int64``) at once."""
         exprs = np.asarray(exprs, dtype=np.int64) & self.all
         out = np.zeros(len(exprs), dtype=bool)
-        for m in self.estimator.moved_since(old.estimator):
+        masks = self.estimator.moved_since(old.estimator)
+        if masks and self.model.reads_root(self):
+            out[:] = True  # (as in changed_inputs)
+            return out
+        for m in masks:
             out |= (exprs & m) == m
         return out
 

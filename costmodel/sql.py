@@ -16,6 +16,7 @@ from the token it stopped at, so the user reads ``expected a condition after 'WH
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -105,6 +106,10 @@ def parse_query(
         except RecursionError:
             raise parser.too_deep() from None
 
+
+_WINDOW_UNITS = {"SECOND": 1.0, "SECONDS": 1.0, "MINUTE": 60.0, "MINUTES": 60.0,
+                 "HOUR": 3600.0, "HOURS": 3600.0}
+"""The units of a window clause, in seconds."""
 
 RECURSION_FRAMES = 50_000
 """Python frames a parse may use. sqlglot's parser takes about 20 frames per nested parenthesis
@@ -221,9 +226,18 @@ class _Parser:
         self, sql: str, catalog: Catalog, name: str, source: str | os.PathLike | None = None
     ) -> None:
         self.sql = sql
+        self.text = sql
+        """The query as written (:attr:`sql` loses its window clauses)."""
         self.catalog = catalog
         self.name = name
         self.source = source
+        self._windows: dict[int, tuple[float, int]] = {}
+        """Offset of a window clause's ``[`` → (its seconds, the offset just past its
+        ``]``); :meth:`_cut_windows` blanks the clauses out of :attr:`sql` (same length, so
+        every offset stays where it was) before sqlglot parses the text."""
+        self._original_tokens: list[Token] = []
+        self._cut_windows()
+        self.windows: list[tuple[str, float]] = []
         self.relations: list[Relation] = []
         self.by_alias: dict[str, Relation] = {}
         self.items: list[exp.Expression] = []  # select list, aliases stripped
@@ -235,6 +249,7 @@ class _Parser:
         self._check_clauses(select)
         self._check_nodes(select)
         on_conditions = self._read_from(select)
+        self._check_windows_used()
         aggregates = self._read_select_list(select)
         where = select.args.get("where")
         conditions = [("ON", c) for c in on_conditions]
@@ -251,8 +266,68 @@ class _Parser:
             group_by=tuple(_unique(group_by)),
             aggregates=aggregates or order_aggregates,
             order_by=tuple(_unique(order_by)),
-            sql=self.sql,
+            windows=tuple(self.windows),
+            sql=self.text,
         )
+
+    # -- window clauses ----------------------------------------------------------------------
+    def _cut_windows(self) -> None:
+        """Find the window clauses (``[RANGE <n> SECONDS|MINUTES|HOURS]``) in the token
+        stream (so brackets inside string literals are left alone), record them and blank
+        them out of the text sqlglot parses; :meth:`_add_relation` attaches each to the table
+        name right before it. Text that does not tokenize is left to the parser's errors."""
+        try:
+            tokens = sqlglot.tokenize(self.sql)
+        except SqlglotError:
+            return
+        self._original_tokens = tokens
+        text = list(self.sql)
+        for i, t in enumerate(tokens):
+            if t.token_type != TokenType.L_BRACKET or i + 1 >= len(tokens):
+                continue
+            if tokens[i + 1].text.upper() != "RANGE":
+                continue
+            clause = tokens[i:i + 5]
+            ok = (len(clause) == 5 and clause[2].token_type == TokenType.NUMBER
+                  and clause[3].text.upper() in _WINDOW_UNITS
+                  and clause[4].token_type == TokenType.R_BRACKET)
+            if not ok:
+                raise self._error("window clause: expected [RANGE <n> SECONDS|MINUTES|HOURS] "
+                                  "after a stream's name", t.start)
+            try:
+                n = exact_number(clause[2].text)
+            except (NumberError, OutOfRange):
+                n = 0
+            seconds = float(n) * _WINDOW_UNITS[clause[3].text.upper()]
+            if not 0 < seconds < math.inf:
+                raise self._error(f"window clause: the window must be a finite number of "
+                                  f"seconds above 0, got {clause[2].text}", clause[2].start)
+            item = tokens[i - 2].token_type if i >= 2 else None
+            if item not in (TokenType.FROM, TokenType.COMMA, TokenType.JOIN):
+                raise self._misplaced(t.start)  # not right after the name of a FROM item
+            end = clause[4].end + 1
+            self._windows[t.start] = (seconds, end)
+            text[t.start:end] = [c if c == "\n" else " " for c in text[t.start:end]]
+        self.sql = "".join(text)
+
+    def _window_after(self, table: exp.Table) -> float | None:
+        """The window clause right after ``table``'s name (consumed), or None."""
+        anchor = _anchor(table.this)
+        tokens = self._original_tokens
+        for i, t in enumerate(tokens[:-1]):
+            if t.start == anchor:
+                hit = self._windows.pop(tokens[i + 1].start, None)
+                return None if hit is None else hit[0]
+        return None
+
+    def _check_windows_used(self) -> None:
+        """A window clause not right after a table name in FROM is misplaced."""
+        for start in self._windows:
+            raise self._misplaced(start)
+
+    def _misplaced(self, start: int) -> QueryError:
+        return self._error("window clause: [RANGE …] goes right after a stream's name in "
+                           "FROM (FROM bids [RANGE 30 SECONDS] b)", start)
 
     # -- errors and positions ----------------------------------------------------------------
     def _error_at(self, line: int | None, col: int | None, message: str) -> QueryError:
@@ -525,6 +600,17 @@ class _Parser:
             offset = _first(_anchor(alias_node), _anchor(table))
             raise self._error(f"duplicate alias '{alias}'", offset)
         relation = Relation(alias, name)
+        stats = self.catalog.tables[name]
+        window = self._window_after(table)
+        if window is not None and not stats.is_stream:
+            raise self._error(f"window on table '{name}', which is not a stream (only a catalog "
+                              "entry with a 'rate' is one)", _anchor(table.this))
+        if stats.is_stream and window is None and stats.window is None:
+            raise self._error(f"stream '{name}' has no window: write FROM {name} [RANGE <n> "
+                              "SECONDS] or give it a 'window' in the catalog",
+                              _anchor(table.this))
+        if window is not None:
+            self.windows.append((alias, window))
         self.relations.append(relation)
         self.by_alias[alias] = relation
 

@@ -27,6 +27,7 @@ from reopt.costmodel.deltas import Delta, apply_deltas, parse_deltas
 from reopt.costmodel.errors import DeltaError, OptimizerError, ReoptError
 from reopt.costmodel.models import cost_model as get_cost_model
 from reopt.costmodel.query import Query
+from reopt.costmodel.rate import check_streams, plan_estimates
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result
 from reopt.optimizers.bottomup import bottomup
@@ -206,6 +207,7 @@ class Optimizer:
         max_tuples: int | None = None,
         max_iterations: int | None = None,
         over_budget: str = "error",
+        objective: str | None = None,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
         policy = _choice("observed_supersets policy", observed_supersets, OBSERVED_SUPERSETS)
@@ -222,7 +224,9 @@ class Optimizer:
         self.rules = rules
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
-        self.model = get_cost_model(cost_model)
+        self.model = get_cost_model(cost_model, objective)
+        if self.model.name == "rate":
+            check_streams(self.query, self.catalog)
         self.adjustments = Adjustments(observed_supersets=policy)
         """The statistics deltas have changed; ``observed_supersets`` says how the estimates
         of unobserved sets use observations of their subsets (README, "Deltas")."""
@@ -617,6 +621,8 @@ def _finite(o: Optimizer, step: Step) -> Step:
     if not math.isfinite(step.cost):
         raise OptimizerError(f"query {o.query.name}: the best plan's cost is {step.cost}, "
                              "not a finite number")
+    if o.model.name == "rate":
+        step.metrics["stream"] = plan_estimates(o.space(), step.plan, step.cost)
     return step
 
 

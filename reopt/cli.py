@@ -19,6 +19,7 @@ from reopt.api import (
     OVER_BUDGET,
     PRUNING_MODES,
     Optimizer,
+    Step,
     load_catalog,
     load_query,
     optimize_batch,
@@ -57,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--sf", type=scale_factor, help="TPC-H scale factor of the built-in "
                    "catalog (default 1; not with --catalog)")
     o.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    o.add_argument("--objective", metavar="rate|time-to:N",
+                   help="what the rate cost model optimizes: the output rate (rate, the "
+                   "default) or the time to the first N results (time-to:N)")
     o.add_argument(
         "--optimizer", default=DECLARATIVE,
         help=f"one or a comma-separated list of: {', '.join(OPTIMIZERS)} (default: declarative)",
@@ -203,6 +207,21 @@ def _declarative_only(args: argparse.Namespace, names: list[str]) -> None:
             )
 
 
+def _print_stream(step: Step) -> None:
+    """The rate model's promise for a plan (``metrics["stream"]``), one line."""
+    m = step.metrics.get("stream")
+    if m is None:
+        return
+    if "time_to_n" in m:
+        what = (f"first {m['results']:g} results after {m['time_to_n']:.6g} s "
+                f"(t_N={m['t_n']:.6g} s)")
+    else:
+        what = f"output {m['output_rate']:.6g} tuples/s at load {m['load']:.4g}"
+    print(f"   {what}; Eq. 2 per operator {m['eq2_output_rate']:.6g} tuples/s; state "
+          f"{m['state_tuples']:.6g} tuples ({m['state_windows']:.6g} in windows, "
+          f"{m['state_intermediate']:.6g} intermediate)")
+
+
 def optimize_main(args: argparse.Namespace) -> int:
     if args.catalog is not None and args.sf is not None:
         raise ReoptError("--sf scales the built-in TPC-H catalog; a --catalog file has its own "
@@ -213,6 +232,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         raise ReoptError("--master applies to the spark engine of the declarative optimizer; "
                          "nothing in this run uses Spark")
     _declarative_only(args, names)
+    if args.objective is not None and args.cost_model != "rate":
+        raise ReoptError(f"--objective applies to --cost-model rate; this run uses "
+                         f"{args.cost_model}")
     args.pruning = args.pruning or "all"
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
@@ -227,7 +249,7 @@ def optimize_main(args: argparse.Namespace) -> int:
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
                   max_pairs=args.max_pairs, observed_supersets=args.observed_supersets,
-                  over_budget=args.over_budget)
+                  over_budget=args.over_budget, objective=args.objective)
         for query in queries
         for name in names
     ]
@@ -289,6 +311,7 @@ def optimize_main(args: argparse.Namespace) -> int:
                   f"{full['or_nodes']} OR nodes, {kept['and_nodes']}/{full['and_nodes']} "
                   f"AND nodes (pruned {m['pruning_ratio']['or']:.0%}, "
                   f"{m['pruning_ratio']['and']:.0%})")
+        _print_stream(init)
         print(init.plan.explain())
         for step in e["steps"]:
             m = step.metrics
@@ -300,6 +323,7 @@ def optimize_main(args: argparse.Namespace) -> int:
             if not step.exact:
                 how += ", greedy, not exact"
             print(f"-- after {'; '.join(step.deltas)}: cost={step.cost:.6g} ({how})")
+            _print_stream(step)
             print(step.plan.explain())
         print()
     return 0
@@ -366,7 +390,8 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
                    "the data's scale factor)")
     p.add_argument("--sf", type=scale_factor, help="scale factor of the built-in catalog "
                    "(default: the one DIR/reopt-data.json records, else 1)")
-    p.add_argument("--cost-model", default="io", choices=sorted(MODELS))
+    p.add_argument("--cost-model", default="io", choices=sorted(m for m in MODELS if m != "rate"),
+                   help="(the rate model plans continuous queries, which run on no executor yet)")
 
 
 def _spark_run_arguments(p: argparse.ArgumentParser) -> None:
