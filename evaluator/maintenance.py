@@ -312,13 +312,14 @@ class MaintainedEngine(PythonEngine):
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         """The state between updates: both layers (a relation the live layer shares with the
-        complete one stays shared: pickle keeps identity), the reference counts and the
-        plan spaces. The program pickles as its source; everything derived from it, and the
+        complete one stays shared: pickle keeps identity), the reference counts, the bounds
+        the live layer was pruned with and the plan spaces. The program pickles as its source; everything derived from it, and the
         frames (whose strings are codes of this process's dictionary), is made again."""
         if not hasattr(self, "complete"):
             return {"program": self.live_program, "ctx": self.ctx}
         return {"program": self.live_program, "ctx": self.ctx, "complete": self.complete,
-                "live": self.live, "counts": self.counts, "stats": self.stats}
+                "live": self.live, "counts": self.counts, "stats": self.stats,
+                "caps": self._caps}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["program"], state["ctx"])  # type: ignore[misc]
@@ -326,6 +327,7 @@ class MaintainedEngine(PythonEngine):
             return
         self.complete, self.live = state["complete"], state["live"]
         self.full, self.counts, self.stats = self.live, state["counts"], state["stats"]
+        self._caps = state["caps"]
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
