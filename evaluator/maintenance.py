@@ -313,8 +313,9 @@ class MaintainedEngine(PythonEngine):
     def __getstate__(self) -> dict[str, Any]:
         """The state between updates: both layers (a relation the live layer shares with the
         complete one stays shared: pickle keeps identity), the reference counts, the bounds
-        the live layer was pruned with and the plan spaces. The program pickles as its source; everything derived from it, and the
-        frames (whose strings are codes of this process's dictionary), is made again."""
+        the live layer was pruned with and the plan spaces. The program pickles as its
+        source; everything derived from it, and the frames (whose strings are codes of this
+        process's dictionary), is made again."""
         if not hasattr(self, "complete"):
             return {"program": self.live_program, "ctx": self.ctx}
         return {"program": self.live_program, "ctx": self.ctx, "complete": self.complete,
