@@ -718,6 +718,12 @@ class MaintainedEngine(PythonEngine):
         for r in self.complete[sel.agg].rows:
             g = r[:pos] + r[pos + 1:]
             if g in changes:
+                # re-derived under the new statistics, it may also have crossed the bound: its
+                # change then names only the tuples that went and came, not the ones that
+                # stayed and were out of the live layer (a plan tied with a new one, both
+                # under a bound that rose); all its selected tuples are what it should hold
+                removed, _ = changes[g]
+                changes[g] = (removed | set(live.get(g, ())), set(by_key.get(g, ())))
                 continue
             k, v = g[:width], r[pos]
             was, now = caps_within(old, k, v), caps_within(caps, k, v)

@@ -86,6 +86,9 @@ def main(mode: str, master: str, saved: str, out: str) -> None:
     else:
         fleet = Fleet.load(saved, spark=spark)
         report["rounds"]["2"] = fleet.update(cluster_rounds()[1]).by_name()
+    for results in report["rounds"].values():
+        for r in results.values():
+            r.pop("step", None)  # the API's pickled step: bytes
     Path(out).write_text(json.dumps(report))
 
 
