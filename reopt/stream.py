@@ -271,7 +271,8 @@ class ContinuousQuery:
 
     def step(self, plan: PlanNode) -> MicroBatch:
         """Run the next micro-batch under ``plan`` (any plan of the query; the previous
-        batch's plan need not be the same). Raises :class:`StopIteration` past the end."""
+        batch's plan need not be the same). Past the stream's last second, a
+        :class:`StreamError`."""
         from pyspark.sql import functions as F
 
         from reopt.spark import execution_settings
@@ -281,7 +282,8 @@ class ContinuousQuery:
                               f"{self.query.name} has {sorted(self.query.aliases)}")
         start = self.batch * self.batch_seconds
         if start >= self.seconds:
-            raise StopIteration
+            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
+                              f"{self.batch} (from {start} s)")
         end = start + self.batch_seconds
         t0 = time.perf_counter()
         skipped: dict[str, int] = {}
