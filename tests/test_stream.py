@@ -18,9 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from reopt.api import Optimizer
 from reopt.cli import main
+from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import ReoptError
 from reopt.execute import answer_digest
 from reopt.stream import ContinuousQuery, StreamError, plan_line
@@ -253,3 +256,103 @@ def test_stream_cli_bad_input_is_one_line(tmp_path, capsys):
     assert main(["stream", QUERY, "--data", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("reopt: ") and "\n" not in err
+
+
+# -- a property: any plan per batch, any windows, against brute force ------------------------
+def all_plans(opt: Optimizer) -> list:
+    """Every plan tree of the query's plan space (join orders, shapes and operators)."""
+    from reopt.optimizers.exhaustive import _trees
+    from reopt.plan import build_plan
+
+    space = opt.space()
+    plans = []
+    for _, tree in _trees(space, space.root):
+        picked, stack = {}, [tree]
+        while stack:
+            alt, kids = stack.pop()
+            picked[(alt.expr, alt.prop)] = alt
+            stack += kids
+        plans.append(build_plan(space, picked))
+    return plans
+
+
+def brute_force(records: dict[str, list[tuple[int, float]]], windows: dict[str, float],
+                batch_seconds: int) -> dict[int, Counter]:
+    """Batch -> multiset of (x.k, x.ts, y.ts, z.ts) for x, y over stream s and z over r,
+    all keys equal, every tuple within its window of the newest: nested loops."""
+    out: dict[int, Counter] = {}
+    for xk, xt in records["s"]:
+        for yk, yt in records["s"]:
+            for zk, zt in records["r"]:
+                newest = max(xt, yt, zt)
+                if (xk == yk == zk and newest - xt < windows["x"]
+                        and newest - yt < windows["y"] and newest - zt < windows["z"]):
+                    out.setdefault(int(newest // batch_seconds), Counter())[
+                        (xk, xt, yt, zt)] += 1
+    return out
+
+
+SECONDS = 3
+
+
+@st.composite
+def streams(draw):
+    """Records of streams s(k, ts) and r(k, ts) over 3 seconds; some seconds have no file
+    (a stalled source), every stream has at least one."""
+    records, files = {}, {}
+    for name in ("s", "r"):
+        present = draw(st.lists(st.booleans(), min_size=SECONDS, max_size=SECONDS)
+                       .filter(any))
+        rows, seconds = [], []
+        for second in range(SECONDS):
+            n = draw(st.integers(0, 4))
+            ms = sorted(draw(st.lists(st.integers(0, 999), min_size=n, max_size=n)))
+            keys = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+            batch = [(k, second + m / 1000) for k, m in zip(keys, ms, strict=True)]
+            if present[second]:
+                rows += batch
+                seconds.append((second, batch))
+        records[name], files[name] = rows, seconds
+    return records, files
+
+
+@pytest.mark.spark
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
+       batch_seconds=st.sampled_from([1, 2]), choices=st.lists(st.integers(0, 10 ** 6),
+                                                                min_size=4, max_size=4))
+def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, windows,
+                                               batch_seconds, choices):
+    """A self-join (two windows over stream s) and a third stream; every batch under a plan
+    drawn from all plan trees; each batch's results against nested loops over all records."""
+    records, files = data
+    root = tmp_path_factory.mktemp("prop")
+    for name, seconds in files.items():
+        (root / name).mkdir()
+        for second, batch in seconds:
+            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
+                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
+            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
+    catalog = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 3},
+                                                                  "ts": {}}}
+                          for n in ("s", "r")}}
+    w = dict(zip("xyz", windows, strict=True))
+    sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
+           f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z "
+           "WHERE x.k = y.k AND y.k = z.k")
+    opt = Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate", optimizer="topdown")
+    plans = all_plans(opt)
+    assert len({plan_line(p) for p in plans}) > 1
+    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds)
+    expected = brute_force(records, w, batch_seconds)
+    seen = set()
+    for b in cq.run(lambda last: plans[choices[0 if last is None else last.index + 1]
+                                       % len(plans)]):
+        got = Counter((int(k), round(xt, 3), round(yt, 3), round(zt, 3))
+                      for k, xt, yt, zt in b.rows)
+        want = Counter({(k, round(xt, 3), round(yt, 3), round(zt, 3)): n for
+                        (k, xt, yt, zt), n in expected.get(b.index, Counter()).items()})
+        assert got == want, (b.index, b.plan)
+        seen.add(b.index)
+    assert set(expected) <= seen
