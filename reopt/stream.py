@@ -127,11 +127,13 @@ class ContinuousQuery:
 
     ``windows`` come from the query's window clauses, else the catalog (with ``adjustments``,
     ``window`` deltas). :meth:`step` runs the next micro-batch under a given plan;
-    :meth:`run` runs them all, asking ``plan_for`` for each batch's plan.
+    :meth:`run` runs them all, asking ``plan_for`` for each batch's plan. ``spark`` may be
+    None until the first batch (set :attr:`spark`): the query and the folder are checked
+    without it, so bad input fails before Spark starts.
     """
 
     def __init__(self, query: Query, catalog: Catalog, data_dir: str | Path,
-                 spark: SparkSession, batch_seconds: int = 1,
+                 spark: SparkSession | None, batch_seconds: int = 1,
                  adjustments: Adjustments | None = None):
         if isinstance(batch_seconds, bool) or not isinstance(batch_seconds, int) \
                 or batch_seconds < 1:
@@ -277,6 +279,8 @@ class ContinuousQuery:
 
         from reopt.spark import execution_settings
 
+        if self.spark is None:
+            raise StreamError("no Spark session: set ContinuousQuery.spark before a batch")
         if set(plan.relations) != set(self.query.aliases):
             raise StreamError(f"the plan covers {sorted(plan.relations)}, query "
                               f"{self.query.name} has {sorted(self.query.aliases)}")

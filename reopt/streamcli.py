@@ -103,10 +103,11 @@ def main(argv: list[str]) -> int:
                     optimizer=args.optimizer)
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
     replanner = Replanner(opt, every)
+    cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
+                         opt.adjustments)  # bad input fails here, before Spark starts
     from reopt.spark import get_spark
 
-    cq = ContinuousQuery(opt.query, opt.catalog, args.data, get_spark(args.master),
-                         args.batch_seconds, opt.adjustments)
+    cq.spark = get_spark(args.master)
     batches = []
     sink = open(args.results, "w", encoding="utf-8") if args.results else None  # noqa: SIM115
     try:

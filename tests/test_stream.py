@@ -356,3 +356,17 @@ def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, wi
         assert got == want, (b.index, b.plan)
         seen.add(b.index)
     assert set(expected) <= seen
+
+
+def test_stream_cli_refuses_an_aggregate_before_spark_starts(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seconds=3)
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started for bad input")
+
+    monkeypatch.setattr("reopt.spark.get_spark", no_spark)
+    assert main(["stream", "SELECT count(*) FROM bids b", "--data", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "aggregates and GROUP BY over windows are not supported yet" in err
+    assert "\n" not in err
