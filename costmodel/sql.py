@@ -1103,3 +1103,9 @@ def _arithmetic(e: exp.Expression, a: _Number, b: _Number) -> _Number:
     if abs(v) > _LARGEST:
         raise _OutOfRange(f"the value of {short_text(e.sql(), 60)}", e)
     return v
+
+
+def sql_without_windows(sql: str, catalog: Catalog) -> str:
+    """``sql`` with its window clauses blanked out (same length, offsets kept): the text a
+    SQL engine without CQL's windows reads (the stream executor runs it on Spark)."""
+    return _Parser(sql.removeprefix("\ufeff"), catalog, "query").sql

@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fleet", help="optimize many standing queries on Spark, then rounds "
                        "of deltas (reopt fleet --help)")
     f.add_argument("args", nargs=argparse.REMAINDER)
+    c = sub.add_parser("stream", help="run a continuous windowed join over stream files on "
+                       "Spark in micro-batches (reopt stream --help)")
+    c.add_argument("args", nargs=argparse.REMAINDER)
     b = sub.add_parser("bench", help="the paper's evaluation: BENCHMARKS.md and PNG plots "
                        "(source checkout only; see benchmarks/run.py)")
     b.add_argument("args", nargs=argparse.REMAINDER)
@@ -542,6 +545,10 @@ def main(argv: list[str] | None = None) -> int:
             from reopt.fleetcli import main as fleet_main
 
             return fleet_main(argv[1:])
+        if argv[:1] == ["stream"]:  # likewise: `reopt stream --help` shows its options
+            from reopt.streamcli import main as stream_main
+
+            return stream_main(argv[1:])
         if argv[:1] == ["bench"]:  # likewise: `reopt bench --help` shows benchmarks/run.py's
             return bench_main(argv[1:])
         args = _parser().parse_args(argv)

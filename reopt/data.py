@@ -1,4 +1,5 @@
-"""``reopt data tpch``: TPC-H as Parquet, optionally with what breaks textbook estimates.
+"""``reopt data tpch``: TPC-H as Parquet, optionally with what breaks textbook estimates
+(``reopt data stream``, stream workloads, is :mod:`reopt.streamgen`).
 
 The tables come from ``tpchgen-cli`` (a PyPI package: a Rust port of dbgen that needs no
 network), one file per table, ``DIR/<table>.parquet``, in the TPC-H schema (keys ``bigint``,
@@ -47,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reopt.cliargs import UsageParser, number_from_to, scale_factor
+from reopt.cliargs import UsageParser, number_from_to, positive_int, scale_factor
 from reopt.costmodel.errors import ReoptError
 
 if TYPE_CHECKING:
@@ -293,12 +294,32 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_seed, default=0, help="seed of the rewrites (default 0)")
     t.add_argument("--master", metavar="URL",
                    help="Spark master for the rewrites (default $REOPT_SPARK_MASTER or local[*])")
+    st = sub.add_parser("stream", help="seeded stream workloads for continuous queries, "
+                        "rates and selectivities drifting in phases (reopt/streamgen.py)")
+    st.add_argument("--workload", required=True, choices=("nexmark", "linearroad"))
+    st.add_argument("-o", "--output", required=True, metavar="DIR",
+                    help="output folder (created; must be empty)")
+    st.add_argument("--seconds", type=positive_int, metavar="S",
+                    help="stream seconds (default 30: three default phases of S/3)")
+    st.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    st.add_argument("--phases", metavar="P", help="phases 'SECONDS[:NAME=VALUE,...];...', "
+                    "NAME a stream (its rate, tuples/s) or keys (the join keys' domain)")
     return ap
 
 
 def main(argv: list[str]) -> int:
-    """``reopt data tpch --sf F -o DIR [--skew Z] [--correlate] [--seed S]``."""
+    """``reopt data tpch --sf F -o DIR [--skew Z] [--correlate] [--seed S]`` and ``reopt data
+    stream --workload W -o DIR [--seconds S] [--seed N] [--phases P]``."""
     args = _parser().parse_args(argv)
+    if args.benchmark == "stream":
+        from reopt.streamgen import generate_stream
+
+        m = generate_stream(args.workload, args.output, args.seconds, args.seed, args.phases)
+        counts = ", ".join(f"{s} {n}" for s, n in m["records"].items())
+        print(f"wrote {m['workload']} streams, {m['seconds']} s of stream time (phases "
+              f"{m['phases']}, seed {m['seed']}) to {args.output}: {counts} records; "
+              "catalog.json, query.sql, stream.json")
+        return 0
     if args.master is not None and args.skew is None and not args.correlate:
         raise ReoptError("--master applies to --skew/--correlate (nothing else uses Spark)")
     m = generate_tpch(args.sf, args.output, args.skew, args.correlate, args.seed,

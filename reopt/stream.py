@@ -1,0 +1,359 @@
+"""A continuous-query executor on Spark: windowed stream joins in micro-batches, each result
+exactly once, under a plan tree that may change between micro-batches.
+
+Input is a folder as ``reopt data stream`` writes it: ``STREAM/SSSSSS.parquet``, the records
+of one stream with event time ``ts`` in stream second ``[S, S+1)``. A micro-batch is
+``batch_seconds`` seconds of stream time; batches are read by a plain loop over the files in
+stream-time order, not by Structured Streaming's file source: that source orders files by
+modification time and cuts batches by file counts, so a batch would not be a stretch of event
+time, the run would not be reproducible, and its stateful operators may not be rearranged
+between batches — here the state is reopt's own, and any plan may run any batch.
+
+Semantics (CQL's sliding windows): a result is one combination of tuples, one per FROM item,
+meeting the query's conditions, all alive at the same instant — with ``t`` the newest of
+their event times, every tuple ``i`` has ``t - ts_i < window_i``. It is emitted in the
+micro-batch that holds ``t`` (the batch in which its newest tuple arrived), exactly once.
+
+State: each stream keeps a window buffer (a pandas frame of its unexpired records, expired by
+event time at the end of every batch: a record with ``ts <= end - window`` can never join
+again). No intermediate join state is kept, so the join tree may change between micro-batches
+with nothing to migrate: each batch recomputes the old sides it needs from the buffers.
+
+A batch runs the plan tree as a symmetric windowed join on Spark DataFrames: at a join of
+``L`` and ``R``, the new results are ``ΔL ⋈ (R_old ∪ ΔR) ∪ L_old ⋈ ΔR`` — new tuples of each
+side probe the other side's window state, and a combination with new tuples on both sides is
+produced once (by the first term). ``old`` of a subtree is the join of its buffers before the
+batch. Joins carry the plan's operator as a Spark join hint (:data:`STREAM_JOIN_HINTS`) and
+the window conditions of every tuple they hold. Filters, join conditions and the SELECT list
+are the query's, prepared as :mod:`reopt.execute` prepares a batch plan.
+
+After every batch, the observations as deltas for the rate model: ``rate STREAM =R`` (arrivals
+in the batch per second; none for a stream that delivered nothing, whose rate must be > 0)
+and ``sel A.x=B.y =S`` for every equi-join predicate, measured on the windows' contents at
+the batch's end (matching pairs over all pairs; none when a window is empty or no pair
+matches, since a selectivity must be > 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlglot
+from sqlglot import exp
+
+from reopt.costmodel.cardinality import Adjustments, Estimator
+from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.query import Query
+from reopt.costmodel.sql import sql_without_windows
+from reopt.execute import JOIN_HINTS, _name, _prepare, _Prepared, collect
+from reopt.plan import PlanNode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TIME = "ts"
+"""The event-time column every stream record carries (seconds of stream time)."""
+STREAM_JOIN_HINTS = {**JOIN_HINTS, "shj": "shuffle_hash", "nlj": "shuffle_replicate_nl"}
+"""Join operator -> Spark join hint on its right input; the rate model's symmetric hash join
+(``shj``) and nested loops (``nlj``) as Spark's shuffled hash and nested-loop joins."""
+EXPIRY_SLACK = 1e-6
+"""Records are expired a little late, never early: the join conditions decide membership."""
+
+
+class StreamError(ReoptError):
+    """A query or stream folder the executor cannot run; one line."""
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch after it ran: what arrived, what it emitted, what it observed."""
+
+    index: int
+    start: float
+    end: float
+    plan: str
+    """The plan tree that ran it, one line (``join(join(p, a), b)`` with operators)."""
+    arrivals: dict[str, int]
+    state: dict[str, int]
+    """Records each stream's window buffer holds after expiry at the batch's end."""
+    columns: list[str]
+    rows: list[tuple]
+    seconds: float
+    deltas: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Per stream, records dropped (a file that cannot be read, a record outside its file's
+    second or without a time); counted, never fatal."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "start": self.start, "end": self.end, "plan": self.plan,
+                "arrivals": self.arrivals, "state": self.state, "results": len(self.rows),
+                "seconds": self.seconds, "deltas": self.deltas, "skipped": self.skipped}
+
+
+def plan_line(node: PlanNode) -> str:
+    """The plan tree in one line: ``shj(nlj(p, a), b)``."""
+    if not node.children:
+        return node.relations[0]
+    if len(node.children) == 1:
+        return plan_line(node.children[0])
+    return f"{node.op}({', '.join(plan_line(c) for c in node.children)})"
+
+
+def _check_query(query: Query, catalog: Catalog) -> None:
+    """Only select-project-join queries over streams run continuously here."""
+    for r in query.relations:
+        if not catalog.table(r.table).is_stream:
+            raise StreamError(f"query {query.name}: '{r.table}' is a stored table; the stream "
+                              "executor joins streams only (a table join is not supported yet)")
+    tree = sqlglot.parse_one(query.sql)
+    if (query.aggregates or query.group_by or tree.find(exp.AggFunc) is not None
+            or tree.args.get("group") is not None):
+        raise StreamError(f"query {query.name}: the stream executor emits join results; "
+                          "aggregates and GROUP BY over windows are not supported yet")
+
+
+class ContinuousQuery:
+    """A windowed join query over the stream files in ``data_dir``, run batch by batch.
+
+    ``windows`` come from the query's window clauses, else the catalog (with ``adjustments``,
+    ``window`` deltas). :meth:`step` runs the next micro-batch under a given plan;
+    :meth:`run` runs them all, asking ``plan_for`` for each batch's plan. ``spark`` may be
+    None until the first batch (set :attr:`spark`): the query and the folder are checked
+    without it, so bad input fails before Spark starts.
+    """
+
+    def __init__(self, query: Query, catalog: Catalog, data_dir: str | Path,
+                 spark: SparkSession | None, batch_seconds: int = 1,
+                 adjustments: Adjustments | None = None):
+        if isinstance(batch_seconds, bool) or not isinstance(batch_seconds, int) \
+                or batch_seconds < 1:
+            raise StreamError(f"batch seconds must be a whole number >= 1, got {batch_seconds!r}")
+        query = dataclasses.replace(query, sql=sql_without_windows(query.sql, catalog))
+        _check_query(query, catalog)
+        self.query = query
+        self.spark = spark
+        self.batch_seconds = batch_seconds
+        est = Estimator(query, catalog, adjustments or Adjustments())
+        self.windows = {a: float(est.window(a)) for a in query.aliases}
+        self.tables = list(dict.fromkeys(r.table for r in query.relations))
+        self.root = Path(data_dir)
+        self.files, self.schemas = self._discover()
+        self.seconds = max((max(f) + 1 for f in self.files.values() if f), default=0)
+        schemas = {t: [f.name for f in s] for t, s in self.schemas.items()}
+        self.view = f"reopt_stream_{uuid.uuid4().hex[:12]}"
+        self.prepared: _Prepared = _prepare(query, schemas, self.view)
+        self.time_of = {}
+        for i, r in enumerate(query.relations):
+            col = {c.lower(): c for c in schemas[r.table]}[TIME]
+            self.prepared.needed[i].add(col)
+            self.time_of[i] = col
+        self.horizon = {t: max(w for a, w in self.windows.items()
+                               if query.table_of(a) == t) for t in self.tables}
+        self.buffers = {t: self._empty(t) for t in self.tables}
+        self.batch = 0
+
+    # -- the stream files ----------------------------------------------------------------------
+    def _discover(self) -> tuple[dict[str, dict[int, Path]], dict[str, pa.Schema]]:
+        files, schemas = {}, {}
+        for t in self.tables:
+            folder = self.root / t
+            if not folder.is_dir():
+                raise StreamError(f"{self.root}: no stream folder '{t}' (query "
+                                  f"{self.query.name} reads it)")
+            found = {int(p.stem): p for p in folder.glob("*.parquet") if p.stem.isdigit()}
+            if not found:
+                raise StreamError(f"{folder}: no stream files (SSSSSS.parquet, one per second)")
+            schema = None
+            for second in sorted(found):
+                try:
+                    schema = pq.read_schema(found[second])
+                    break
+                except (OSError, pa.ArrowException):
+                    continue
+            if schema is None:
+                raise StreamError(f"{folder}: no readable stream file")
+            if TIME not in {n.lower() for n in schema.names}:
+                raise StreamError(f"{folder}: records have no '{TIME}' column (event time)")
+            files[t], schemas[t] = found, schema
+        return files, schemas
+
+    def _empty(self, table: str) -> pd.DataFrame:
+        return self.schemas[table].empty_table().to_pandas()
+
+    def _read(self, table: str, start: int, end: int, skipped: dict[str, int]) -> pd.DataFrame:
+        """The records of ``table`` in stream seconds ``[start, end)``; unreadable files and
+        records outside their second are counted in ``skipped`` and dropped."""
+        frames = []
+        schema = self.schemas[table]
+        time_col = next(n for n in schema.names if n.lower() == TIME)
+        for second in range(start, end):
+            path = self.files[table].get(second)
+            if path is None:  # a stalled source: nothing arrived
+                continue
+            try:
+                frame = pq.read_table(path).cast(schema).to_pandas()
+            except (OSError, pa.ArrowException, ValueError):
+                skipped[table] = skipped.get(table, 0) + 1
+                continue
+            ts = frame[time_col]
+            ok = ts.notna() & (ts >= second) & (ts < second + 1)
+            if not ok.all():
+                skipped[table] = skipped.get(table, 0) + int((~ok).sum())
+                frame = frame[ok]
+            frames.append(frame)
+        if not frames:
+            return self._empty(table)
+        return pd.concat(frames, ignore_index=True)
+
+    # -- one micro-batch on Spark --------------------------------------------------------------
+    def _frame(self, table: str, pdf: pd.DataFrame) -> DataFrame:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return self.spark.createDataFrame(pdf, schema=from_arrow_schema(self.schemas[table]))
+
+    def _leaf(self, alias: str, frames: dict[str, tuple[DataFrame, DataFrame]]
+              ) -> tuple[DataFrame, DataFrame]:
+        from pyspark.sql import functions as F
+
+        i = self.query.index(alias)
+        old, new = frames[self.query.table_of(alias)]
+        out = []
+        for df in (old, new):
+            df = df.select(*[F.col(f"`{c}`").alias(_name(i, c))
+                             for c in sorted(self.prepared.needed[i])])
+            for text in self.prepared.filters.get(i, []):
+                df = df.filter(F.expr(text))
+            out.append(df)
+        return out[0], out[1]
+
+    def _window_condition(self, held: set[int]) -> str:
+        times = [_name(i, self.time_of[i]) for i in sorted(held)]
+        newest = f"greatest({', '.join(times)})"
+        return " AND ".join(f"({newest} - {t} < {self.windows[self.query.aliases[i]]!r})"
+                            for i, t in zip(sorted(held), times, strict=True))
+
+    def _join(self, node: PlanNode, left: DataFrame, right: DataFrame, lset: set[int],
+              rset: set[int]) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        both = lset | rset
+        conds = [f"({text})" for used, text in self.prepared.conditions
+                 if used <= both and not used <= lset and not used <= rset]
+        conds.append(self._window_condition(both))
+        hint = STREAM_JOIN_HINTS.get(node.op)
+        if hint is not None:
+            right = right.hint(hint)
+        return left.join(right, F.expr(" AND ".join(conds)), "inner")
+
+    def _delta(self, node: PlanNode, frames: dict[str, tuple[DataFrame, DataFrame]]
+               ) -> tuple[DataFrame, DataFrame, set[int]]:
+        """(old, delta, relation indexes) of ``node``'s subtree: its results among the
+        buffers before the batch, and its new results in the batch."""
+        log = node.alt.log_op
+        if log == "scan":
+            old, new = self._leaf(node.relations[0], frames)
+            return old, new, {self.query.index(node.relations[0])}
+        if log != "join":  # a sort enforcer or the final operator: the SELECT list runs later
+            return self._delta(node.children[0], frames)
+        lo, ld, ls = self._delta(node.children[0], frames)
+        ro, rd, rs = self._delta(node.children[1], frames)
+        delta = self._join(node, ld, ro.unionByName(rd), ls, rs).unionByName(
+            self._join(node, lo, rd, ls, rs))
+        return self._join(node, lo, ro, ls, rs), delta, ls | rs
+
+    def step(self, plan: PlanNode) -> MicroBatch:
+        """Run the next micro-batch under ``plan`` (any plan of the query; the previous
+        batch's plan need not be the same). Past the stream's last second, a
+        :class:`StreamError`."""
+        from pyspark.sql import functions as F
+
+        from reopt.spark import execution_settings
+
+        if self.spark is None:
+            raise StreamError("no Spark session: set ContinuousQuery.spark before a batch")
+        if set(plan.relations) != set(self.query.aliases):
+            raise StreamError(f"the plan covers {sorted(plan.relations)}, query "
+                              f"{self.query.name} has {sorted(self.query.aliases)}")
+        start = self.batch * self.batch_seconds
+        if start >= self.seconds:
+            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
+                              f"{self.batch} (from {start} s)")
+        end = start + self.batch_seconds
+        t0 = time.perf_counter()
+        skipped: dict[str, int] = {}
+        arrived = {t: self._read(t, start, end, skipped) for t in self.tables}
+        frames = {t: (self._frame(t, self.buffers[t]), self._frame(t, arrived[t]))
+                  for t in self.tables}
+        with execution_settings(self.spark):
+            _, delta, _ = self._delta(plan, frames)
+            if self.prepared.constant:
+                delta = delta.filter(F.expr(" AND ".join(f"({c})"
+                                                         for c in self.prepared.constant)))
+            delta.createOrReplaceTempView(self.view)
+            try:
+                answer = self.spark.sql(self.prepared.final_sql)
+                rows = collect(answer)
+                columns = list(answer.columns)
+            finally:
+                self.spark.catalog.dropTempView(self.view)
+        for t in self.tables:  # the windows slide: append, then expire by event time
+            both = pd.concat([self.buffers[t], arrived[t]], ignore_index=True)
+            time_col = next(c for c in both.columns if c.lower() == TIME)
+            self.buffers[t] = both[both[time_col] > end - self.horizon[t] - EXPIRY_SLACK
+                                   ].reset_index(drop=True)
+        seconds = time.perf_counter() - t0
+        batch = MicroBatch(self.batch, float(start), float(end), plan_line(plan),
+                           {t: len(f) for t, f in arrived.items()},
+                           {t: len(f) for t, f in self.buffers.items()}, columns, rows,
+                           seconds, skipped=skipped)
+        batch.deltas = self.observed(batch)
+        self.batch += 1
+        return batch
+
+    # -- observations --------------------------------------------------------------------------
+    def _window_contents(self, alias: str, end: float) -> pd.DataFrame:
+        buf = self.buffers[self.query.table_of(alias)]
+        time_col = next(c for c in buf.columns if c.lower() == TIME)
+        return buf[buf[time_col] > end - self.windows[alias]]
+
+    def observed(self, batch: MicroBatch) -> list[str]:
+        """``batch``'s observations as ``rate``/``sel`` delta texts (see the module doc)."""
+        out = [f"rate {t} ={n / (batch.end - batch.start):.6g}"
+               for t, n in batch.arrivals.items() if n > 0]
+        for p in self.query.joins:
+            sides = []
+            for ref in (p.left, p.right):
+                contents = self._window_contents(ref.alias, batch.end)
+                column = {c.lower(): c for c in contents.columns}[ref.column.lower()]
+                sides.append(contents[column])
+            a, b = sides
+            if len(a) == 0 or len(b) == 0:
+                continue
+            matches = (a.value_counts() * b.value_counts()).sum()
+            if matches > 0:
+                sel = float(matches) / (len(a) * len(b))
+                out.append(f"sel {p.left.alias}.{p.left.column}={p.right.alias}."
+                           f"{p.right.column} ={sel:.6g}")
+        return out
+
+    def run(self, plan_for: PlanNode | Callable[[MicroBatch | None], PlanNode]
+            ) -> Iterator[MicroBatch]:
+        """Every remaining micro-batch in stream-time order. ``plan_for`` is a plan, or a
+        function of the previous batch (None before the first) returning the next batch's
+        plan: where a re-planning loop plugs in."""
+        last: MicroBatch | None = None
+        while self.batch * self.batch_seconds < self.seconds:
+            plan = plan_for if isinstance(plan_for, PlanNode) else plan_for(last)
+            last = self.step(plan)
+            yield last
+

@@ -1,0 +1,151 @@
+"""``reopt stream QUERY --data DIR``: run a continuous query over stream files on Spark.
+
+The rate model (``--cost-model rate``) plans the query from the catalog; the executor
+(:class:`reopt.stream.ContinuousQuery`) runs it micro-batch by micro-batch and prints, per
+batch, the plan, the arrivals, the window state, the results emitted and the observed
+``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time the
+optimizer is updated with what the last K seconds observed (each stream's rate over them, each
+join predicate's selectivity at their end) and the next batches run its new best plan; the
+executor keeps only per-stream window state, so a plan change moves no state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reopt.api import Optimizer
+from reopt.cliargs import UsageParser, positive_int
+from reopt.costmodel.errors import DeltaError, ReoptError
+from reopt.costmodel.numeric import dumps_strict
+from reopt.plan import PlanNode
+from reopt.stream import ContinuousQuery, MicroBatch, plan_line
+
+OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = UsageParser(prog="reopt stream", description="Run a continuous windowed join query "
+                    "over stream files on Spark, micro-batch by micro-batch.")
+    p.add_argument("query", metavar="QUERY", help="a .sql file (e.g. DIR/query.sql) or text")
+    p.add_argument("--data", required=True, metavar="DIR",
+                   help="stream folder as reopt data stream writes it (STREAM/SSSSSS.parquet)")
+    p.add_argument("--catalog", metavar="FILE", help="stream catalog (default DIR/catalog.json)")
+    p.add_argument("--batch-seconds", type=positive_int, default=1, metavar="B",
+                   help="stream seconds per micro-batch (default 1)")
+    p.add_argument("--plan-every", type=positive_int, metavar="K",
+                   help="re-plan every K stream seconds from the observed deltas (a multiple "
+                   "of --batch-seconds; default: never, the first plan runs throughout)")
+    p.add_argument("--objective", default="rate", help="rate or time-to:N (default rate)")
+    p.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
+                   help="the optimizer that plans and re-plans (default topdown-inc)")
+    p.add_argument("--results", metavar="FILE",
+                   help="write every result as a JSON line {batch, columns...}")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default $REOPT_SPARK_MASTER or local[*])")
+    p.add_argument("--json", action="store_true", help="print the batches as JSON")
+    return p
+
+
+class Replanner:
+    """The plan for each micro-batch: the optimizer's best plan, updated every ``every``
+    batches with what those batches observed."""
+
+    def __init__(self, optimizer: Optimizer, every: int | None):
+        self.optimizer = optimizer
+        self.every = every
+        self.plan: PlanNode = optimizer.optimize().plan
+        self.window: list[MicroBatch] = []
+        self.log: list[str] = []
+        """One line per re-planning: the deltas applied and the plan chosen, or the error."""
+
+    def deltas(self) -> list[str]:
+        """The rates over the window's batches and the selectivities at its end."""
+        seconds = sum(b.end - b.start for b in self.window)
+        arrived: dict[str, int] = {}
+        for b in self.window:
+            for t, n in b.arrivals.items():
+                arrived[t] = arrived.get(t, 0) + n
+        rates = [f"rate {t} ={n / seconds:.6g}" for t, n in arrived.items() if n > 0]
+        return rates + [d for d in self.window[-1].deltas if d.startswith("sel ")]
+
+    def __call__(self, last: MicroBatch | None) -> PlanNode:
+        if last is None or self.every is None:
+            return self.plan
+        self.window.append(last)
+        if len(self.window) < self.every:
+            return self.plan
+        deltas = self.deltas()
+        self.window = []
+        try:
+            step = self.optimizer.update(deltas)
+        except DeltaError as e:  # the optimizer is as it was; keep the plan
+            self.log.append(f"after batch {last.index}: re-planning refused: {e}")
+            return self.plan
+        changed = "changed" if plan_line(step.plan) != plan_line(self.plan) else "same"
+        self.plan = step.plan
+        self.log.append(f"after batch {last.index}: {'; '.join(deltas)} -> plan "
+                        f"{plan_line(step.plan)} ({changed})")
+        return self.plan
+
+
+def main(argv: list[str]) -> int:
+    """``reopt stream``; errors are one line (``reopt: …``, exit 2) via :func:`reopt.cli.main`."""
+    args = _parser().parse_args(argv)
+    catalog = args.catalog or str(Path(args.data) / "catalog.json")
+    if args.plan_every is not None and args.plan_every % args.batch_seconds:
+        raise ReoptError(f"--plan-every {args.plan_every} is not a multiple of --batch-seconds "
+                         f"{args.batch_seconds}")
+    opt = Optimizer(args.query, catalog, cost_model="rate", objective=args.objective,
+                    optimizer=args.optimizer)
+    every = None if args.plan_every is None else args.plan_every // args.batch_seconds
+    replanner = Replanner(opt, every)
+    cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
+                         opt.adjustments)  # bad input fails here, before Spark starts
+    from reopt.spark import get_spark
+
+    cq.spark = get_spark(args.master)
+    batches = []
+    sink = open(args.results, "w", encoding="utf-8") if args.results else None  # noqa: SIM115
+    try:
+        for b in cq.run(replanner_with_log(replanner, args.json)):
+            batches.append(b)
+            if sink is not None:
+                for row in b.rows:
+                    sink.write(json.dumps({"batch": b.index, **dict(zip(b.columns, row,
+                                                                        strict=True))},
+                                          default=str) + "\n")
+            if not args.json:
+                print(f"batch {b.index} [{b.start:g}, {b.end:g}) s: {b.plan}, {len(b.rows)} "
+                      f"results, {b.seconds:.2f} s; arrivals {b.arrivals}; state {b.state}"
+                      + (f"; skipped {b.skipped}" if b.skipped else ""))
+                print(f"  observed: {'; '.join(b.deltas)}")
+    finally:
+        if sink is not None:
+            sink.close()
+    if args.json:
+        doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
+               "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
+               "batches": [b.to_json() for b in batches], "replanning": replanner.log}
+        sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
+    else:
+        total = sum(len(b.rows) for b in batches)
+        print(f"{len(batches)} micro-batches, {total} results, "
+              f"{sum(b.seconds for b in batches):.2f} s")
+    return 0
+
+
+def replanner_with_log(replanner: Replanner, quiet: bool
+                       ) -> Callable[[MicroBatch | None], PlanNode]:
+    """``replanner``, printing each re-planning line as it happens (unless ``quiet``)."""
+    def plan_for(last: MicroBatch | None) -> PlanNode:
+        seen = len(replanner.log)
+        plan = replanner(last)
+        if not quiet:
+            for line in replanner.log[seen:]:
+                print(f"  re-plan {line}")
+        return plan
+    return plan_for
