@@ -113,10 +113,12 @@ def test_rules_without_the_seeds_operators_fall_back_to_no_bound(tmp_path):
         session = Session(program, [space], "python")
         session.optimize()
         assert session.evaluation.best_cost(0) == unbounded.best_cost(0)
+        assert session.engine.fallbacks == 1  # the bounded layer lacked the root's plans
         q, cat, m = space.query, space.catalog, space.model
         adj = apply_deltas(list(parse_deltas("card orders *2")), q, cat, Adjustments(),
                            m.operators)
         res = session.update({0: adj})
+        assert res.stats.fallback and session.engine.fallbacks == 2  # the new seed too
         scratch = evaluate([PlanSpace(q, cat, m, adj)], "python", program=program)
         for pred in program.schemas:
             assert res.evaluation.rows(pred) == scratch.rows(pred), (mode, pred)
