@@ -290,14 +290,18 @@ class MaintainedEngine(PythonEngine):
     """The ``python`` engine, keeping its complete layer between evaluations so that
     :meth:`update` can follow a change of statistics incrementally."""
 
-    def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any]):
+    def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any], *,
+                 bounded: bool = True):
+        """``bounded=False``: the complete layer without the seed bounds (the live layer is
+        the same; the complete layer keeps every OR node, as the Spark twin's does)."""
         super().__init__(compiled, ctx)
+        self.bounded = bounded
         self.plan = maintenance_plan(compiled)
         self.live_program = compiled
         shape = layers(compiled, self.plan)
         f = compiled.features
         self.complete_program = replace(shape.complete_program, features=replace(
-            shape.complete_program.features, bound=dict(f.bound)))
+            shape.complete_program.features, bound=dict(f.bound) if bounded else {}))
         """The complete layer's program: aggregate selection and the ``.bound`` seeds, so
         that an OR node whose best plan is above its seed keeps no plan and the plans above
         it are never costed (the module's docstring, "bounded complete layer")."""
@@ -338,13 +342,15 @@ class MaintainedEngine(PythonEngine):
         The program pickles as its source; everything derived from it, and the frames (whose
         strings are codes of this process's dictionary), is made again."""
         if not hasattr(self, "complete"):
-            return {"program": self.live_program, "ctx": self.ctx}
-        return {"program": self.live_program, "ctx": self.ctx, "complete": self.complete,
+            return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded}
+        return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded,
+                "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
                 "caps": self._caps, "fallbacks": self.fallbacks}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["program"], state["ctx"])  # type: ignore[misc]
+        self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
+                      bounded=state["bounded"])
         if "complete" not in state:
             return
         self.complete, self.live = state["complete"], state["live"]
@@ -514,6 +520,21 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps
         self._reseed()
         self.full = complete
+        if not self.bounded:  # every OR node is there: the stale ones change, the bounds move
+            stale = stale_keys(old, self.ctx, list(
+                complete[self.plan.target].index(tuple(range(self.plan.key)))))
+            up.stale = len(stale)
+            changes = self._rederive_stale(stale, up)
+            up.changed = len(changes)
+            self._caps = self._bound_caps()  # checked against the roots' new optima
+            if caps != self._caps:
+                self._crossing(caps, changes)
+            self.full = self.live
+            self.program = self.live_program
+            self._live_update(changes)
+            self.stats.held = {p: len(r) for p, r in self.full.items()}
+            up.seconds = time.perf_counter() - t0
+            return self.full, up
         if caps or self.program.features.bound:
             self._caps = self._seed_caps()  # the complete layer's bounds from here
         stale = self._stale(old, caps)
@@ -723,7 +744,7 @@ class MaintainedEngine(PythonEngine):
         """Put group ``g``'s best re-derived candidates in place of its selected tuples;
         returns those that went and those that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        new = set(self._within(plan.target, cands))  # the complete layer's bounds
+        new = set(self._within(plan.target, cands) if self.bounded else cands)
         if self._sel is not None and new:
             better = min if self._sel.func == "min" else max
             best = better(r[self._sel.value] for r in new)
@@ -801,6 +822,37 @@ class MaintainedEngine(PythonEngine):
                 for q in self.ctx}
 
     # -- the live layer, incrementally --------------------------------------------------------
+    def _crossing(self, before: dict[str, dict[tuple, Any]],
+                  changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
+        """Add to ``changes`` the groups whose selected tuples the move of the bounds (from
+        ``before``) takes into or out of the live layer: a bound that rises brings plans
+        back, one that falls prunes them (paper, Section 5.3). Only with an unbounded
+        complete layer (``bounded=False``): a bounded one re-derives those groups."""
+        plan, prog = self.plan, self.live_program
+        sel = prog.features.aggsel.get(plan.target)
+        caps = self._caps.get(plan.target, {})
+        old = before.get(plan.target, {})
+        if sel is None or not (caps or old):
+            return
+        pos = prog.aggregates[sel.agg][0]
+        width = len(next(iter(caps or old)))
+        by_key = self.complete[plan.target].index(tuple(range(plan.key)))
+        live = self.live[plan.target].index(tuple(range(plan.key)))
+        for r in self.complete[sel.agg].rows:
+            g = r[:pos] + r[pos + 1:]
+            if g in changes:
+                # re-derived under the new statistics, it may also have crossed the bound: its
+                # change then names only the tuples that went and came, not the ones that
+                # stayed and were out of the live layer (a plan tied with a new one, both
+                # under a bound that rose); all its selected tuples are what it should hold
+                removed, _ = changes[g]
+                changes[g] = (removed | set(live.get(g, ())), set(by_key.get(g, ())))
+                continue
+            k, v = g[:width], r[pos]
+            was, now = caps_within(old, k, v), caps_within(caps, k, v)
+            if was != now:
+                changes[g] = (set(live.get(g, ())), set(by_key.get(g, ())))
+
     def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference

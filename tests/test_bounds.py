@@ -21,6 +21,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.driver import evaluate, load_program
+from reopt.evaluator.maintenance import MaintainedEngine
 from reopt.incremental.session import Session
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.topdown import topdown
@@ -73,16 +74,19 @@ def test_a_seed_bound_cuts_what_costs_more_than_a_known_plan(mode):
     assert not {r for r in bounded.rows("SearchSpace") if r[1] == AB or r[6] == AB or r[8] == AB}
 
 
-def test_a_session_follows_the_bound_as_deltas_move_it():
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_session_follows_the_bound_as_deltas_move_it(bounded):
     """An observation that AB is tiny brings it within the bound (and into the best plan);
     undoing it prunes AB again: after every step the session holds exactly the relations of a
-    from-scratch evaluation, in both bounded modes."""
+    from-scratch evaluation, in both bounded modes, whether the complete layer is bounded
+    (the sessions') or not (``bounded=False``: the bounds move the live layer only)."""
     for mode in ("aggsel+bound", "all"):
         program = load_program(pruning=mode)
         space = chain_space()
         q, cat, m = space.query, space.catalog, space.model
         session = Session(program, [space], "python")
         assert session.incremental, session.reason
+        session.engine = MaintainedEngine(program, session.ctx, bounded=bounded)
         session.optimize()
         adj = Adjustments()
         for text in ("card {a,b} := 5", "card {a,b} *0.00001", "card {a,b} := 1000000"):
