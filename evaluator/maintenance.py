@@ -453,8 +453,9 @@ class MaintainedEngine(PythonEngine):
 
     def _within(self, pred: str, rows: Iterable[tuple]) -> list[tuple]:
         """Those of ``rows`` (tuples of ``pred``) that do not exceed their bound: all of them
-        unless ``pred`` is pruned by a ``.bound``. The complete layer keeps the others (a
-        bound may rise after an update: paper, Section 5.3), the live layer drops them."""
+        unless ``pred`` is pruned by a ``.bound``. The live layer drops the others, and so
+        does a bounded complete layer's re-derivation (:meth:`_settle`); an unbounded one
+        (``bounded=False``) keeps them, for a bound that rises (paper, Section 5.3)."""
         caps = self._caps.get(pred)
         if not caps:
             return list(rows)
