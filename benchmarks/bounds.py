@@ -17,9 +17,16 @@ its plan trees are few, ``aggsel``, ``aggsel+bound``, ``all``) on the ``python``
 
 Each evaluation's best cost is checked equal to ``topdown``'s (``exact``). ``seed/opt`` is the
 seed bound (the greedy plan's cost, ``Fn_seedbound``) over the optimum: how much room the
-bound leaves. The sessions of the API (``Optimizer``) keep an unbounded complete layer for
-re-optimization, so their derived counts are ``aggsel``'s in every mode (README, "Scheduling
-and pruning").
+bound leaves.
+
+``--sessions``: the same through the API's sessions instead (``Optimizer(...,
+engine="python", pruning=mode)``, whose complete layer is kept for re-optimization), for
+``aggsel``, ``aggsel+bound`` and ``all``: PlanCost tuples the initial ``optimize()`` kept
+(``metrics["derived"]``) and its CPU ms, then the query's first workload delta as one
+``update()``: the PlanCost candidates it re-derived and its CPU ms (each the least of
+``--repeat`` fresh sessions), and how many of the session's evaluations and updates fell back
+to an unbounded complete layer (``fb``, a seed below the optimum). The update's cost is
+checked equal to a fresh ``topdown``'s under the same statistics (``exact``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import time
 from harness import emit, machine, markdown_table, out_file, parser, script, today
 from workload import generate, large_queries
 
+from reopt.api import Optimizer
 from reopt.cliargs import name_list, positive_int
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
@@ -59,9 +67,14 @@ def main(argv: list[str] | None = None) -> int:
                     "(default %(default)s)")
     ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
                     help="also write the markdown report to FILE")
+    ap.add_argument("--sessions", action="store_true",
+                    help="measure through the API's sessions: initial optimization and one "
+                    "delta per mode (see above)")
     args = ap.parse_args(argv)
     wqs = sorted((w for w in large_queries(SEED) + generate(SEED, args.count, max_relations=14)
                   if w.pairs <= args.max_pairs), key=lambda w: (w.pairs, w.name))
+    if args.sessions:
+        return sessions(wqs, args, argv)
     programs = {m: load_program(pruning=m) for m in MODES}
     header = ["query", "rels", "pairs", "model", "seed/opt",
               *[f"{m} costed / kept" for m in MODES],
@@ -108,6 +121,72 @@ def main(argv: list[str] | None = None) -> int:
         "`aggsel`, median (min–max): " + "; ".join(
             f"`{m}` {statistics.median(r):.2f} ({min(r):.2f}–{max(r):.2f}), kept fewer than "
             f"`aggsel` in {below[m]}/{n}" for m, r in ratios.items()) + ".",
+    ]
+    emit("\n".join(lines) + "\n", args.out)
+    return 0 if all(r[-1] == "yes" for r in rows) else 1
+
+
+SESSION_MODES = ("aggsel", "aggsel+bound", "all")
+
+
+def session_run(q, cat, model: str, mode: str, delta: str) -> dict:
+    """One fresh session: optimize, then one update with ``delta``; CPU seconds of each."""
+    o = Optimizer(q, cat, cost_model=model, engine="python", pruning=mode)
+    t = time.process_time()
+    first = o.optimize()
+    init = time.process_time() - t
+    t = time.process_time()
+    step = o.update(delta)
+    upd = time.process_time() - t
+    engine = o._session.engine if o._session is not None else None
+    return {"init": init, "update": upd, "kept": first.metrics["derived"].get("PlanCost", 0),
+            "rederived": step.metrics["derived"].get("PlanCost", 0), "cost": step.cost,
+            "adjustments": o.adjustments, "fb": getattr(engine, "fallbacks", None)}
+
+
+def sessions(wqs: list, args, argv: list[str] | None) -> int:
+    """The ``--sessions`` table (module docstring)."""
+    header = ["query", "rels", "pairs", "model",
+              *[f"{m} kept" for m in SESSION_MODES],
+              *[f"{m} init CPU ms" for m in SESSION_MODES],
+              *[f"{m} update re-derived" for m in SESSION_MODES],
+              *[f"{m} update CPU ms" for m in SESSION_MODES], "fb", "exact"]
+    rows, below, ratio = [], 0, {m: [] for m in SESSION_MODES}
+    for wq in wqs:
+        q, cat = wq.load()
+        for model in args.models:
+            got = {}
+            for mode in SESSION_MODES:
+                runs = [session_run(q, cat, model, mode, wq.deltas[0])
+                        for _ in range(args.repeat)]
+                got[mode] = {**runs[0], "init": min(r["init"] for r in runs),
+                             "update": min(r["update"] for r in runs)}
+            oracle = Optimizer(q, cat, cost_model=model, optimizer="topdown")
+            oracle.adjustments = got["all"]["adjustments"]
+            opt = oracle.optimize().cost
+            exact = all(g["cost"] == opt or abs(g["cost"] - opt) <= 1e-9 * abs(opt)
+                        for g in got.values())
+            below += got["all"]["kept"] < got["aggsel"]["kept"]
+            for m in SESSION_MODES:
+                ratio[m].append(got[m]["init"] / got["aggsel"]["init"])
+            fb = [got[m]["fb"] for m in SESSION_MODES[1:]]
+            rows.append([wq.name, wq.relations, f"{wq.pairs:,}", model,
+                         *[f"{got[m]['kept']:,}" for m in SESSION_MODES],
+                         *[f"{got[m]['init'] * 1e3:.0f}" for m in SESSION_MODES],
+                         *[f"{got[m]['rederived']:,}" for m in SESSION_MODES],
+                         *[f"{got[m]['update'] * 1e3:.0f}" for m in SESSION_MODES],
+                         "–" if None in fb else sum(fb), "yes" if exact else "NO"])
+            print(" | ".join(map(str, rows[-1])), file=sys.stderr)
+    n = len(rows)
+    lines = [
+        f"Command: `{' '.join(['python', 'benchmarks/bounds.py', *(argv or sys.argv[1:])])}`",
+        f"Date: {today()}; {machine()}; workload seed {SEED}, python engine, sessions "
+        f"(CPU: the least of {args.repeat} fresh sessions).", "",
+        *markdown_table(header, rows), "",
+        f"Summary over {n} query × model runs: `all` kept fewer PlanCost tuples than `aggsel` "
+        f"in {below}/{n}; initial CPU relative to `aggsel`, median: " + "; ".join(
+            f"`{m}` {statistics.median(r):.2f}" for m, r in ratio.items() if m != "aggsel")
+        + ".",
     ]
     emit("\n".join(lines) + "\n", args.out)
     return 0 if all(r[-1] == "yes" for r in rows) else 1

@@ -7,9 +7,14 @@ pruning mode. The engine keeps two layers between evaluations:
 
 * the **complete layer**: the strata up to the maintained stratum (the one that holds the
   aggregate-selected relation, here ``{PlanCost, BestCost}``) evaluated with aggregate
-  selection only — no suppression, no reference counting. It holds every OR node's best plans
-  (the aggregate's inputs that can matter: Proposition 5), so a plan pruned in the live layer
-  can come back without re-deriving its subplans (the paper's memoization, Section 5.4).
+  selection and the seed bounds of ``.bound`` — no suppression, no reference counting. It
+  holds the best plans (the aggregate's inputs that can matter: Proposition 5) of every OR
+  node whose best plan is within its seed bound, so a plan pruned in the live layer can come
+  back without re-deriving its subplans (the paper's memoization, Section 5.4). An OR node
+  above the seed holds none (a plan's inputs cost no more than it, so nothing above the seed
+  is costed from it either): exactly the groups of an unbounded layer whose best is within
+  the seed. When the seed is below some query's optimum (rules whose space lacks the greedy
+  plan), the layer is evaluated without bounds instead (counted in ``fallbacks``).
 * the **live layer**: what the pruning mode keeps — the complete layer with tuple source
   suppression and reference counting applied (their deletions cascade exactly as during a
   full evaluation) and, with ``.bound``, without the selected tuples above their bound, then
@@ -31,10 +36,13 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    it (undoing suppression, reference counts 0 → 1). The later strata follow.
 
 The seed bounds of ``.bound`` depend on the statistics: their strata (read by no rule, reading
-only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update, and
-the groups whose selected tuples the moved bounds take into or out of the live layer are
-handled like changed ones (Section 5.3: bounds that rise re-introduce plans, bounds that fall
-prune them).
+only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update,
+and the complete layer follows them (Section 5.3): a bound that falls re-derives the groups
+above it (they leave, their parents with them), one that rises re-derives every group absent
+under it (bounds that rise re-introduce plans), and a stale group is re-derived whether it is
+present or not (a cheaper one may come within the bound). If the new seed leaves some query
+without its root's plans, the groups the bounds kept out are derived too, unbounded
+(:attr:`UpdateStats.fallback`). The live layer then takes the changed groups as in step 3.
 
 Nothing here is specific to one rule: the maintained stratum, its source relation, its group
 key (the schedule's rank inputs) and the parents' rules are read off the compiled program, and
@@ -79,6 +87,9 @@ class UpdateStats:
     """Groups whose selected tuples changed."""
     derived: dict[str, int] = field(default_factory=dict)
     """Candidate tuples produced per relation while re-deriving."""
+    fallback: bool = False
+    """Whether the bounded complete layer had to be re-derived without bounds: the new seed
+    bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
     seconds: float = 0.0
 
 
@@ -279,12 +290,26 @@ class MaintainedEngine(PythonEngine):
     """The ``python`` engine, keeping its complete layer between evaluations so that
     :meth:`update` can follow a change of statistics incrementally."""
 
-    def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any]):
+    def __init__(self, compiled: CompiledProgram, ctx: dict[int, Any], *,
+                 bounded: bool = True):
+        """``bounded=False``: the complete layer without the seed bounds (the live layer is
+        the same; the complete layer keeps every OR node, as the Spark twin's does)."""
         super().__init__(compiled, ctx)
+        self.bounded = bounded
         self.plan = maintenance_plan(compiled)
         self.live_program = compiled
         shape = layers(compiled, self.plan)
-        self.complete_program = shape.complete_program
+        f = compiled.features
+        self.complete_program = replace(shape.complete_program, features=replace(
+            shape.complete_program.features, bound=dict(f.bound) if bounded else {}))
+        """The complete layer's program: aggregate selection and the ``.bound`` seeds, so
+        that an OR node whose best plan is above its seed keeps no plan and the plans above
+        it are never costed (the module's docstring, "bounded complete layer")."""
+        self._unbounded = shape.complete_program
+        """The complete layer's program without bounds: the fallback when a seed is below
+        some query's optimum."""
+        self.fallbacks = 0
+        """Evaluations and updates whose complete layer was re-derived without bounds."""
         st = compiled.strata[self.plan.stratum]
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
@@ -301,34 +326,37 @@ class MaintainedEngine(PythonEngine):
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
-        self._caps: dict[str, dict[tuple, Any]] = {}
-        """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
         """Lookups of the complete layer made on frames, per relation and columns: revival
         looks a large layer up on its frames (one probe per batch) instead of building a hash
         index over all of it, until it has probed :data:`FRAME_PROBES` times — an update's
         revival, group by group, makes many small lookups, which a hash index (built once,
         then kept) answers faster."""
+        self._caps: dict[str, dict[tuple, Any]] = {}
+        """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         """The state between updates: both layers (a relation the live layer shares with the
         complete one stays shared: pickle keeps identity), the reference counts, the bounds
-        the live layer was pruned with and the plan spaces. The program pickles as its
-        source; everything derived from it, and the frames (whose strings are codes of this
-        process's dictionary), is made again."""
+        both layers were pruned with, the count of unbounded fallbacks and the plan spaces.
+        The program pickles as its source; everything derived from it, and the frames (whose
+        strings are codes of this process's dictionary), is made again."""
         if not hasattr(self, "complete"):
-            return {"program": self.live_program, "ctx": self.ctx}
-        return {"program": self.live_program, "ctx": self.ctx, "complete": self.complete,
+            return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded}
+        return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded,
+                "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
-                "caps": self._caps}
+                "caps": self._caps, "fallbacks": self.fallbacks}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["program"], state["ctx"])  # type: ignore[misc]
+        self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
+                      bounded=state["bounded"])
         if "complete" not in state:
             return
         self.complete, self.live = state["complete"], state["live"]
         self.full, self.counts, self.stats = self.live, state["counts"], state["stats"]
         self._caps = state["caps"]
+        self.fallbacks = state["fallbacks"]
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
@@ -341,9 +369,22 @@ class MaintainedEngine(PythonEngine):
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
+        self._caps = self._bound_caps()
+        if self.program.features.bound and not self._caps:
+            # a seed below some query's optimum: the bounded layer lacks a root's plans;
+            # without bounds, as a from-scratch evaluation (driver.evaluate) falls back
+            self.fallbacks += 1
+            first = self.stats
+            self.program = self._unbounded
+            self.start(inputs)
+            for stratum in self.program.strata[:self.plan.stratum + 1]:
+                self.run_stratum(stratum)
+            for mine, theirs in ((self.stats.produced, first.produced),
+                                 (self.stats.derived, first.derived)):
+                for pred, n in theirs.items():  # the work of both runs
+                    mine[pred] = mine.get(pred, 0) + n
         self.complete = self.full
         self._on_frames()
-        self._caps = self._bound_caps()
         self._live()
         self.live = self.full
         self.stats.held = {p: len(r) for p, r in self.full.items()}
@@ -385,10 +426,8 @@ class MaintainedEngine(PythonEngine):
         the seed costed — and a from-scratch evaluation then runs without bounds too
         (:func:`~reopt.evaluator.driver.evaluate`)."""
         prog, out = self.live_program, {}
-        for target, bound in prog.features.bound.items():
-            width = len(prog.schemas[bound]) - 1
-            caps = {k: min(t[-1] for t in ts)
-                    for k, ts in self.full[bound].index(tuple(range(width))).items() if ts}
+        for target, caps in self._seed_caps().items():
+            width = len(next(iter(caps))) if caps else 0
             sel = prog.features.aggsel[target]
             pos = prog.aggregates[sel.agg][0]
             n = len(sel.key)
@@ -401,10 +440,22 @@ class MaintainedEngine(PythonEngine):
             out[target] = caps
         return out
 
+    def _seed_caps(self) -> dict[str, dict[tuple, Any]]:
+        """Per relation pruned by a ``.bound``: the tightest seed bound per bound key, as
+        ``self.full`` holds the bound relations now (no check against the roots' optima)."""
+        prog, out = self.live_program, {}
+        for target, bound in prog.features.bound.items():
+            width = len(prog.schemas[bound]) - 1
+            out[target] = {k: min(t[-1] for t in ts)
+                           for k, ts in self.full[bound].index(tuple(range(width))).items()
+                           if ts}
+        return out
+
     def _within(self, pred: str, rows: Iterable[tuple]) -> list[tuple]:
         """Those of ``rows`` (tuples of ``pred``) that do not exceed their bound: all of them
-        unless ``pred`` is pruned by a ``.bound``. The complete layer keeps the others (a
-        bound may rise after an update: paper, Section 5.3), the live layer drops them."""
+        unless ``pred`` is pruned by a ``.bound``. The live layer drops the others, and so
+        does a bounded complete layer's re-derivation (:meth:`_settle`); an unbounded one
+        (``bounded=False``) keeps them, for a bound that rises (paper, Section 5.3)."""
         caps = self._caps.get(pred)
         if not caps:
             return list(rows)
@@ -465,29 +516,101 @@ class MaintainedEngine(PythonEngine):
         self.ctx.update(spaces)
         self.stats = RunStats()
         up = UpdateStats()
-        plan, complete = self.plan, self.complete
+        complete = self.complete
         self.program = self.complete_program
         caps = self._caps
         self._reseed()
         self.full = complete
-        by_key = complete[plan.target].index(tuple(range(plan.key)))
-        stale = stale_keys(old, self.ctx, list(by_key))
+        if not self.bounded:  # every OR node is there: the stale ones change, the bounds move
+            stale = stale_keys(old, self.ctx, list(
+                complete[self.plan.target].index(tuple(range(self.plan.key)))))
+            up.stale = len(stale)
+            changes = self._rederive_stale(stale, up)
+            up.changed = len(changes)
+            self._caps = self._bound_caps()  # checked against the roots' new optima
+            if caps != self._caps:
+                self._crossing(caps, changes)
+            self.full = self.live
+            self.program = self.live_program
+            self._live_update(changes)
+            self.stats.held = {p: len(r) for p, r in self.full.items()}
+            up.seconds = time.perf_counter() - t0
+            return self.full, up
+        if caps or self.program.features.bound:
+            self._caps = self._seed_caps()  # the complete layer's bounds from here
+        stale = self._stale(old, caps)
         up.stale = len(stale)
-        frames = self._on_frames()
-        if frames is not None:
-            changes = self._update_on_frames(frames, stale, up)
-        else:
-            changes = self._update_on_tuples(stale, up)
+        changes = self._rederive_stale(stale, up)
+        if self.program.features.bound and not self._bound_caps():
+            # the new seed is below some query's optimum (rules whose space lacks the greedy
+            # plan): the layer is completed without bounds, as a from-scratch evaluation falls
+            # back to (driver.evaluate) — the groups the bounds kept out are derived now
+            self.fallbacks += 1
+            up.fallback = True
+            bounded, self._caps = self._caps, {}
+            again = self._stale(self.ctx, bounded)
+            up.stale += len(again)
+            for g, (removed, added) in self._rederive_stale(again, up).items():
+                went, came = changes.get(g, (set(), set()))
+                went, came = went | (removed - came), (came - removed) | added
+                changes[g] = (went - came, came - went)
         up.changed = len(changes)
-        self._caps = self._bound_caps()  # checked against the roots' new optima
         self.full = self.live
         self.program = self.live_program
-        if caps != self._caps:
-            self._crossing(caps, changes)
         self._live_update(changes)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
         return self.full, up
+
+    def _stale(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]]) -> set[tuple]:
+        """The groups to re-derive after the plan spaces ``old`` became ``self.ctx`` and the
+        complete layer's bounds ``caps`` became ``self._caps``.
+
+        The complete layer holds exactly the groups whose best plan does not exceed their
+        bound (a plan's inputs cost no more than it: an OR node above the bound has no plan
+        below it, and the plans reading it none either), so besides the groups whose
+        built-ins may answer differently (present or not: a cheaper one may enter), a bound
+        that falls re-derives the groups above it (they leave), and one that rises every group
+        absent under it (Section 5.3: a bound that rises re-introduces plans)."""
+        plan, complete = self.plan, self.complete
+        by_key = complete[plan.target].index(tuple(range(plan.key)))
+        if not caps and not self._caps:
+            return stale_keys(old, self.ctx, list(by_key))  # unbounded: every group is there
+        keys: set[tuple] = set()
+        for source, cols, _ in plan.sources:
+            keys.update(complete[source].index(cols))
+        stale = stale_keys(old, self.ctx, keys)
+        new = self._caps.get(plan.target, {})
+        was = caps.get(plan.target, {})
+        if not new and not was:
+            return stale
+        width = len(next(iter(new or was)))
+        # (no bound for a key: unbounded, above every bound)
+        rose = {k for k in set(new) | set(was)
+                if (c := new.get(k)) is None or ((w := was.get(k)) is not None and c > w)}
+        fell = {k for k in new if (w := was.get(k)) is None or new[k] < w}
+        if rose:
+            stale.update(g for g in keys if g[:width] in rose and not by_key.get(g))
+        if fell:
+            agg = next(iter(plan.aggregates), None)
+            if agg is not None:
+                pos = self.program.aggregates[agg][0]
+                for r in complete[agg].rows:
+                    g = r[:pos] + r[pos + 1:]
+                    if g[:width] in fell and not caps_within(new, g[:width], r[pos]):
+                        stale.add(g)
+            else:
+                stale.update(g for g in by_key if g[:width] in fell)
+        return stale
+
+    def _rederive_stale(self, stale: set[tuple], up: UpdateStats
+                        ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """Re-derive ``stale`` and the parents they reach, in rank order, on frames for large
+        layers; returns each changed group's selected tuples that went and that came."""
+        frames = self._on_frames()
+        if frames is not None:
+            return self._update_on_frames(frames, stale, up)
+        return self._update_on_tuples(stale, up)
 
     def _update_on_tuples(self, stale: set[tuple], up: UpdateStats
                           ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
@@ -622,7 +745,7 @@ class MaintainedEngine(PythonEngine):
         """Put group ``g``'s best re-derived candidates in place of its selected tuples;
         returns those that went and those that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        new = set(cands)
+        new = set(self._within(plan.target, cands) if self.bounded else cands)
         if self._sel is not None and new:
             better = min if self._sel.func == "min" else max
             best = better(r[self._sel.value] for r in new)
@@ -704,7 +827,8 @@ class MaintainedEngine(PythonEngine):
                   changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
         """Add to ``changes`` the groups whose selected tuples the move of the bounds (from
         ``before``) takes into or out of the live layer: a bound that rises brings plans
-        back, one that falls prunes them (paper, Section 5.3)."""
+        back, one that falls prunes them (paper, Section 5.3). Only with an unbounded
+        complete layer (``bounded=False``): a bounded one re-derives those groups."""
         plan, prog = self.plan, self.live_program
         sel = prog.features.aggsel.get(plan.target)
         caps = self._caps.get(plan.target, {})

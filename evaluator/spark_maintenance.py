@@ -340,7 +340,7 @@ class SparkMaintainedEngine(SparkEngine):
         self._later.append(rels[agg])
         sizes[agg] = -1  # counted by the caller's next job
 
-    # -- bounds (see MaintainedEngine._bound_caps, _within, _crossing) ---------------------------
+    # -- bounds (see MaintainedEngine._bound_caps, _within) ---------------------------
     def _set_caps(self) -> None:
         """The bounds of the maintained relation from the complete layer's bound relation (a
         few tuples: one job), checked against the queries' optima there: none at all when
@@ -395,7 +395,7 @@ class SparkMaintainedEngine(SparkEngine):
     def _crossing(self, before: DataFrame | None, removed: list[DataFrame],
                   added: list[DataFrame]) -> None:
         """Queue as changes the groups whose selected tuples the move of the bounds takes
-        into or out of the live layer (:meth:`MaintainedEngine._crossing`)."""
+        into or out of the live layer (the Spark complete layer stays unbounded)."""
         target, keys = self.plan.target, self._key_cols
         rows = self.complete[target]
         was = _sel(self._within(rows, before) if before is not None else rows,

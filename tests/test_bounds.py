@@ -4,15 +4,24 @@ whose updates move the bound, and with rules whose space lacks the seed's plan."
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from randq import SHAPES, make_query, random_deltas
 from rulefiles import edited_rules
+from ways import way
 
 from reopt.api import Optimizer
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
+from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.driver import evaluate, load_program
+from reopt.evaluator.maintenance import MaintainedEngine
 from reopt.incremental.session import Session
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.topdown import topdown
@@ -65,16 +74,19 @@ def test_a_seed_bound_cuts_what_costs_more_than_a_known_plan(mode):
     assert not {r for r in bounded.rows("SearchSpace") if r[1] == AB or r[6] == AB or r[8] == AB}
 
 
-def test_a_session_follows_the_bound_as_deltas_move_it():
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_session_follows_the_bound_as_deltas_move_it(bounded):
     """An observation that AB is tiny brings it within the bound (and into the best plan);
     undoing it prunes AB again: after every step the session holds exactly the relations of a
-    from-scratch evaluation, in both bounded modes."""
+    from-scratch evaluation, in both bounded modes, whether the complete layer is bounded
+    (the sessions') or not (``bounded=False``: the bounds move the live layer only)."""
     for mode in ("aggsel+bound", "all"):
         program = load_program(pruning=mode)
         space = chain_space()
         q, cat, m = space.query, space.catalog, space.model
         session = Session(program, [space], "python")
         assert session.incremental, session.reason
+        session.engine = MaintainedEngine(program, session.ctx, bounded=bounded)
         session.optimize()
         adj = Adjustments()
         for text in ("card {a,b} := 5", "card {a,b} *0.00001", "card {a,b} := 1000000"):
@@ -105,10 +117,68 @@ def test_rules_without_the_seeds_operators_fall_back_to_no_bound(tmp_path):
         session = Session(program, [space], "python")
         session.optimize()
         assert session.evaluation.best_cost(0) == unbounded.best_cost(0)
+        assert session.engine.fallbacks == 1  # the bounded layer lacked the root's plans
         q, cat, m = space.query, space.catalog, space.model
         adj = apply_deltas(list(parse_deltas("card orders *2")), q, cat, Adjustments(),
                            m.operators)
         res = session.update({0: adj})
+        assert res.stats.fallback and session.engine.fallbacks == 2  # the new seed too
         scratch = evaluate([PlanSpace(q, cat, m, adj)], "python", program=program)
         for pred in program.schemas:
             assert res.evaluation.rows(pred) == scratch.rows(pred), (mode, pred)
+
+
+# -- sessions: the complete layer is bounded too -------------------------------------------------
+def test_a_session_costs_what_one_bounded_evaluation_costs():
+    """The chain above through a session: its complete layer is evaluated with the seed, so
+    the session keeps the 5 plans and costs the 6 a bounded evaluation does (the comment of
+    the test above), not aggsel's 7 / 6."""
+    for mode, want in (("aggsel", (7, 6)), ("aggsel+bound", (6, 5)), ("all", (6, 5))):
+        session = Session(load_program(pruning=mode), [chain_space()], "python")
+        session.optimize()
+        stats = session.engine.stats
+        assert (stats.produced["PlanCost"], stats.derived["PlanCost"]) == want, mode
+        assert session.engine.fallbacks == 0
+
+
+def complete_oracle(space: PlanSpace) -> set[tuple]:
+    """The BestCost a bounded complete layer must hold, from an unbounded evaluation
+    (``aggsel``: every OR node's best cost) and the greedy seed, independently of the
+    maintenance code: the OR nodes whose best plan is within the seed. With rules whose space
+    lacks the seed's plan the root would be missing, and the layer stays unbounded."""
+    best = evaluate([space], "python", program=load_program(pruning="aggsel")).rows("BestCost")
+    [(_, seed)] = evaluate([space], "python", program=load_program(pruning="all")).rows(
+        "SeedBound")
+    return {r for r in best if not r[-1] > seed}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 5), seed=st.integers(0, 2**31),
+       model=st.sampled_from(["io", "cout"]), mode=st.sampled_from(["aggsel+bound", "all"]),
+       how=st.sampled_from(["tuples", "frames", "handover"]), k=st.integers(1, 8))
+def test_a_bounded_complete_layer_follows_deltas_exactly(shape, n, seed, model, mode, how, k):
+    """Random delta sequences move the seed up and down (greedy's plan changes cost) and the
+    optima across it: after every step the complete layer's BestCost is exactly the OR nodes
+    whose unbounded best is within the new seed, and the relations equal a from-scratch
+    evaluation's; each way the engine can run (tuples, frames, handover)."""
+    q, cat = make_query(shape, n, seed)
+    m = cost_model(model)
+    program = load_program(pruning=mode)
+    with way(how):
+        session = Session(program, [PlanSpace(q, cat, m)], "python")
+        session.optimize()
+        assert session.engine.complete["BestCost"].rows == complete_oracle(PlanSpace(q, cat, m))
+        adj = Adjustments()
+        for delta in random_deltas(q, random.Random(seed), k, m.operators):
+            try:
+                adj = apply_deltas(list(parse_deltas(delta)), q, cat, adj, m.operators)
+            except ReoptError:
+                continue
+            session.update({0: adj})
+            fresh = PlanSpace(q, cat, m, adj)
+            with way("tuples"):
+                assert session.engine.complete["BestCost"].rows == complete_oracle(fresh), delta
+                scratch = evaluate([fresh], "python", program=program)
+            for pred in program.schemas:
+                assert session.evaluation.rows(pred) == scratch.rows(pred), (delta, pred)
+    assert session.engine.fallbacks == 0

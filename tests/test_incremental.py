@@ -185,7 +185,7 @@ def test_updated_counts_the_nodes_whose_tuples_changed(mode):
     inserted, deleted or changed. Counted here from the relations before and after: exactly
     where the state is the relations (no pruning deletes from them), at least that where
     deleting modes also keep a complete layer the relations do not show (reference counting;
-    a bound, above which the complete layer keeps groups the relations drop)."""
+    suppression, whose rejected alternatives the complete layer keeps)."""
     q = "tpch:q3" if mode == "none" else "tpch:q5"
     opt = Optimizer(q, cost_model="io", engine="python", pruning=mode)
     opt.optimize()
