@@ -516,26 +516,41 @@ class MaintainedEngine(PythonEngine):
         self.ctx.update(spaces)
         self.stats = RunStats()
         up = UpdateStats()
-        complete = self.complete
         self.program = self.complete_program
         caps = self._caps
         self._reseed()
-        self.full = complete
-        if not self.bounded:  # every OR node is there: the stale ones change, the bounds move
-            stale = stale_keys(old, self.ctx, list(
-                complete[self.plan.target].index(tuple(range(self.plan.key)))))
-            up.stale = len(stale)
-            changes = self._rederive_stale(stale, up)
-            up.changed = len(changes)
-            self._caps = self._bound_caps()  # checked against the roots' new optima
-            if caps != self._caps:
-                self._crossing(caps, changes)
-            self.full = self.live
-            self.program = self.live_program
-            self._live_update(changes)
-            self.stats.held = {p: len(r) for p, r in self.full.items()}
-            up.seconds = time.perf_counter() - t0
-            return self.full, up
+        self.full = self.complete
+        if self.bounded:
+            changes = self._bounded_changes(old, caps, up)
+        else:
+            changes = self._unbounded_changes(old, caps, up)
+        self.full = self.live
+        self.program = self.live_program
+        self._live_update(changes)
+        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        up.seconds = time.perf_counter() - t0
+        return self.full, up
+
+    def _unbounded_changes(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]],
+                           up: UpdateStats) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """An unbounded complete layer's changed groups: every OR node is there, so the
+        stale ones change, and the bounds move only what the live layer holds."""
+        complete = self.complete
+        stale = stale_keys(old, self.ctx, list(
+            complete[self.plan.target].index(tuple(range(self.plan.key)))))
+        up.stale = len(stale)
+        changes = self._rederive_stale(stale, up)
+        up.changed = len(changes)
+        self._caps = self._bound_caps()  # checked against the roots' new optima
+        if caps != self._caps:
+            self._crossing(caps, changes)
+        return changes
+
+    def _bounded_changes(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]],
+                         up: UpdateStats) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """A bounded complete layer's changed groups: the stale ones and those the moved
+        bounds take in or out (:meth:`_stale`), without bounds when the new seed is below
+        some query's optimum."""
         if caps or self.program.features.bound:
             self._caps = self._seed_caps()  # the complete layer's bounds from here
         stale = self._stale(old, caps)
@@ -555,12 +570,7 @@ class MaintainedEngine(PythonEngine):
                 went, came = went | (removed - came), (came - removed) | added
                 changes[g] = (went - came, came - went)
         up.changed = len(changes)
-        self.full = self.live
-        self.program = self.live_program
-        self._live_update(changes)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
-        up.seconds = time.perf_counter() - t0
-        return self.full, up
+        return changes
 
     def _stale(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]]) -> set[tuple]:
         """The groups to re-derive after the plan spaces ``old`` became ``self.ctx`` and the
