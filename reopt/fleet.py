@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from reopt.costmodel.errors import ReoptError
+from reopt.optimizers.base import paused_gc
 
 FORMAT = 1
 """Version of the saved fleet layout (:meth:`Fleet.save`); :meth:`Fleet.load` refuses others."""
@@ -99,14 +100,12 @@ def gc_paused() -> Iterator[None]:
     allocates millions of tuples, and every burst of allocations otherwise triggers passes
     over everything alive: measured on the largest workload queries under ``io`` (2.5–3.4 MB
     states), loading took 0.5–0.9 s instead of 0.1–0.17 s, and an update 1.5–1.9 s instead
-    of 0.8–1.0 s."""
-    enabled = gc.isenabled()
-    gc.disable()
+    of 0.8–1.0 s. (The procedural optimizers' :func:`~reopt.optimizers.base.paused_gc`, plus
+    the collection: a query's state has cycles — a session and its optimizers.)"""
     try:
-        yield
+        with paused_gc():
+            yield
     finally:
-        if enabled:
-            gc.enable()
         gc.collect(0)  # the young generation: what this query allocated, once
 
 
@@ -490,8 +489,7 @@ def _by_query(deltas: Iterable[Mapping[str, str]] | Mapping[str, Any]) -> dict[s
                 out[str(name)] = d
         return out
     for i, item in enumerate(deltas):
-        if not isinstance(item, Mapping) or not isinstance(item.get("query"), str) \
-                or not isinstance(item.get("delta"), str):
+        if not _is_delta_item(item):
             raise ReoptError(f"fleet deltas, item {i + 1}: expected {{\"query\": name, "
                              f"\"delta\": text}}, got {item!r}"[:300])
         out.setdefault(item["query"], []).append(item["delta"])
@@ -532,15 +530,30 @@ def _catalog_file(path: Path) -> dict[str, Any]:
         raise ReoptError(f"{path}: cannot read catalog: {e}") from None
 
 
+def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of every non-blank line of a JSON lines file; a line that is not
+    JSON is a one-line error naming the file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ReoptError(f"{path}: cannot read {what}: {e.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except ValueError as e:
+                raise ReoptError(f"{path}:{n}: not JSON: {e}") from None
+
+
+def _is_delta_item(item: Any) -> bool:
+    """Whether ``item`` is a round's delta: ``{"query": name, "delta": text}``."""
+    return isinstance(item, Mapping) and isinstance(item.get("query"), str) \
+        and isinstance(item.get("delta"), str)
+
+
 def _json_queries(path: Path) -> list[FleetQuery]:
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as e:
-            raise ReoptError(f"{path}:{n}: not JSON: {e}") from None
+    for n, item in _json_lines(path, "queries"):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
                 or not isinstance(item.get("sql"), str):
             raise ReoptError(f"{path}:{n}: expected {{\"name\": ..., \"sql\": ...}}")
@@ -561,20 +574,9 @@ def _json_queries(path: Path) -> list[FleetQuery]:
 def read_deltas(path: str | Path) -> list[dict[str, str]]:
     """One round's deltas: JSON lines ``{"query": name, "delta": text}``."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ReoptError(f"{p}: cannot read deltas: {e.strerror}") from None
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as e:
-            raise ReoptError(f"{p}:{n}: not JSON: {e}") from None
-        if not isinstance(item, dict) or not isinstance(item.get("query"), str) \
-                or not isinstance(item.get("delta"), str):
+    for n, item in _json_lines(p, "deltas"):
+        if not _is_delta_item(item):
             raise ReoptError(f"{p}:{n}: expected {{\"query\": name, \"delta\": text}}")
         out.append(item)
     return out
