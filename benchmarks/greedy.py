@@ -21,11 +21,11 @@ import argparse
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import median_ms  # noqa: E402
 from workload import generate, large_queries  # noqa: E402
 
 from reopt.api import Optimizer  # noqa: E402
@@ -34,16 +34,6 @@ from reopt.costmodel.models import cost_model  # noqa: E402
 from reopt.costmodel.space import PlanSpace  # noqa: E402
 from reopt.optimizers.bottomup import bottomup  # noqa: E402
 from reopt.optimizers.greedy import greedy  # noqa: E402
-
-
-def _ms(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), out
-
 
 IO_PAIRS = 12_000
 """Queries with more csg-cmp pairs are compared under ``cout`` only."""
@@ -62,8 +52,8 @@ def quality(repeat: int) -> list[str]:
         query, catalog = wq.load()
         # the exact io search of the largest queries takes minutes: cout only there
         for model in ("io", "cout") if wq.pairs <= IO_PAIRS else ("cout",):
-            g_ms, g = _ms(_planner(greedy, query, catalog, model), repeat)
-            b_ms, b = _ms(_planner(bottomup, query, catalog, model), 1)
+            g_ms, g = median_ms(_planner(greedy, query, catalog, model), repeat)
+            b_ms, b = median_ms(_planner(bottomup, query, catalog, model), 1)
             assert g.cost >= b.cost, (wq.name, model)
             ratio = g.cost / b.cost
             ratios[model].append(ratio)
@@ -114,7 +104,7 @@ def over_budget(repeat: int) -> list[str]:
             def run(sql=sql, catalog=catalog, optimizer=optimizer, max_pairs=max_pairs):
                 return Optimizer(sql, catalog, optimizer=optimizer, engine="python",
                                  max_pairs=max_pairs, over_budget="greedy").optimize()
-            ms, step = _ms(run, repeat)
+            ms, step = median_ms(run, repeat)
             rows.append(f"| {shape}-{n} | {n} | {max_pairs:,} | {optimizer} | {ms:.1f} | "
                         f"{step.exact} |")
     return rows

@@ -17,6 +17,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,16 @@ def today() -> str:
 
 def median(ts: Iterable[float]) -> float:
     return statistics.median(list(ts))
+
+
+def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """``fn()`` run ``repeat`` times: the median wall time in ms, and the last result."""
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), out
 
 
 def ms(ts: Sequence[float]) -> str:

@@ -26,6 +26,8 @@ import random
 import statistics
 import time
 
+from harness import median_ms
+
 from reopt.api import Optimizer
 from reopt.costmodel import rate as R
 from reopt.costmodel.cardinality import Adjustments
@@ -36,10 +38,9 @@ from reopt.costmodel.query import Query
 from reopt.costmodel.space import PlanSpace
 from reopt.costmodel.sql import parse_query
 from reopt.optimizers.bottomup import bottomup
-from reopt.optimizers.exhaustive import _trees
+from reopt.optimizers.exhaustive import all_plans
 from reopt.optimizers.incremental import BottomUpInc, TopDownInc
 from reopt.optimizers.topdown import topdown
-from reopt.plan import build_plan
 
 SIZES = (6, 8, 10)
 STEPS = 10
@@ -75,15 +76,6 @@ def random_delta(q: Query, rng: random.Random) -> str:
     return f"window {r.alias} ={rng.choice(['10s', '1m', '5m'])}"
 
 
-def _ms(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), out
-
-
 def _scratch(search, q: Query, cat: Catalog, m, adj: Adjustments):
     """``search`` from scratch: a fresh plan space (its enumeration timed with it)."""
     return lambda: search(PlanSpace(q, cat, m, adj))
@@ -109,9 +101,9 @@ def updates(repeat: int) -> list[str]:
                 for _ in range(STEPS):
                     text = random_delta(q, rng)
                     adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
-                    ms, fresh = _ms(_scratch(bottomup, q, cat, m, adj), repeat)
+                    ms, fresh = median_ms(_scratch(bottomup, q, cat, m, adj), repeat)
                     times["bu"].append(ms)
-                    times["td"].append(_ms(_scratch(topdown, q, cat, m, adj), repeat)[0])
+                    times["td"].append(median_ms(_scratch(topdown, q, cat, m, adj), repeat)[0])
                     for key, inc in (("bui", bu), ("tdi", td)):
                         t0 = time.perf_counter()  # its own plan space, as Optimizer.update
                         got = inc.update(PlanSpace(q, cat, m, adj))
@@ -139,14 +131,7 @@ def eq2_gaps(seeds: int = 40) -> list[str]:
                            m.operators)
         space = PlanSpace(q, cat, m, adj)
         chosen = R.eq2_rate(space, bottomup(space).plan)
-        best = 0.0
-        for _, tree in _trees(space, space.root):
-            picked, stack = {}, [tree]
-            while stack:
-                alt, kids = stack.pop()
-                picked[(alt.expr, alt.prop)] = alt
-                stack += kids
-            best = max(best, R.eq2_rate(space, build_plan(space, picked)))
+        best = max((R.eq2_rate(space, p) for p in all_plans(space)), default=0.0)
         ratios.append(chosen / best)
     ratios.sort()
     below = sum(r < 1 - 1e-12 for r in ratios)

@@ -139,6 +139,21 @@ def readable(root: Path, stream: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def stream_tuples(root: Path) -> dict[str, pd.DataFrame]:
+    return {s: readable(root, s) for s in ("persons", "auctions", "bids")}
+
+
+def batch_answer(spark, data: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The oracle: the windowed join over all the tuples, as batch Spark SQL."""
+    for s, df in data.items():
+        spark.createDataFrame(df).createOrReplaceTempView(s)
+    try:
+        return spark.sql(ORACLE.format(B=2)).toPandas()
+    finally:
+        for s in data:
+            spark.catalog.dropTempView(s)
+
+
 @pytest.mark.spark
 def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
     root = tmp_path / "nx"
@@ -157,14 +172,8 @@ def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
     _, bushy = plan("rate persons *100")
     assert plan_line(left_deep) != plan_line(bushy)  # two join orders, else the test is void
 
-    data = {s: readable(root, s) for s in ("persons", "auctions", "bids")}
-    for s, df in data.items():
-        spark.createDataFrame(df).createOrReplaceTempView(s)
-    try:
-        oracle = spark.sql(ORACLE.format(B=2)).toPandas()
-    finally:
-        for s in data:
-            spark.catalog.dropTempView(s)
+    data = stream_tuples(root)
+    oracle = batch_answer(spark, data)
     expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
                 for k, g in oracle.groupby("batch")}
     sizes = Counter(int(k) for k in oracle["batch"])
@@ -222,14 +231,7 @@ def test_stream_cli_replans_and_writes_each_result_once(spark, tmp_path, capsys)
     file against the batch SQL oracle; the re-planning log names the observed deltas."""
     root = tmp_path / "nx"
     generate_stream("nexmark", root, seed=3, phases="2:keys=6;2:persons=40,keys=6")
-    data = {s: readable(root, s) for s in ("persons", "auctions", "bids")}
-    for s, df in data.items():
-        spark.createDataFrame(df).createOrReplaceTempView(s)
-    try:
-        oracle = spark.sql(ORACLE.format(B=2)).toPandas()
-    finally:
-        for s in data:
-            spark.catalog.dropTempView(s)
+    oracle = batch_answer(spark, stream_tuples(root))
     results = tmp_path / "results.jsonl"
     assert main(["stream", QUERY, "--data", str(root), "--batch-seconds", "2",
                  "--plan-every", "2", "--json", "--results", str(results)]) == 0
@@ -261,19 +263,9 @@ def test_stream_cli_bad_input_is_one_line(tmp_path, capsys):
 # -- a property: any plan per batch, any windows, against brute force ------------------------
 def all_plans(opt: Optimizer) -> list:
     """Every plan tree of the query's plan space (join orders, shapes and operators)."""
-    from reopt.optimizers.exhaustive import _trees
-    from reopt.plan import build_plan
+    from reopt.optimizers.exhaustive import all_plans
 
-    space = opt.space()
-    plans = []
-    for _, tree in _trees(space, space.root):
-        picked, stack = {}, [tree]
-        while stack:
-            alt, kids = stack.pop()
-            picked[(alt.expr, alt.prop)] = alt
-            stack += kids
-        plans.append(build_plan(space, picked))
-    return plans
+    return list(all_plans(opt.space()))
 
 
 def brute_force(records: dict[str, list[tuple[int, float]]], windows: dict[str, float],

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from reopt.costmodel.errors import OptimizerError
 from reopt.costmodel.space import Alt, PlanSpace, plan_cost
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import build_plan
+from reopt.plan import PlanNode, build_plan
 
 MAX_TREES = 200_000
 """Largest number of plan trees exhaustive search agrees to enumerate."""
@@ -35,6 +35,24 @@ def _trees(space: PlanSpace, group: tuple[int, str]) -> Iterator[tuple[float, Tr
                     yield plan_cost(local, lc, rc), (alt, (lt, rt))
 
 
+def tree_plan(space: PlanSpace, tree: Tree) -> PlanNode:
+    """The plan of one enumerated tree."""
+    chosen: dict[tuple[int, str], Alt] = {}
+    stack = [tree]
+    while stack:
+        alt, kids = stack.pop()
+        chosen[(alt.expr, alt.prop)] = alt
+        stack += kids
+    return build_plan(space, chosen)
+
+
+def all_plans(space: PlanSpace) -> Iterator[PlanNode]:
+    """Every plan tree of the space (join orders, shapes, operators), as plans: for
+    objectives the optimizers do not minimize, checked by brute force."""
+    for _, tree in _trees(space, space.root):
+        yield tree_plan(space, tree)
+
+
 @without_gc
 def exhaustive(space: PlanSpace, objective: str = "min", max_trees: int = MAX_TREES) -> Result:
     count = space.count_trees(limit=max_trees)
@@ -51,15 +69,6 @@ def exhaustive(space: PlanSpace, objective: str = "min", max_trees: int = MAX_TR
         if best is None or better(cost, best[0]):
             best = (cost, tree)
     assert best is not None
-    chosen: dict[tuple[int, str], Alt] = {}
-
-    def record(t: Tree) -> None:
-        alt, kids = t
-        chosen[(alt.expr, alt.prop)] = alt
-        for k in kids:
-            record(k)
-
-    record(best[1])
-    plan = build_plan(space, chosen)
+    plan = tree_plan(space, best[1])
     # every tree is costed, so every OR and AND node of the space is explored (ratio 0)
     return Result(plan.cost, plan, {**space.size(), "trees": n})
