@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reopt.costmodel.dist import DistModel
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
 from reopt.costmodel.rate import RateModel
@@ -399,7 +400,12 @@ class RateCostModel(RateModel, CostModel):
     """:class:`~reopt.costmodel.rate.RateModel` under the :class:`CostModel` interface."""
 
 
-MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": RateCostModel()}
+class DistCostModel(DistModel, CostModel):
+    """:class:`~reopt.costmodel.dist.DistModel` under the :class:`CostModel` interface."""
+
+
+MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": RateCostModel(),
+                                "dist": DistCostModel()}
 
 
 def cost_model(name: str, objective: str | None = None) -> CostModel:

@@ -35,6 +35,10 @@ subsets are ``M`` ranges of a key column of the split relation, the splits take 
 each fed only its own subset's observations and running its own plan on its subset's splits
 (:class:`Session`).
 
+Each split of the split relation is written once, as Parquet in a scratch folder, before the
+first strategy runs (untimed), and every strategy reads that file: a split costs each of them
+the same read, not a pass over the whole table through the split's condition.
+
 An empty split (no rows of the split relation) is run, adds nothing to the answer, and its
 observations are not pushed: the plan stays as it was (a documented no-op).
 """
@@ -43,11 +47,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import re
 import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -84,6 +90,11 @@ SPARK_SETTINGS = {
 """Spark SQL settings of the ``spark`` strategy, restored after each split."""
 SPARK_JOINS = re.compile(r"\b(BroadcastHashJoin|ShuffledHashJoin|SortMergeJoin|"
                          r"BroadcastNestedLoopJoin|CartesianProduct)\b")
+
+
+def _finite(x: float) -> float | None:
+    """``x``, or None (JSON null) when it is not a number: a CPU time that cannot be read."""
+    return x if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,9 @@ class SplitRun:
     execution_seconds: float
     result_rows: int
     nodes: list[NodeRun] = field(default_factory=list)
+    execution_cpu_seconds: float = float("nan")
+    """CPU seconds of the driver's JVM during the execution
+    (:func:`reopt.spark.jvm_cpu_seconds`: all of it under a ``local`` master)."""
     statistics_seconds: float | None = None
     """``spark`` only: writing and ``ANALYZE``-ing the split's tables (not in execution)."""
     subset: int | None = None
@@ -143,7 +157,9 @@ class SplitRun:
     def to_json(self) -> dict[str, Any]:
         out = {"split": self.index, "split_rows": self.split_rows, "plan": self.plan,
                 "plan_changed": self.plan_changed, "reopt_seconds": self.reopt_seconds,
-                "execution_seconds": self.execution_seconds, "result_rows": self.result_rows,
+                "execution_seconds": self.execution_seconds,
+                "execution_cpu_seconds": _finite(self.execution_cpu_seconds),
+                "result_rows": self.result_rows,
                 "nodes": [n.to_json() for n in self.nodes]}
         if self.subset is not None:
             out["subset"] = self.subset
@@ -192,6 +208,8 @@ class StrategyRun:
                "answer_digest": self.answer_digest,
                "reopt_seconds": sum(s.reopt_seconds for s in self.splits),
                "execution_seconds": sum(s.execution_seconds for s in self.splits),
+               "execution_cpu_seconds": _finite(sum(s.execution_cpu_seconds
+                                                    for s in self.splits)),
                "plan_changes": sum(s.plan_changed for s in self.splits),
                "splits": [s.to_json() for s in self.splits]}
         if any(x.subset is not None for x in self.sessions):
@@ -377,6 +395,29 @@ class Loop:
             _whole(self.query.sql)
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
         self.splits = make_splits(self.query, data_dir, k, spark, split, by, column, subsets)
+        self._scratch: str | None = None
+        self._inputs: list[Any] = []
+
+    def split_input(self, i: int) -> Any:
+        """Split ``i`` of the split table as a DataFrame over its own Parquet file; all the
+        splits are written on the first call (one pass over the table), into a scratch folder
+        removed with the Loop (:meth:`close`)."""
+        if not self._inputs:
+            s = self.splits
+            self._scratch = tempfile.mkdtemp(prefix="reopt-splits-")
+            weakref.finalize(self, shutil.rmtree, self._scratch, True)
+            table = read_tables(self.query, self.data_dir, self.spark)[s.table]
+            for j in range(s.k):
+                path = str(Path(self._scratch) / f"split-{j}.parquet")
+                table.filter(s.condition(j)).write.parquet(path)
+                self._inputs.append(self.spark.read.parquet(path))
+        return self._inputs[i]
+
+    def close(self) -> None:
+        """Remove the written splits (also done when the Loop is collected)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch, self._inputs = None, []
 
     def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None,
             per_subset: bool = True) -> StrategyRun:
@@ -432,21 +473,22 @@ class Loop:
                 sessions[key], pending[key] = self._first_plan(key)
             session = sessions[key]
             reopt = pending.pop(key, 0.0)
-            restrict = {s.alias: s.condition(i)}
+            inputs = {s.table: self.split_input(i)}
             o = session.optimizer
             if strategy == "hindsight" and s.rows[i] > 0:
                 seen = execute(session.plan, self.split_query, self.data_dir, self.spark,
-                               restrict)
+                               inputs=inputs)
                 t0 = time.perf_counter()
                 session.plan = o.update(seen.deltas()).plan
                 reopt += time.perf_counter() - t0
                 session.deltas += seen.deltas()
-            run = execute(session.plan, self.split_query, self.data_dir, self.spark, restrict)
+            run = execute(session.plan, self.split_query, self.data_dir, self.spark,
+                          inputs=inputs)
             shape = plan_shape(session.plan)
             changed = key in last and shape != last[key]
             session.plan_changes += changed
             yield (SplitRun(i, s.rows[i], shape, changed, reopt, run.seconds, len(run.rows),
-                            run.nodes, subset=s.subset(i)),
+                            run.nodes, run.cpu_seconds, subset=s.subset(i)),
                    run.columns, run.rows)
             last[key] = shape
             nxt = next((j for j in range(i + 1, s.k)
@@ -462,6 +504,8 @@ class Loop:
         """Spark's own plans: the tables written as Parquet tables of a scratch database
         (the split table once per split), ``ANALYZE``d, the query text run over them; the
         writing and the statistics are untimed (``statistics_seconds``)."""
+        from reopt.spark import jvm_cpu_seconds
+
         s = self.splits
         spark = self.spark
         tables = read_tables(self.query, self.data_dir, spark)
@@ -483,23 +527,24 @@ class Loop:
             previous: str | None = None
             for i in range(s.k):
                 t0 = time.perf_counter()
-                store(s.table, tables[s.table].filter(s.condition(i)))
+                store(s.table, self.split_input(i))
                 stats += time.perf_counter() - t0
                 spark.catalog.setCurrentDatabase(db)
                 try:
                     with spark_settings(spark, SPARK_SETTINGS):
-                        t0 = time.perf_counter()
+                        t0, cpu0 = time.perf_counter(), jvm_cpu_seconds(spark)
                         answer = spark.sql(self.split_query.sql)
                         rows = collect(answer)
                         seconds = time.perf_counter() - t0
+                        cpu = jvm_cpu_seconds(spark) - cpu0
                         executed = answer._jdf.queryExecution().executedPlan().toString()
                 finally:
                     spark.catalog.setCurrentDatabase(current)
                 final = executed.split("== Initial Plan ==")[0]  # AQE prints both plans
                 shape = "spark: " + (", ".join(SPARK_JOINS.findall(final)) or "no join")
                 yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
-                                0.0, seconds, len(rows), statistics_seconds=stats,
-                                subset=s.subset(i)),
+                                0.0, seconds, len(rows), execution_cpu_seconds=cpu,
+                                statistics_seconds=stats, subset=s.subset(i)),
                        list(answer.columns), rows)
                 previous, stats = shape, 0.0
         finally:

@@ -20,6 +20,9 @@ reopt operator                  Spark
                                 inner becomes an in-memory hash index every outer row probes
 ``blocknl``                     ``SHUFFLE_REPLICATE_NL`` hint: Spark's nested-loop
                                 (cartesian) join, with the condition if there is one
+``broadcast`` (``dist``)        ``BROADCAST`` hint on the right: broadcast hash join (broadcast
+                                nested-loop join without an equi-join predicate)
+``shuffle`` (``dist``)          ``MERGE`` hint: shuffled sort-merge join
 ``join`` (``cout``)             no hint: a logical model names no operator, Spark chooses
 ``sort`` (enforcer)             nothing: Spark's sort-merge join sorts its own inputs
 ``hashagg``, ``sortagg``,       the query's SELECT list, GROUP BY and ORDER BY, run by
@@ -66,6 +69,8 @@ JOIN_HINTS = {
     "sortmerge": "merge",
     "indexnl": "broadcast",
     "blocknl": "shuffle_replicate_nl",
+    "broadcast": "broadcast",
+    "shuffle": "merge",
 }
 """reopt join operator -> the Spark join hint put on its right input (no entry: no hint)."""
 SCAN_OPS = ("tablescan", "indexscan", "indexprobe", "scan")
@@ -108,6 +113,9 @@ class Execution:
     nodes: list[NodeRun] = field(default_factory=list)
     spark_plan: str = ""
     """Spark's executed physical plan (its joins show the operators the hints chose)."""
+    cpu_seconds: float = float("nan")
+    """CPU seconds of the driver's JVM during the run (:func:`reopt.spark.jvm_cpu_seconds`:
+    the whole query's under a ``local`` master)."""
 
     def deltas(self, scale: float = 1.0, scaled: str | None = None) -> list[str]:
         """The observations as deltas for the next optimization, each count times ``scale``
@@ -462,7 +470,8 @@ def _observed(node: PlanNode, builder: _Builder, metrics: dict[str, int],
 
 
 def execute(plan: PlanNode, query: Query, data_dir: str | Path,
-            spark: SparkSession, restrict: dict[str, str] | None = None) -> Execution:
+            spark: SparkSession, restrict: dict[str, str] | None = None,
+            inputs: dict[str, DataFrame] | None = None) -> Execution:
     """Run ``plan`` (a plan of ``query``) over the tables in ``data_dir`` on ``spark``.
 
     Returns the result rows, their :func:`answer_digest`, the wall time of the run (planning
@@ -473,15 +482,17 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
 
     ``restrict`` maps an alias to a Spark SQL condition over its table's own columns: that
     relation reads only the rows meeting it (one split of it, :mod:`reopt.adaptive`), and its
-    scan observes them as the table's rows.
+    scan observes them as the table's rows. ``inputs`` maps a table to a DataFrame read
+    instead of its data in ``data_dir`` (a split written out once, :class:`reopt.adaptive.Loop`:
+    every strategy then reads the same split file, not the whole table through a filter).
     """
-    from reopt.spark import execution_settings
+    from reopt.spark import execution_settings, jvm_cpu_seconds
 
     relations = set(query.aliases)
     if set(plan.relations) != relations:
         raise ExecutionError(f"the plan covers {sorted(plan.relations)}, query {query.name} "
                              f"has {sorted(relations)}")
-    tables = read_tables(query, data_dir, spark)
+    tables = {**read_tables(query, data_dir, spark), **(inputs or {})}
     schemas = {t: df.columns for t, df in tables.items()}
     view = f"reopt_plan_{uuid.uuid4().hex[:12]}"
     prepared = _prepare(query, schemas, view)
@@ -491,7 +502,7 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
                              "restrict")
     builder = _Builder(query, tables, prepared, dict(restrict or {}))
     with execution_settings(spark):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), jvm_cpu_seconds(spark)
         joined = builder.build(plan)
         if prepared.constant:
             from pyspark.sql import functions as F
@@ -506,12 +517,12 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
             spark_plan = answer._jdf.queryExecution().executedPlan().toString()
         finally:
             spark.catalog.dropTempView(view)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, jvm_cpu_seconds(spark) - cpu0
     nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows),
                      _observed(n, builder, metrics, len(rows)),
                      metrics.get(builder.scanned.get(id(n), "")))
              for n in plan.walk()]
-    return Execution(columns, rows, answer_digest(rows), seconds, nodes, spark_plan)
+    return Execution(columns, rows, answer_digest(rows), seconds, nodes, spark_plan, cpu)
 
 
 def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) -> list[tuple]:

@@ -723,6 +723,24 @@ def execution_settings(spark: SparkSession) -> Iterator[None]:
                 conf.set(k, v)
 
 
+def jvm_cpu_seconds(spark: SparkSession) -> float:
+    """CPU seconds the driver's JVM has used so far (all its threads), from
+    ``/proc/PID/stat``. Under a ``local`` master the executors are threads of that JVM, so
+    the difference across a query is the query's CPU work, which on a shared machine varies
+    far less than its wall time (another process's load stretches wall time, not CPU time);
+    on a cluster it is the driver's share only. NaN where it cannot be read (no ``/proc``,
+    a JVM on another machine)."""
+    import os
+
+    try:
+        pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return float("nan")
+
+
 def stop_spark() -> None:
     """Stop the active session (if any) and delete the temp directory reopt created for it."""
     existing = _existing_session()

@@ -22,15 +22,18 @@ pytestmark = pytest.mark.spark
 
 CATALOG = load_catalog(None, 0.01)
 FORCED = ["cost hashjoin *1000", "cost sortmerge *1000"]  # index and nested-loop joins
+BIG = ["card customer *10000", "card orders *1000"]  # above dist.BROADCAST_ROWS: shuffled
 PLANS = {  # (cost model, deltas): the io optimum, the cout optimum, other operators and orders
-    "q3": [("io", []), ("cout", []), ("io", FORCED)],  # FORCED: indexnl and blocknl
+    "q3": [("io", []), ("cout", []), ("io", FORCED),  # FORCED: indexnl and blocknl
+           ("dist", []), ("dist", BIG)],  # dist: broadcast joins; BIG: a shuffle join too
     "q5": [("io", []), ("io", ["card {customer,orders} *300", "card {lineitem,supplier} *0.001"])],
     "q10": [("io", []), ("cout", [])],  # io: hashjoin and sortmerge
     "q8join": [("cout", ["card {orders,lineitem} *0.0001"])],  # (236,624 rows: one plan)
     "q5s": [("cout", [])],
 }
-SPARK_JOIN = {"hashjoin": "ShuffledHashJoin", "sortmerge": "SortMergeJoin",
-              "indexnl": "BroadcastHashJoin", "blocknl": "CartesianProduct"}
+SPARK_JOIN = {"io": {"hashjoin": "ShuffledHashJoin", "sortmerge": "SortMergeJoin",
+                     "indexnl": "BroadcastHashJoin", "blocknl": "CartesianProduct"},
+              "dist": {"broadcast": "BroadcastHashJoin", "shuffle": "SortMergeJoin"}}
 PREFIX = {"ps": "partsupp", "p": "part", "s": "supplier", "c": "customer", "o": "orders",
           "l": "lineitem", "n": "nation", "r": "region"}
 
@@ -89,12 +92,14 @@ def test_plans_answer_as_spark_sql_and_observe_true_rows(spark, tpch_dir, sub_jo
         assert run.nodes[0].observed == len(run.rows) or plan.alt.log_op == "join"
         shapes.add(tuple(tuple(n.relations) for n in plan.walk()  # which side counts too
                          if n.alt.log_op in ("join", "scan")))
-        if model == "io":  # each hinted join is the Spark join its operator maps to
+        if model in SPARK_JOIN:  # each hinted join is the Spark join its operator maps to
             ops = [n.op for n in plan.walk()]
-            for op, spark_join in SPARK_JOIN.items():
+            for op, spark_join in SPARK_JOIN[model].items():
                 assert run.spark_plan.count(spark_join) == ops.count(op), op
             if deltas == FORCED:
                 assert {"indexnl", "blocknl"} <= set(ops)
+            if deltas == BIG:
+                assert {"broadcast", "shuffle"} <= set(ops)
     assert len(shapes) == len(set(map(str, variants))) or query == "q3"  # other join trees
 
 

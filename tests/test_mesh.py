@@ -38,8 +38,8 @@ def fake_loop(monkeypatch) -> Loop:
     """Q5 over four hand-made splits of 100 lineitem rows each, subsets 0, 1, 0, 1, run by
     a stand-in for Spark: every node observes 100 rows per relation it joins, except that
     subset 1 (condition ``late``) joins no line with an order (0 rows)."""
-    def fake_execute(plan, query, data_dir, spark, restrict=None):
-        late = restrict["lineitem"].startswith("late")
+    def fake_execute(plan, query, data_dir, spark, restrict=None, inputs=None):
+        late = inputs["lineitem"].startswith("late")  # the split's stand-in: its condition
         nodes = [NodeRun(n.op, n.alt.log_op, n.relations, n.rows,
                          0 if late and {"orders", "lineitem"} <= set(n.relations)
                          else 100 * len(n.relations))
@@ -54,6 +54,7 @@ def fake_loop(monkeypatch) -> Loop:
     loop.splits = Splits("lineitem", "lineitem", "l_shipdate", 4, [100] * 4, "subset",
                          ("early a", "late a", "early b", "late b"), (0, 1, 0, 1),
                          ("early", "late"))
+    loop.split_input = loop.splits.condition  # no Spark: a split is named by its condition
     return loop
 
 
