@@ -179,6 +179,9 @@ class Session:
     plan: PlanNode
     deltas: list[str] = field(default_factory=list)
     """Every delta pushed into it after its first plan, in order."""
+    updates: list[tuple[int, list[str]]] = field(default_factory=list)
+    """Each update pushed after a split: that split's index and the batch of deltas (what a
+    benchmark replays to time other optimizers on the same statistics)."""
     plan_changes: int = 0
 
     def to_json(self, condition: str | None) -> dict[str, Any]:
@@ -499,6 +502,7 @@ class Loop:
                 session.plan = o.update(deltas).plan
                 pending[key] = time.perf_counter() - t0
                 session.deltas += deltas
+                session.updates.append((i, deltas))
 
     def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
         """Spark's own plans: the tables written as Parquet tables of a scratch database
