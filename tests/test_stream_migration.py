@@ -1,0 +1,182 @@
+"""Intermediate join state and plan migration in the continuous-query executor
+(:class:`reopt.stream.ContinuousQuery` with ``state="intermediate"``, :mod:`reopt.streamstate`).
+
+Oracles: per micro-batch, as a multiset, the batch Spark SQL evaluation of the windowed join
+over ALL tuples (``tests/test_stream.py``'s helper), across plan switches under both migration
+strategies; every plan's kept state after every batch against a pandas join of the window
+contents computed from scratch (the tuples the plan reads, the join conditions, the window
+conditions, alive at the batch's end); the ownership rule against a brute-force statement of
+"exactly one plan emits each result".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reopt.api import Optimizer
+from reopt.execute import answer_digest
+from reopt.stream import ContinuousQuery, StreamError, plan_line
+from reopt.streamgen import generate_stream
+from reopt.streamstate import Track, expire, owner, retire
+from tests.test_stream import QUERY, batch_answer, stream_tuples
+
+WINDOWS = {"p": 3.0, "a": 2.0, "b": 1.0}
+""":data:`tests.test_stream.QUERY`'s windows."""
+
+
+@pytest.fixture(scope="module")
+def nexmark(tmp_path_factory, spark):
+    """Six seconds of NEXMark-shaped streams, the query's two join orders and the oracle's
+    answer per two-second window."""
+    root = tmp_path_factory.mktemp("mig") / "nx"
+    generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
+    catalog = str(root / "catalog.json")
+
+    def plan(*deltas: str):
+        o = Optimizer(QUERY, catalog, cost_model="rate", optimizer="topdown")
+        step = o.optimize()
+        for d in deltas:
+            step = o.update(d)
+        return o, step.plan
+
+    opt, left_deep = plan()
+    _, other = plan("rate persons *100")
+    assert plan_line(left_deep) != plan_line(other)
+    data = stream_tuples(root)
+    oracle = batch_answer(spark, data)
+    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
+                for k, g in oracle.groupby("batch")}
+    sizes = Counter(int(k) for k in oracle["batch"])
+    assert len(sizes) == 3
+    return root, opt, left_deep, other, data, expected, sizes
+
+
+def scratch_state(data: dict[str, pd.DataFrame], aliases: set[str], since: float,
+                  end: float) -> Counter:
+    """The join of ``aliases``' window contents after the batch ending at ``end`` from
+    scratch: tuples with ``since <= ts < end``, the query's conditions among them, each
+    within its window of the newest, all alive at ``end``; the multiset of their event
+    times in alias order p, a, b."""
+    tables = {"p": "persons", "a": "auctions", "b": "bids"}
+    parts = {}
+    for a in aliases:
+        f = data[tables[a]]
+        f = f[(f.ts >= since) & (f.ts < end) & (f.ts > end - WINDOWS[a])]
+        if a == "b":
+            f = f[f.price > 100]
+        parts[a] = f.add_prefix(f"{a}_")
+    if aliases == {"p", "a"}:
+        j = parts["p"].merge(parts["a"], left_on="p_id", right_on="a_seller")
+    elif aliases == {"a", "b"}:
+        j = parts["a"].merge(parts["b"], left_on="a_id", right_on="b_auction")
+    else:
+        j = parts["p"].merge(parts["b"], how="cross")  # no predicate: a cross product
+    order = [a for a in "pab" if a in aliases]
+    newest = j[[f"{a}_ts" for a in order]].max(axis=1)
+    for a in order:
+        j = j[newest - j[f"{a}_ts"] < WINDOWS[a]]
+    return Counter(tuple(round(float(r[f"{a}_ts"]), 3) for a in order)
+                   for _, r in j.iterrows())
+
+
+def kept_state(cq: ContinuousQuery, track: Track) -> dict[frozenset, Counter]:
+    """Each state of ``track`` as the multiset of its rows' event times in alias order."""
+    out = {}
+    for rels, rows in track.states.items():
+        cols = [f"_r{i}_ts" for i in sorted(rels)]
+        out[rels] = Counter() if rows is None else Counter(
+            tuple(round(float(v), 3) for v in r) for r in rows[cols].itertuples(index=False))
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("migration", ["moving", "parallel"])
+def test_switches_under_each_migration_equal_batch_sql(spark, nexmark, migration):
+    """Plans switching after every batch, and once with a non-empty state: every window's
+    results equal the oracle's, and every plan's state equals the from-scratch join."""
+    root, opt, left_deep, other, data, expected, sizes = nexmark
+    aliases = list(opt.query.aliases)
+    runs = {"every batch": (left_deep, other, left_deep), "once": (other, other, left_deep)}
+    for name, order in runs.items():
+        cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
+                             state="intermediate", migration=migration)
+        batches = []
+        for b in cq.run(lambda last, order=order: order[0 if last is None
+                                                         else last.index + 1]):
+            batches.append(b)
+            assert len(b.rows) == sizes.get(b.index, 0), (name, b.index, b.plans)
+            assert answer_digest(b.rows) == expected.get(b.index), (name, b.index)
+            for track in cq.tracks:
+                for rels, got in kept_state(cq, track).items():
+                    want = scratch_state(data, {aliases[i] for i in rels}, track.since, b.end)
+                    assert got == want, (name, b.index, rels, track.since)
+        switches = [b.migration for b in batches]
+        assert switches[0] is None and all(s == migration for s in switches[1:] if s)
+        assert switches[2] == migration  # the last switch finds a non-empty state
+        assert sum(batches[1].join_state.values()) > 0, name
+        if migration == "parallel" and name == "every batch":
+            assert [len(b.plans) for b in batches] == [1, 2, 3]  # the first plan runs on
+        if migration == "moving":
+            assert all(len(b.plans) == 1 for b in batches)
+
+
+def test_bad_state_or_migration_is_refused(tmp_path):
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seconds=3)
+    ok = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
+                   optimizer="topdown")
+    with pytest.raises(StreamError, match="unknown state 'all'"):
+        ContinuousQuery(ok.query, ok.catalog, root, spark=None, state="all")
+    with pytest.raises(StreamError, match="unknown migration 'copy'"):
+        ContinuousQuery(ok.query, ok.catalog, root, spark=None, migration="copy")
+
+
+# -- the bookkeeping, in pure pandas ----------------------------------------------------------
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(starts=st.lists(st.integers(1, 12), max_size=4, unique=True).map(sorted),
+       window=st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+       times=st.lists(st.tuples(st.integers(0, 15_999), st.integers(0, 15_999)),
+                      min_size=1, max_size=20),
+       batch=st.sampled_from([1, 2]))
+def test_every_result_has_one_owner_among_running_tracks(starts, window, times, batch):
+    """Tracks started at ``starts`` (each reading tuples from its start), retired as the
+    executor does after every batch: every result (two tuples within the window, emitted in
+    the batch of its newest) is emitted by exactly one track still running in that batch —
+    the one the ownership rule names, which reads both its tuples."""
+    ends = range(batch, 17, batch)
+    tracks = [Track(None, -math.inf)]
+    running: dict[int, list[float]] = {}  # batch end -> starts of the tracks that ran it
+    for end in ends:
+        for s in starts:  # a switch at a batch's start starts a track
+            if s == end - batch:
+                tracks.append(Track(None, float(s)))
+        running[end] = [t.since for t in tracks]
+        tracks = retire(tracks, float(end), window)
+    for x, y in times:
+        tx, ty = x / 1000, y / 1000
+        newest = max(tx, ty)
+        if newest - min(tx, ty) >= window:
+            continue  # not a result
+        end = next(e for e in ends if e > newest)
+        sinces = running[end]
+        readers = [k for k, since in enumerate(sinces) if since <= min(tx, ty)]
+        emitters = [k for k in readers if k + 1 == len(sinces)
+                    or min(tx, ty) < sinces[k + 1]]
+        assert emitters == [owner(sinces, min(tx, ty))], (tx, ty, sinces)
+
+
+@given(rows=st.lists(st.tuples(st.floats(0, 10), st.floats(0, 10)), max_size=30),
+       end=st.floats(0, 12), w=st.tuples(st.sampled_from([0.5, 1.0, 3.0]),
+                                         st.sampled_from([0.5, 2.0])))
+@settings(max_examples=100, deadline=None, derandomize=True)
+def test_a_combination_expires_with_its_oldest_tuple(rows, end, w):
+    frame = pd.DataFrame(rows, columns=["t0", "t1"], dtype=float)
+    kept = expire(frame, {"t0": w[0], "t1": w[1]}, end)
+    want = [r for r in rows if r[0] > end - w[0] - 1e-6 and r[1] > end - w[1] - 1e-6]
+    assert sorted(map(tuple, kept.itertuples(index=False))) == sorted(want)
