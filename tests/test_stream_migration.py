@@ -180,3 +180,49 @@ def test_a_combination_expires_with_its_oldest_tuple(rows, end, w):
     kept = expire(frame, {"t0": w[0], "t1": w[1]}, end)
     want = [r for r in rows if r[0] > end - w[0] - 1e-6 and r[1] > end - w[1] - 1e-6]
     assert sorted(map(tuple, kept.itertuples(index=False))) == sorted(want)
+
+
+# -- --migration auto: the decision against hand-worked numbers -------------------------------
+def three_streams() -> Optimizer:
+    """x (10/s, 2 s), y (5/s, 4 s), z (2/s, 5 s); x.a = y.a (10 values), y.b = z.b (5)."""
+    from reopt.costmodel.catalog import Catalog
+
+    def table(rate: float, window: float, cols: dict[str, int]) -> dict:
+        return {"rate": rate, "window": window,
+                "columns": {**{c: {"distinct": d} for c, d in cols.items()}, "ts": {}}}
+
+    catalog = Catalog.from_dict({"tables": {"s1": table(10, 2, {"a": 10}),
+                                            "s2": table(5, 4, {"a": 10, "b": 5}),
+                                            "s3": table(2, 5, {"b": 5})}})
+    return Optimizer("SELECT x.a FROM s1 x, s2 y, s3 z WHERE x.a = y.a AND y.b = z.b",
+                     catalog, cost_model="rate", optimizer="topdown")
+
+
+def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
+    """By hand: windows hold n_x = 20, n_y = 20, n_z = 10, joins n_xy = n_yz = 40 results
+    (n·n·sel), rates rate(E) = n_E·Σ1/W: xy 30, yz 18, xyz 80·0.95 = 76. Loads (shj
+    3e-6 per input tuple, 5e-7 per result, scans 2e-7 per arrival): old (x⋈y)⋈z
+    3.4e-6 + (15·3e-6 + 30·5e-7) + (32·3e-6 + 76·5e-7) = 1.974e-4, new x⋈(y⋈z)
+    3.4e-6 + (7·3e-6 + 18·5e-7) + (28·3e-6 + 76·5e-7) = 1.554e-4. Moving builds y⋈z:
+    (20 + 10)·3e-6 + 40·5e-7 = 1.1e-4; parallel runs the old plan 5 s more: 9.87e-4."""
+    from reopt.migration import decide, parallel_seconds
+    from reopt.optimizers.exhaustive import all_plans
+
+    opt = three_streams()
+    space = opt.space()
+    plans = {plan_line(p): p for p in all_plans(space)}
+    old, new = plans["shj(shj(x, y), z)"], plans["shj(x, shj(y, z))"]
+    d = decide(space, old, new, interval=10, batch_seconds=1)
+    assert d.old_load == pytest.approx(1.974e-4) and d.new_load == pytest.approx(1.554e-4)
+    assert d.moving_cost == pytest.approx(1.1e-4)
+    assert d.parallel_cost == pytest.approx(1.974e-4 * 5)
+    assert d.gain == pytest.approx(4.2e-4) and d.switch and d.strategy == "moving"
+    # over 2 s the gain (8.4e-5) does not pay for the move; 2 s batches: the old plan runs
+    # 6 s (the 5 s window rounded up to whole batches)
+    assert not decide(space, old, new, interval=2, batch_seconds=1).switch
+    assert parallel_seconds(space, 2) == 6
+    # the load of any plan is the cost the plan's own build reports
+    assert all(decide(space, p, p, 1, 1).old_load == pytest.approx(p.cost)
+               for p in plans.values())
+    # a tree keeping the same relation sets moves nothing
+    assert decide(space, old, plans["nlj(shj(x, y), z)"], 1, 1).moving_cost == 0
