@@ -226,3 +226,43 @@ def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
                for p in plans.values())
     # a tree keeping the same relation sets moves nothing
     assert decide(space, old, plans["nlj(shj(x, y), z)"], 1, 1).moving_cost == 0
+
+
+def test_auto_replanner_keeps_or_switches_as_decided():
+    """The re-planning loop under ``auto``: a proposed plan that does not pay for its
+    migration is not run (the old plan object comes back), one that does is run with the
+    decision's strategy."""
+    from reopt.migration import decide
+    from reopt.stream import MicroBatch
+    from reopt.streamcli import Replanner
+
+    def batch(index: int, rates: dict[str, int]) -> MicroBatch:
+        return MicroBatch(index, index, index + 1, "", rates, {}, [], [], 0.0)
+
+    for every, switch in ((1, False), (1000, True)):
+        opt = three_streams()
+        r = Replanner(opt, every, "auto", batch_seconds=1)
+        first = r(None)
+        old_space_plan = first
+        got = first
+        for k in range(every):  # z 2.5× faster: the optimizer proposes another tree
+            got = r(batch(k, {"s1": 10, "s2": 5, "s3": 5}))
+        proposed = opt.optimize().plan
+        assert plan_line(proposed) != plan_line(old_space_plan)
+        d = decide(opt.space(), old_space_plan, proposed, every, 1)
+        assert d.switch == switch and len(r.decisions) == 1
+        if switch:
+            assert (plan_line(got[0]), got[1]) == (plan_line(proposed), d.strategy)
+        else:
+            assert got is old_space_plan
+
+
+def test_migration_needs_intermediate_state(tmp_path, capsys):
+    from reopt.cli import main
+
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seconds=3)
+    assert main(["stream", QUERY, "--data", str(root), "--state", "windows",
+                 "--migration", "parallel"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("reopt: ") and "needs --state intermediate" in err and "\n" not in err
