@@ -2,10 +2,13 @@
 and without intermediate join state, and the cost of a plan migration.
 
 Run: ``.venv/bin/python benchmarks/stream.py [--workload nexmark|linearroad] [--seconds S]
-[--seed N] [--batch-seconds B] [--state windows|intermediate|both] [--migration]``
+[--seed N] [--batch-seconds B] [--state windows|intermediate|both|both-reversed]
+[--migration]``
 (generates the workload into a temporary folder). The first micro-batch after the Spark
 session starts is a warm-up, run and not counted; then the whole stream runs once under the
-rate model's plan from the catalog, for each ``--state`` (default both). Prints per batch the
+rate model's plan from the catalog, for each ``--state`` (default both, windows first;
+``both-reversed``: intermediate first, to see that the order does not matter; each state is
+warmed up by two batches of its own first). Prints per batch the
 arrivals, the window state, the join state, the results and the wall time, then the median and
 maximum batch time and the throughput (arrived tuples per second of wall time) and the
 stream-time speed (stream seconds per wall second; above 1 the executor keeps up with the
@@ -15,8 +18,9 @@ stream in real time).
 default phases' 10× phase ends (``2S/3``), then under a plan B keeping a different join state
 (A and B: the cheapest trees under the catalog's statistics whose stateful joins differ), once
 migrating by moving state and once by parallel track, and once under A throughout (the
-baseline); prints, per strategy, the migration's own time, the batch times from the switch
-until the old plan is dropped, and their excess over the baseline's same batches.
+baseline) and once under B throughout; prints, per strategy, the migration's own time, the
+batch times from the switch until the old plan is dropped, their excess over the baseline's
+same batches, and B's times for them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from reopt.api import Optimizer
@@ -65,10 +70,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-seconds", type=int, default=1)
-    ap.add_argument("--state", default="both", choices=("windows", "intermediate", "both"))
+    ap.add_argument("--state", default="both",
+                    choices=("windows", "intermediate", "both", "both-reversed"))
     ap.add_argument("--migration", action="store_true")
     args = ap.parse_args(argv)
-    states = ("windows", "intermediate") if args.state == "both" else (args.state,)
+    states = {"both": ("windows", "intermediate"), "both-reversed": ("intermediate", "windows")
+              }.get(args.state, (args.state,))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / args.workload
         generate_stream(args.workload, root, args.seconds, args.seed)
@@ -81,7 +88,10 @@ def main(argv: list[str]) -> int:
             return ContinuousQuery(opt.query, opt.catalog, root, spark, args.batch_seconds,
                                    state=state, migration=migration)
 
-        query("intermediate").step(plan)  # warm-up
+        for state in states:  # warm-up: the first batches after Spark starts are slow
+            warm = query(state)
+            for _ in range(2):
+                warm.step(plan)
         for state in states:
             batches = list(query(state).run(plan))
             for b in batches:
@@ -91,20 +101,21 @@ def main(argv: list[str]) -> int:
                       f"{b.seconds:.2f} s")
             summary(f"{args.workload}, {args.seconds} s, state {state}", batches, args.seconds)
         if args.migration:
-            migrate(args, query)
+            migrate(args, opt, query)
     return 0
 
 
-def migrate(args: argparse.Namespace, query) -> None:
+def migrate(args: argparse.Namespace, opt: Optimizer,
+            query: Callable[..., ContinuousQuery]) -> None:
     """The ``--migration`` runs (module doc)."""
-    cq = query("intermediate")
-    a, b = two_trees(Optimizer(cq.query, cq.catalog, cost_model="rate", optimizer="topdown"))
+    a, b = two_trees(opt)
     switch = 2 * args.seconds // 3 // args.batch_seconds
 
     def plan_for(last: MicroBatch | None) -> PlanNode:
         return a if last is None or last.index + 1 < switch else b
 
-    runs = {"baseline": list(query("intermediate").run(a))}
+    runs = {"baseline": list(query("intermediate").run(a)),
+            "new plan": list(query("intermediate").run(b))}
     for how in ("moving", "parallel"):
         runs[how] = list(query("intermediate", how).run(plan_for))
     base = runs["baseline"]
@@ -121,8 +132,11 @@ def migrate(args: argparse.Namespace, query) -> None:
               f"{batches[switch].migration_seconds:.2f} s; batches {switch}..{last} "
               f"{', '.join(f'{x.seconds:.2f}' for x in window)} s (two plans in "
               f"{sum(len(x.plans) > 1 for x in window)}); {extra:+.2f} s over the baseline's "
-              f"same batches ({', '.join(f'{x.seconds:.2f}' for x in base[switch:last + 1])})")
+              f"same batches ({', '.join(f'{x.seconds:.2f}' for x in base[switch:last + 1])});"
+              f" B throughout ran them in "
+              f"{', '.join(f'{x.seconds:.2f}' for x in runs['new plan'][switch:last + 1])} s")
     summary("baseline (A throughout)", base, args.seconds)
+    summary("B throughout", runs["new plan"], args.seconds)
 
 
 if __name__ == "__main__":
