@@ -357,7 +357,7 @@ class ContinuousQuery:
                 columns = list(answer.columns)
             finally:
                 self.spark.catalog.dropTempView(self.view)
-        plans = [plan_line(t.plan) for t in self.tracks]
+        plans = [plan_line(t.plan) for t in self.tracks] or [plan_line(plan)]
         self._advance_states(collected, float(end))
         for t in self.tables:  # the windows slide: append, then expire by event time
             both = pd.concat([self.buffers[t], arrived[t]], ignore_index=True)

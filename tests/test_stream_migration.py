@@ -14,17 +14,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reopt.api import Optimizer
+from reopt.costmodel.catalog import Catalog
 from reopt.execute import answer_digest
-from reopt.stream import ContinuousQuery, StreamError, plan_line
+from reopt.optimizers.exhaustive import all_plans
+from reopt.stream import MIGRATIONS, ContinuousQuery, StreamError, plan_line
 from reopt.streamgen import generate_stream
 from reopt.streamstate import Track, expire, owner, retire
-from tests.test_stream import QUERY, batch_answer, stream_tuples
+from tests.test_stream import QUERY, batch_answer, brute_force, stream_tuples, streams
 
 WINDOWS = {"p": 3.0, "a": 2.0, "b": 1.0}
 """:data:`tests.test_stream.QUERY`'s windows."""
@@ -137,6 +140,53 @@ def test_bad_state_or_migration_is_refused(tmp_path):
         ContinuousQuery(ok.query, ok.catalog, root, spark=None, migration="copy")
 
 
+@pytest.mark.spark
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
+       choices=st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(MIGRATIONS)),
+                        min_size=3, max_size=3))
+def test_any_plan_and_migration_per_batch_equals_brute_force(spark, tmp_path_factory, data,
+                                                             windows, choices):
+    """``tests/test_stream.py``'s self-join property with intermediate state: every batch
+    under a plan drawn from all plan trees, every switch by a drawn migration; each batch's
+    results against nested loops over all records."""
+    records, files = data
+    root = tmp_path_factory.mktemp("propmig")
+    for name, seconds in files.items():
+        (root / name).mkdir()
+        for second, batch in seconds:
+            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
+                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
+            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
+    catalog = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 3},
+                                                                  "ts": {}}}
+                          for n in ("s", "r")}}
+    w = dict(zip("xyz", windows, strict=True))
+    sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
+           f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z "
+           "WHERE x.k = y.k AND y.k = z.k")
+    opt = Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate", optimizer="topdown")
+    plans = list(all_plans(opt.space()))
+    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=1,
+                         state="intermediate")
+    expected = brute_force(records, w, 1)
+
+    def plan_for(last):
+        pick, how = choices[0 if last is None else last.index + 1]
+        return plans[pick % len(plans)], how
+
+    seen = set()
+    for b in cq.run(plan_for):
+        got = Counter((int(k), round(xt, 3), round(yt, 3), round(zt, 3))
+                      for k, xt, yt, zt in b.rows)
+        want = Counter({(k, round(xt, 3), round(yt, 3), round(zt, 3)): n for
+                        (k, xt, yt, zt), n in expected.get(b.index, Counter()).items()})
+        assert got == want, (b.index, b.plans, b.migration)
+        seen.add(b.index)
+    assert set(expected) <= seen
+
+
 # -- the bookkeeping, in pure pandas ----------------------------------------------------------
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(starts=st.lists(st.integers(1, 12), max_size=4, unique=True).map(sorted),
@@ -185,8 +235,6 @@ def test_a_combination_expires_with_its_oldest_tuple(rows, end, w):
 # -- --migration auto: the decision against hand-worked numbers -------------------------------
 def three_streams() -> Optimizer:
     """x (10/s, 2 s), y (5/s, 4 s), z (2/s, 5 s); x.a = y.a (10 values), y.b = z.b (5)."""
-    from reopt.costmodel.catalog import Catalog
-
     def table(rate: float, window: float, cols: dict[str, int]) -> dict:
         return {"rate": rate, "window": window,
                 "columns": {**{c: {"distinct": d} for c, d in cols.items()}, "ts": {}}}
@@ -206,7 +254,6 @@ def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
     3.4e-6 + (7·3e-6 + 18·5e-7) + (28·3e-6 + 76·5e-7) = 1.554e-4. Moving builds y⋈z:
     (20 + 10)·3e-6 + 40·5e-7 = 1.1e-4; parallel runs the old plan 5 s more: 9.87e-4."""
     from reopt.migration import decide, parallel_seconds
-    from reopt.optimizers.exhaustive import all_plans
 
     opt = three_streams()
     space = opt.space()
