@@ -6,8 +6,8 @@ batch, the plan, the arrivals, the window state, the results emitted and the obs
 ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time the
 optimizer is updated with what the last K seconds observed (each stream's rate over them, each
 join predicate's selectivity at their end) and the next batches run its new best plan. With
-``--state windows`` (the default) the executor keeps only per-stream window state, so a plan
-change moves no state; with ``--state intermediate`` every join keeps its results and a plan
+``--state windows`` the executor keeps only per-stream window state, so a plan change moves
+no state; with ``--state intermediate`` (the default) every join keeps its results and a plan
 change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
 plan changes only when the gain over the next interval exceeds the cheaper migration's cost
 (:mod:`reopt.migration`).
@@ -44,10 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-every", type=positive_int, metavar="K",
                    help="re-plan every K stream seconds from the observed deltas (a multiple "
                    "of --batch-seconds; default: never, the first plan runs throughout)")
-    p.add_argument("--state", choices=STATES, metavar="KIND",
-                   help="windows: per-stream window buffers only, each batch recomputes the "
-                   "joins' old sides (default without --migration); intermediate: every join "
-                   "keeps its results (default with --migration)")
+    p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
+                   help="intermediate: every join keeps its results (default); windows: "
+                   "per-stream window buffers only, each batch recomputes the joins' old sides")
     p.add_argument("--migration", choices=STRATEGIES, metavar="HOW",
                    help="how intermediate state follows a plan change: moving (build the new "
                    "tree's states from the old's), parallel (run both plans until the old "
@@ -133,7 +132,7 @@ def main(argv: list[str]) -> int:
                          f"{args.batch_seconds}")
     opt = Optimizer(args.query, catalog, cost_model="rate", objective=args.objective,
                     optimizer=args.optimizer)
-    state = args.state or ("windows" if args.migration is None else "intermediate")
+    state = args.state
     if state == "windows" and args.migration is not None:
         raise ReoptError(f"--migration {args.migration} needs --state intermediate (window "
                          "buffers alone have no join state to migrate)")
@@ -178,8 +177,12 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
     else:
         total = sum(len(b.rows) for b in batches)
+        moved = [b for b in batches if b.migration]
         print(f"{len(batches)} micro-batches, {total} results, "
-              f"{sum(b.seconds for b in batches):.2f} s")
+              f"{sum(b.seconds for b in batches):.2f} s"
+              + (f"; {len(moved)} migrations ("
+                 + ", ".join(f"{b.migration} before batch {b.index}" for b in moved)
+                 + f"), {sum(b.migration_seconds for b in moved):.2f} s" if moved else ""))
     return 0
 
 
