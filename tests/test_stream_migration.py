@@ -101,17 +101,19 @@ def kept_state(cq: ContinuousQuery, track: Track) -> dict[frozenset, Counter]:
 @pytest.mark.spark
 @pytest.mark.parametrize("migration", ["moving", "parallel"])
 def test_switches_under_each_migration_equal_batch_sql(spark, nexmark, migration):
-    """Plans switching after every batch, and once with a non-empty state: every window's
-    results equal the oracle's, and every plan's state equals the from-scratch join."""
+    """Plans switching after every batch, and once (after a batch of the other plan, the
+    run stopped after the switch's batch): every window's results equal the oracle's, every
+    plan's state equals the from-scratch join, and the old state is non-empty at each
+    switch."""
     root, opt, left_deep, other, data, expected, sizes = nexmark
     aliases = list(opt.query.aliases)
-    runs = {"every batch": (left_deep, other, left_deep), "once": (other, other, left_deep)}
+    runs = {"every batch": (left_deep, other, left_deep), "once": (other, left_deep)}
     for name, order in runs.items():
         cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
                              state="intermediate", migration=migration)
         batches = []
-        for b in cq.run(lambda last, order=order: order[0 if last is None
-                                                         else last.index + 1]):
+        while len(batches) < len(order):
+            b = cq.step(order[len(batches)])
             batches.append(b)
             assert len(b.rows) == sizes.get(b.index, 0), (name, b.index, b.plans)
             assert answer_digest(b.rows) == expected.get(b.index), (name, b.index)
@@ -119,14 +121,12 @@ def test_switches_under_each_migration_equal_batch_sql(spark, nexmark, migration
                 for rels, got in kept_state(cq, track).items():
                     want = scratch_state(data, {aliases[i] for i in rels}, track.since, b.end)
                     assert got == want, (name, b.index, rels, track.since)
-        switches = [b.migration for b in batches]
-        assert switches[0] is None and all(s == migration for s in switches[1:] if s)
-        assert switches[2] == migration  # the last switch finds a non-empty state
-        assert sum(batches[1].join_state.values()) > 0, name
-        if migration == "parallel" and name == "every batch":
-            assert [len(b.plans) for b in batches] == [1, 2, 3]  # the first plan runs on
-        if migration == "moving":
-            assert all(len(b.plans) == 1 for b in batches)
+        assert [b.migration for b in batches] == [None] + [migration] * (len(order) - 1)
+        assert all(sum(b.join_state.values()) > 0 for b in batches), name  # never empty
+        if migration == "parallel":  # the first plan runs on (its tuples live 3 s)
+            assert [len(b.plans) for b in batches] == [1, 2, 3][:len(order)], name
+        else:
+            assert all(len(b.plans) == 1 for b in batches), name
 
 
 def test_bad_state_or_migration_is_refused(tmp_path):
@@ -141,7 +141,7 @@ def test_bad_state_or_migration_is_refused(tmp_path):
 
 
 @pytest.mark.spark
-@settings(max_examples=2, deadline=None, derandomize=True,
+@settings(max_examples=1, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
        choices=st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(MIGRATIONS)),
