@@ -26,7 +26,7 @@ from reopt.execute import answer_digest
 from reopt.optimizers.exhaustive import all_plans
 from reopt.stream import MIGRATIONS, ContinuousQuery, StreamError, plan_line
 from reopt.streamgen import generate_stream
-from reopt.streamstate import Track, expire, owner, retire
+from reopt.streamstate import Track, expire, retire
 from tests.test_stream import QUERY, batch_answer, brute_force, stream_tuples, streams
 
 WINDOWS = {"p": 3.0, "a": 2.0, "b": 1.0}
@@ -195,30 +195,36 @@ def test_any_plan_and_migration_per_batch_equals_brute_force(spark, tmp_path_fac
                       min_size=1, max_size=20),
        batch=st.sampled_from([1, 2]))
 def test_every_result_has_one_owner_among_running_tracks(starts, window, times, batch):
-    """Tracks started at ``starts`` (each reading tuples from its start), retired as the
-    executor does after every batch: every result (two tuples within the window, emitted in
-    the batch of its newest) is emitted by exactly one track still running in that batch —
-    the one the ownership rule names, which reads both its tuples."""
+    """Tracks started at ``starts`` (switches at batch starts; each reads tuples from its
+    start), retired as the executor does after every batch: every result (two tuples within
+    the window, emitted in the batch of its newest) is emitted by exactly one track running
+    in that batch, and that track is the latest one started at or before the result's
+    oldest tuple — one that has read all its tuples from its start, so its states hold the
+    result's parts (a track retired too early, or a cut in the wrong place, fails this)."""
+    from reopt.streamstate import owner
+
     ends = range(batch, 17, batch)
-    tracks = [Track(None, -math.inf)]
-    running: dict[int, list[float]] = {}  # batch end -> starts of the tracks that ran it
+    tracks = [Track(-math.inf, -math.inf)]  # the plan field tags a track by its start
+    started = [-math.inf]
+    running: dict[int, list[Track]] = {}  # batch end -> the tracks that ran it
     for end in ends:
-        for s in starts:  # a switch at a batch's start starts a track
-            if s == end - batch:
-                tracks.append(Track(None, float(s)))
-        running[end] = [t.since for t in tracks]
+        if end - batch in starts:  # a switch at this batch's start
+            tracks.append(Track(float(end - batch), float(end - batch)))
+            started.append(float(end - batch))
+        running[end] = list(tracks)
         tracks = retire(tracks, float(end), window)
     for x, y in times:
         tx, ty = x / 1000, y / 1000
-        newest = max(tx, ty)
-        if newest - min(tx, ty) >= window:
+        oldest = min(tx, ty)
+        if max(tx, ty) - oldest >= window:
             continue  # not a result
-        end = next(e for e in ends if e > newest)
-        sinces = running[end]
-        readers = [k for k, since in enumerate(sinces) if since <= min(tx, ty)]
-        emitters = [k for k in readers if k + 1 == len(sinces)
-                    or min(tx, ty) < sinces[k + 1]]
-        assert emitters == [owner(sinces, min(tx, ty))], (tx, ty, sinces)
+        end = next(e for e in ends if e > max(tx, ty))
+        ran = running[end]
+        emitters = [t.plan for k, t in enumerate(ran) if t.since <= oldest
+                    and (k + 1 == len(ran) or oldest < ran[k + 1].since)]
+        right = max(s for s in started if s <= oldest and s < end)
+        assert emitters == [right], (tx, ty, [(t.plan, t.since) for t in ran])
+        assert ran[owner([t.since for t in ran], oldest)].plan == right
 
 
 @given(rows=st.lists(st.tuples(st.floats(0, 10), st.floats(0, 10)), max_size=30),
