@@ -10,7 +10,8 @@ join predicate's selectivity at their end) and the next batches run its new best
 no state; with ``--state intermediate`` (the default) every join keeps its results and a plan
 change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
 plan changes only when the gain over the next interval exceeds the cheaper migration's cost
-(:mod:`reopt.migration`).
+(:mod:`reopt.migration`). ``--max-state N`` keeps the plan run within a state budget
+(:mod:`reopt.statebudget`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.numeric import dumps_strict
 from reopt.migration import STRATEGIES, decide
 from reopt.plan import PlanNode
+from reopt.statebudget import within_budget
 from reopt.stream import STATES, ContinuousQuery, MicroBatch, plan_line
 
 OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
@@ -52,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                    "tree's states from the old's), parallel (run both plans until the old "
                    "one's tuples expire) or auto (switch only when the gain over the next "
                    "interval exceeds the cheaper migration's cost); default moving")
+    p.add_argument("--max-state", type=positive_int, metavar="N",
+                   help="run the cheapest plan whose estimated state (window tuples and kept "
+                   "join results) is at most N tuples; when none is, the least-state plan, "
+                   "with a warning")
     p.add_argument("--objective", default="rate", help="rate or time-to:N (default rate)")
     p.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
                    help="the optimizer that plans and re-plans (default topdown-inc)")
@@ -68,17 +74,28 @@ class Replanner:
     batches with what those batches observed."""
 
     def __init__(self, optimizer: Optimizer, every: int | None, migration: str = "moving",
-                 batch_seconds: int = 1):
+                 batch_seconds: int = 1, max_state: int | None = None):
         self.optimizer = optimizer
         self.every = every
         self.migration = migration
         self.batch_seconds = batch_seconds
-        self.plan: PlanNode = optimizer.optimize().plan
+        self.max_state = max_state
         self.window: list[MicroBatch] = []
         self.log: list[str] = []
         """One line per re-planning: the deltas applied and the plan chosen, or the error."""
+        self.plan: PlanNode = self.budgeted(optimizer.optimize().plan, "initial plan")
         self.decisions: list[dict] = []
         """``--migration auto``: each decision on a proposed plan change (batch, numbers)."""
+
+    def budgeted(self, plan: PlanNode, when: str) -> PlanNode:
+        """``plan``, or the plan ``--max-state`` runs instead (:mod:`reopt.statebudget`);
+        a warning goes to the log."""
+        if self.max_state is None:
+            return plan
+        chosen, warning = within_budget(self.optimizer.space(), plan, self.max_state)
+        if warning is not None:
+            self.log.append(f"{when}: warning: {warning}")
+        return chosen
 
     def deltas(self) -> list[str]:
         """The rates over the window's batches and the selectivities at its end."""
@@ -103,14 +120,16 @@ class Replanner:
         except DeltaError as e:  # the optimizer is as it was; keep the plan
             self.log.append(f"after batch {last.index}: re-planning refused: {e}")
             return self.plan
-        head = f"after batch {last.index}: {'; '.join(deltas)} -> plan {plan_line(step.plan)}"
-        if plan_line(step.plan) == plan_line(self.plan):
-            self.plan = step.plan
+        when = f"after batch {last.index}"
+        proposed = self.budgeted(step.plan, when)
+        head = f"{when}: {'; '.join(deltas)} -> plan {plan_line(proposed)}"
+        if plan_line(proposed) == plan_line(self.plan):
+            self.plan = proposed
             self.log.append(f"{head} (same)")
             return self.plan
         how = self.migration
         if how == "auto":
-            d = decide(self.optimizer.space(), self.plan, step.plan,
+            d = decide(self.optimizer.space(), self.plan, proposed,
                        self.every * self.batch_seconds, self.batch_seconds)
             self.decisions.append({"after_batch": last.index, **d.to_json()})
             self.log.append(f"{head} ({d.line()})")
@@ -119,7 +138,7 @@ class Replanner:
             how = d.strategy
         else:
             self.log.append(f"{head} (changed)")
-        self.plan = step.plan
+        self.plan = proposed
         return self.plan, how
 
 
@@ -138,7 +157,7 @@ def main(argv: list[str]) -> int:
                          "buffers alone have no join state to migrate)")
     migration = args.migration or "moving"
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
-    replanner = Replanner(opt, every, migration, args.batch_seconds)
+    replanner = Replanner(opt, every, migration, args.batch_seconds, args.max_state)
     cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
                          opt.adjustments, state=state,
                          migration="moving" if migration == "auto" else migration)
@@ -189,11 +208,14 @@ def main(argv: list[str]) -> int:
 def replanner_with_log(replanner: Replanner, quiet: bool
                        ) -> Callable[[MicroBatch | None], PlanNode | tuple[PlanNode, str]]:
     """``replanner``, printing each re-planning line as it happens (unless ``quiet``)."""
+    printed = 0
+
     def plan_for(last: MicroBatch | None) -> PlanNode | tuple[PlanNode, str]:
-        seen = len(replanner.log)
+        nonlocal printed
         plan = replanner(last)
         if not quiet:
-            for line in replanner.log[seen:]:
+            for line in replanner.log[printed:]:
                 print(f"  re-plan {line}")
+        printed = len(replanner.log)
         return plan
     return plan_for

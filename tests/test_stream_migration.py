@@ -319,3 +319,48 @@ def test_migration_needs_intermediate_state(tmp_path, capsys):
                  "--migration", "parallel"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("reopt: ") and "needs --state intermediate" in err and "\n" not in err
+    assert main(["stream", QUERY, "--data", str(root), "--max-state", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("reopt: ") and "--max-state" in err and "\n" not in err
+
+
+# -- --max-state ----------------------------------------------------------------------------------
+def test_max_state_runs_the_cheapest_plan_that_fits():
+    """By hand: x, y 2/s over 5 s windows (10 tuples each), z 2/s over 1 s (2 tuples);
+    x.a = y.a (10 values, sel 1/10), y.b = z.b (5, sel 1/5): x⋈y keeps 10 results, y⋈z 4.
+    So (x⋈y)⋈z keeps 22 + 10 = 32 tuples and x⋈(y⋈z) 22 + 4 = 26; the optimizer's plan is
+    the former. Budget 30: the cheapest plan keeping y⋈z; budget 25: nothing fits, the same
+    plan (least state, cheapest among those) with a warning; budget 32: the optimizer's."""
+    from reopt.costmodel.catalog import Catalog
+    from reopt.statebudget import state_tuples, within_budget
+    from reopt.streamcli import Replanner
+    from reopt.streamstate import join_nodes
+
+    def table(window: float, cols: dict[str, int]) -> dict:
+        return {"rate": 2, "window": window,
+                "columns": {**{c: {"distinct": d} for c, d in cols.items()}, "ts": {}}}
+
+    catalog = Catalog.from_dict({"tables": {"s1": table(5, {"a": 10}),
+                                            "s2": table(5, {"a": 5, "b": 5}),
+                                            "s3": table(1, {"b": 5})}})
+    sql = "SELECT x.a FROM s1 x, s2 y, s3 z WHERE x.a = y.a AND y.b = z.b"
+    opt = Optimizer(sql, catalog, cost_model="rate", optimizer="topdown")
+    space, best = opt.space(), opt.optimize().plan
+    aliases = list(opt.query.aliases)
+
+    def kept(p) -> set:
+        return {frozenset(aliases[i] for i in r) for r, _ in join_nodes(p, aliases)}
+
+    assert kept(best) == {frozenset("xy")} and state_tuples(space, best) == pytest.approx(32)
+    yz = [p for p in all_plans(space) if kept(p) == {frozenset("yz")}]
+    assert all(state_tuples(space, p) == pytest.approx(26) for p in yz)
+    cheapest = min(yz, key=lambda p: p.cost)
+    assert within_budget(space, best, 32) == (best, None)
+    got, warning = within_budget(space, best, 30)
+    assert plan_line(got) == plan_line(cheapest) and warning is None
+    got, warning = within_budget(space, best, 25)
+    assert plan_line(got) == plan_line(cheapest) and "least-state plan (26 tuples)" in warning
+    r = Replanner(Optimizer(sql, catalog, cost_model="rate", optimizer="topdown"), None,
+                  max_state=25)
+    assert plan_line(r(None)) == plan_line(cheapest)
+    assert r.log[0].startswith("initial plan: warning: every plan keeps more than")
