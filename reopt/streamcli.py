@@ -5,8 +5,13 @@ The rate model (``--cost-model rate``) plans the query from the catalog; the exe
 batch, the plan, the arrivals, the window state, the results emitted and the observed
 ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time the
 optimizer is updated with what the last K seconds observed (each stream's rate over them, each
-join predicate's selectivity at their end) and the next batches run its new best plan; the
-executor keeps only per-stream window state, so a plan change moves no state.
+join predicate's selectivity at their end) and the next batches run its new best plan. With
+``--state windows`` the executor keeps only per-stream window state, so a plan change moves
+no state; with ``--state intermediate`` (the default) every join keeps its results and a plan
+change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
+plan changes only when the gain over the next interval exceeds the cheaper migration's cost
+(:mod:`reopt.migration`). ``--max-state N`` keeps the plan run within a state budget
+(:mod:`reopt.statebudget`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from reopt.api import Optimizer
 from reopt.cliargs import UsageParser, positive_int
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.numeric import dumps_strict
+from reopt.migration import STRATEGIES, decide
 from reopt.plan import PlanNode
-from reopt.stream import ContinuousQuery, MicroBatch, plan_line
+from reopt.statebudget import within_budget
+from reopt.stream import STATES, ContinuousQuery, MicroBatch, plan_line
 
 OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
 
@@ -39,6 +46,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-every", type=positive_int, metavar="K",
                    help="re-plan every K stream seconds from the observed deltas (a multiple "
                    "of --batch-seconds; default: never, the first plan runs throughout)")
+    p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
+                   help="intermediate: every join keeps its results (default); windows: "
+                   "per-stream window buffers only, each batch recomputes the joins' old sides")
+    p.add_argument("--migration", choices=STRATEGIES, metavar="HOW",
+                   help="how intermediate state follows a plan change: moving (build the new "
+                   "tree's states from the old's), parallel (run both plans until the old "
+                   "one's tuples expire) or auto (switch only when the gain over the next "
+                   "interval exceeds the cheaper migration's cost); default moving")
+    p.add_argument("--max-state", type=positive_int, metavar="N",
+                   help="run the cheapest plan whose estimated state (window tuples and kept "
+                   "join results) is at most N tuples; when none is, the least-state plan, "
+                   "with a warning")
     p.add_argument("--objective", default="rate", help="rate or time-to:N (default rate)")
     p.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
                    help="the optimizer that plans and re-plans (default topdown-inc)")
@@ -54,13 +73,29 @@ class Replanner:
     """The plan for each micro-batch: the optimizer's best plan, updated every ``every``
     batches with what those batches observed."""
 
-    def __init__(self, optimizer: Optimizer, every: int | None):
+    def __init__(self, optimizer: Optimizer, every: int | None, migration: str = "moving",
+                 batch_seconds: int = 1, max_state: int | None = None):
         self.optimizer = optimizer
         self.every = every
-        self.plan: PlanNode = optimizer.optimize().plan
+        self.migration = migration
+        self.batch_seconds = batch_seconds
+        self.max_state = max_state
         self.window: list[MicroBatch] = []
         self.log: list[str] = []
         """One line per re-planning: the deltas applied and the plan chosen, or the error."""
+        self.plan: PlanNode = self.budgeted(optimizer.optimize().plan, "initial plan")
+        self.decisions: list[dict] = []
+        """``--migration auto``: each decision on a proposed plan change (batch, numbers)."""
+
+    def budgeted(self, plan: PlanNode, when: str) -> PlanNode:
+        """``plan``, or the plan ``--max-state`` runs instead (:mod:`reopt.statebudget`);
+        a warning goes to the log."""
+        if self.max_state is None:
+            return plan
+        chosen, warning = within_budget(self.optimizer.space(), plan, self.max_state)
+        if warning is not None:
+            self.log.append(f"{when}: warning: {warning}")
+        return chosen
 
     def deltas(self) -> list[str]:
         """The rates over the window's batches and the selectivities at its end."""
@@ -72,7 +107,7 @@ class Replanner:
         rates = [f"rate {t} ={n / seconds:.6g}" for t, n in arrived.items() if n > 0]
         return rates + [d for d in self.window[-1].deltas if d.startswith("sel ")]
 
-    def __call__(self, last: MicroBatch | None) -> PlanNode:
+    def __call__(self, last: MicroBatch | None) -> PlanNode | tuple[PlanNode, str]:
         if last is None or self.every is None:
             return self.plan
         self.window.append(last)
@@ -85,11 +120,26 @@ class Replanner:
         except DeltaError as e:  # the optimizer is as it was; keep the plan
             self.log.append(f"after batch {last.index}: re-planning refused: {e}")
             return self.plan
-        changed = "changed" if plan_line(step.plan) != plan_line(self.plan) else "same"
-        self.plan = step.plan
-        self.log.append(f"after batch {last.index}: {'; '.join(deltas)} -> plan "
-                        f"{plan_line(step.plan)} ({changed})")
-        return self.plan
+        when = f"after batch {last.index}"
+        proposed = self.budgeted(step.plan, when)
+        head = f"{when}: {'; '.join(deltas)} -> plan {plan_line(proposed)}"
+        if plan_line(proposed) == plan_line(self.plan):
+            self.plan = proposed
+            self.log.append(f"{head} (same)")
+            return self.plan
+        how = self.migration
+        if how == "auto":
+            d = decide(self.optimizer.space(), self.plan, proposed,
+                       self.every * self.batch_seconds, self.batch_seconds)
+            self.decisions.append({"after_batch": last.index, **d.to_json()})
+            self.log.append(f"{head} ({d.line()})")
+            if not d.switch:
+                return self.plan
+            how = d.strategy
+        else:
+            self.log.append(f"{head} (changed)")
+        self.plan = proposed
+        return self.plan, how
 
 
 def main(argv: list[str]) -> int:
@@ -101,10 +151,17 @@ def main(argv: list[str]) -> int:
                          f"{args.batch_seconds}")
     opt = Optimizer(args.query, catalog, cost_model="rate", objective=args.objective,
                     optimizer=args.optimizer)
+    state = args.state
+    if state == "windows" and args.migration is not None:
+        raise ReoptError(f"--migration {args.migration} needs --state intermediate (window "
+                         "buffers alone have no join state to migrate)")
+    migration = args.migration or "moving"
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
-    replanner = Replanner(opt, every)
+    replanner = Replanner(opt, every, migration, args.batch_seconds, args.max_state)
     cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
-                         opt.adjustments)  # bad input fails here, before Spark starts
+                         opt.adjustments, state=state,
+                         migration="moving" if migration == "auto" else migration)
+    # bad input fails above, before Spark starts
     from reopt.spark import get_spark
 
     cq.spark = get_spark(args.master)
@@ -121,6 +178,10 @@ def main(argv: list[str]) -> int:
             if not args.json:
                 print(f"batch {b.index} [{b.start:g}, {b.end:g}) s: {b.plan}, {len(b.rows)} "
                       f"results, {b.seconds:.2f} s; arrivals {b.arrivals}; state {b.state}"
+                      + (f"; join state {b.join_state}" if b.join_state else "")
+                      + (f"; migration {b.migration} {b.migration_seconds:.2f} s"
+                         if b.migration else "")
+                      + (f"; plans running {b.plans}" if len(b.plans) > 1 else "")
                       + (f"; skipped {b.skipped}" if b.skipped else ""))
                 print(f"  observed: {'; '.join(b.deltas)}")
     finally:
@@ -129,23 +190,32 @@ def main(argv: list[str]) -> int:
     if args.json:
         doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
                "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
-               "batches": [b.to_json() for b in batches], "replanning": replanner.log}
+               "state": state, "migration": migration if state == "intermediate" else None,
+               "batches": [b.to_json() for b in batches], "replanning": replanner.log,
+               "decisions": replanner.decisions}
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
     else:
         total = sum(len(b.rows) for b in batches)
+        moved = [b for b in batches if b.migration]
         print(f"{len(batches)} micro-batches, {total} results, "
-              f"{sum(b.seconds for b in batches):.2f} s")
+              f"{sum(b.seconds for b in batches):.2f} s"
+              + (f"; {len(moved)} migrations ("
+                 + ", ".join(f"{b.migration} before batch {b.index}" for b in moved)
+                 + f"), {sum(b.migration_seconds for b in moved):.2f} s" if moved else ""))
     return 0
 
 
 def replanner_with_log(replanner: Replanner, quiet: bool
-                       ) -> Callable[[MicroBatch | None], PlanNode]:
+                       ) -> Callable[[MicroBatch | None], PlanNode | tuple[PlanNode, str]]:
     """``replanner``, printing each re-planning line as it happens (unless ``quiet``)."""
-    def plan_for(last: MicroBatch | None) -> PlanNode:
-        seen = len(replanner.log)
+    printed = 0
+
+    def plan_for(last: MicroBatch | None) -> PlanNode | tuple[PlanNode, str]:
+        nonlocal printed
         plan = replanner(last)
         if not quiet:
-            for line in replanner.log[seen:]:
+            for line in replanner.log[printed:]:
                 print(f"  re-plan {line}")
+        printed = len(replanner.log)
         return plan
     return plan_for

@@ -184,7 +184,8 @@ def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
     orders = {"bushy first": (bushy, left_deep, bushy),
               "left-deep first": (left_deep, bushy, left_deep)}
     for name, order in orders.items():
-        cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2)
+        cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
+                             state="windows")  # intermediate: tests/test_stream_migration.py
         batches = list(cq.run(lambda last, order=order: order[0 if last is None
                                                              else last.index + 1]))
         assert [b.index for b in batches] == [0, 1, 2]
@@ -336,7 +337,8 @@ def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, wi
     opt = Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate", optimizer="topdown")
     plans = all_plans(opt)
     assert len({plan_line(p) for p in plans}) > 1
-    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds)
+    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds,
+                         state="windows")  # intermediate: tests/test_stream_migration.py
     expected = brute_force(records, w, batch_seconds)
     seen = set()
     for b in cq.run(lambda last: plans[choices[0 if last is None else last.index + 1]
