@@ -90,7 +90,7 @@ CATALOG = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 
                       for n in ("s", "r")}}
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@settings(max_examples=15, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
        batch_seconds=st.sampled_from([1, 2]), partitions=st.integers(1, 5),
