@@ -168,3 +168,41 @@ def test_eddy_refuses_what_it_cannot_evaluate(tmp_path):
         _eddy(THREE + " AND abs(a.k) < 3", catalog, tmp_path)
     with pytest.raises(StreamError, match="partitions"):
         _eddy(THREE, catalog, tmp_path, partitions=0)
+
+
+SEGTOLLS_ORACLE = """
+SELECT floor(greatest(p.ts, s.ts, x.ts, q.ts, t.ts)) AS batch,
+       p.vid, p.xway, p.seg, p.speed, s.avgspeed, s.cars, x.vid AS crashed,
+       q.vid AS passing, t.avgspeed AS upstream
+FROM positions p, segstats s, accidents x, positions q, segstats t
+WHERE p.seg = s.seg AND s.seg = x.seg AND p.seg = q.seg AND p.xway = q.xway
+  AND x.seg = t.seg AND x.xway = t.xway AND p.speed < 40 AND q.speed > 80 AND t.cars > 150
+  AND greatest(p.ts, s.ts, x.ts, q.ts, t.ts) - p.ts < 5
+  AND greatest(p.ts, s.ts, x.ts, q.ts, t.ts) - s.ts < 10
+  AND greatest(p.ts, s.ts, x.ts, q.ts, t.ts) - x.ts < 30
+  AND greatest(p.ts, s.ts, x.ts, q.ts, t.ts) - q.ts < 2
+  AND greatest(p.ts, s.ts, x.ts, q.ts, t.ts) - t.ts < 30
+"""
+"""The SegTollS-shaped 5-way query of ``reopt data stream --workload segtolls`` over all
+tuples, its windows (5, 10, 30, 2, 30 s) as plain timestamp conditions."""
+
+
+@pytest.mark.spark
+def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
+    root = tmp_path / "st"
+    generate_stream("segtolls", root, seed=2, phases="3:keys=8;3:positions=200,accidents=6,keys=8")
+    data = {s: pd.concat([pd.read_parquet(p) for p in sorted((root / s).glob("*.parquet"))])
+            for s in ("positions", "segstats", "accidents")}
+    for s, df in data.items():
+        spark.createDataFrame(df).createOrReplaceTempView(s)
+    try:
+        oracle = spark.sql(SEGTOLLS_ORACLE).toPandas()
+    finally:
+        for s in data:
+            spark.catalog.dropTempView(s)
+    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
+                for k, g in oracle.groupby("batch")}
+    assert len(oracle) > 20 and len(expected) >= 2
+    eddy = _eddy((root / "query.sql").read_text(), str(root / "catalog.json"), root, seed=5)
+    for b in eddy.run():
+        assert answer_digest(b.rows) == expected.get(b.index, answer_digest([])), b.index
