@@ -5,14 +5,16 @@ and Spark's own stream-stream join, on the drifting nexmark workload and the Seg
 Run: ``.venv/bin/python benchmarks/stream_baselines.py [--workloads nexmark,segtolls]
 [--seconds S] [--seed N] [--batch-seconds B] [--plan-every K] [--strategies ...]``
 (generates each workload with its default drifting phases into a temporary folder). Before
-the measured runs, one executor batch and one short Spark streaming query warm the JVM up;
-the Spark join's query start (a few seconds: planning its stateful operators) is reported
-apart from its batches. Per strategy: total batch wall time, median and maximum batch time,
-plan switches, optimizer time, results, largest state (window-buffer records summed over
-streams; for Spark, the rows in its join state) and, for the eddy, partial results probed.
-Every strategy's whole result multiset is digested; the run says whether all are equal.
+the measured runs, one executor batch and one short Spark streaming query warm the JVM up.
+Per strategy: total of its batches' wall times, its whole wall time (``wall``: with its set-up
+— the dry pass of static and hindsight, the start of Spark's streaming query), median and
+maximum batch time, plan switches, optimizer time, results, largest state (window-buffer
+records summed over streams; for Spark, the rows in its join state) and, for the eddy, the
+partial results its probes returned; then each strategy's batch times in order. Every
+strategy's whole result multiset is digested; the run says whether all are equal.
 The eddy runs in process (pandas) while the others run on Spark, so its times are not
-comparable one for one (see ``reopt/eddy.py``).
+comparable one for one (see ``reopt/eddy.py``); ``eddy-fixed``, the eddy with every lottery
+replaced by FROM order (no adaptation), is its in-process yardstick.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from reopt.api import Optimizer
+from reopt.eddy import Eddy
 from reopt.execute import answer_digest
 from reopt.spark import get_spark
 from reopt.sparkstream import SparkStreamJoin
@@ -49,8 +52,11 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
                     optimizer="topdown-inc")
     record = Strategy(name)
     t0 = time.perf_counter()
-    batches = list(run_strategy(name, opt, root, batch_seconds, plan_every // batch_seconds,
-                                spark, seed, record))
+    if name == "eddy-fixed":
+        batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
+    else:
+        batches = list(run_strategy(name, opt, root, batch_seconds,
+                                    plan_every // batch_seconds, spark, seed, record))
     wall = time.perf_counter() - t0
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
@@ -61,7 +67,7 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
             "digest": answer_digest([r for b in batches for r in b.rows]),
             "state": max(sum(b.state.values()) for b in batches),
             "probed": sum(getattr(b, "probed", 0) for b in batches),
-            "plans": [b.plan for b in batches]}
+            "plans": [b.plan for b in batches], "times": times}
 
 
 def main(argv: list[str]) -> int:
@@ -71,7 +77,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-seconds", type=int, default=2)
     ap.add_argument("--plan-every", type=int, default=4)
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--strategies", default=",".join([*STRATEGIES, "eddy-fixed"]))
     args = ap.parse_args(argv)
     spark = get_spark()
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,6 +96,9 @@ def main(argv: list[str]) -> int:
                       f"{r['median']:7.2f} {r['max']:7.2f} {r['switches']:6} "
                       f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
                       f"{r['probed'] or '':>8}")
+            for r in rows:
+                print(f"  {r['strategy']} per batch (s): "
+                      f"{' '.join(f'{t:.2f}' for t in r['times'])}")
             for r in rows:
                 if r["switches"]:
                     print(f"  {r['strategy']} plans: {' | '.join(dict.fromkeys(r['plans']))}")

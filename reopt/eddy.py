@@ -94,15 +94,20 @@ class _Condition:
 
 class Eddy(ContinuousQuery):
     """The query over the stream files in ``data_dir``, routed by an eddy (see the module
-    doc). :meth:`step` runs the next micro-batch, :meth:`run` all of them; no Spark."""
+    doc). :meth:`step` runs the next micro-batch, :meth:`run` all of them; no Spark.
+    ``routing="fixed"`` replaces every lottery by the first eligible item in FROM order: the
+    same executor without adaptation, to measure what the lottery's routing gains."""
 
     def __init__(self, query: Query, catalog: Catalog, data_dir: str | Path,
                  batch_seconds: int = 1, adjustments: Adjustments | None = None, *,
-                 seed: int = 0, partitions: int = 4):
+                 seed: int = 0, partitions: int = 4, routing: str = "lottery"):
+        if routing not in ("lottery", "fixed"):
+            raise StreamError(f"eddy routing must be 'lottery' or 'fixed', got {routing!r}")
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise StreamError(f"eddy partitions must be a whole number >= 1, got {partitions!r}")
         super().__init__(query, catalog, data_dir, None, batch_seconds, adjustments)
         self.partitions = partitions
+        self.routing = routing
         self.rng = np.random.default_rng(seed)
         self.items = list(range(len(self.query.aliases)))
         self.filters = {i: [self._compile(t) for t in texts]
@@ -186,7 +191,7 @@ class Eddy(ContinuousQuery):
         return out.reset_index(drop=True)
 
     def _lottery(self, eligible: list[int]) -> int:
-        if len(eligible) == 1:
+        if len(eligible) == 1 or self.routing == "fixed":
             return eligible[0]
         tickets = np.array([max(self.banked[j], 1.0) for j in eligible])
         return eligible[int(self.rng.choice(len(eligible), p=tickets / tickets.sum()))]

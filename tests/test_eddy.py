@@ -168,6 +168,17 @@ def test_eddy_refuses_what_it_cannot_evaluate(tmp_path):
         _eddy(THREE + " AND abs(a.k) < 3", catalog, tmp_path)
     with pytest.raises(StreamError, match="partitions"):
         _eddy(THREE, catalog, tmp_path, partitions=0)
+    with pytest.raises(StreamError, match="routing"):
+        _eddy(THREE, catalog, tmp_path, routing="random")
+
+
+def test_fixed_routing_takes_from_order(tmp_path):
+    """Without lotteries, every part probes the first connected item in FROM order: a's parts
+    b (then stop: empty), b's a (then stop), c's a then b."""
+    _three(tmp_path, seconds=2)
+    batches = list(_eddy(THREE, Catalog.from_dict(THREE_CATALOG), tmp_path,
+                         routing="fixed").run())
+    assert [b.routes for b in batches] == [{"a:b": 4, "b:a": 4, "c:a>b": 4}] * 2
 
 
 SEGTOLLS_ORACLE = """
