@@ -23,7 +23,7 @@ from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.numeric import dumps_strict
 from reopt.plan import PlanNode
 from reopt.stream import ContinuousQuery, MicroBatch, plan_line
-from reopt.streamrun import STRATEGIES, Strategy, run_strategy
+from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
 OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
 
@@ -113,6 +113,7 @@ def main(argv: list[str]) -> int:
     replanner = Replanner(opt, every)
     cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
                          opt.adjustments)  # bad input fails here, before Spark starts
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds)
     from reopt.spark import get_spark
 
     if args.strategy != "eddy":  # the eddy runs in process

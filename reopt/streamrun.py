@@ -106,6 +106,20 @@ def _replan(opt: Optimizer, deltas: list[str], strategy: Strategy,
         strategy.replan_seconds += time.perf_counter() - t0
 
 
+def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
+                   batch_seconds: int) -> None:
+    """Refuse what ``name`` cannot run (one-line errors), without starting Spark: the eddy's
+    SQL subset, the FROM order Spark's join needs."""
+    if name == "eddy":
+        from reopt.eddy import Eddy
+
+        Eddy(opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments)
+    elif name == "spark":
+        from reopt.sparkstream import SparkStreamJoin
+
+        SparkStreamJoin(opt.query, opt.catalog, data_dir, None, batch_seconds, opt.adjustments)
+
+
 def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds: int,
                  plan_every: int | None, spark: SparkSession | None, seed: int = 0,
                  strategy: Strategy | None = None) -> Iterator[MicroBatch]:

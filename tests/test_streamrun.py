@@ -92,3 +92,23 @@ def test_cli_eddy_needs_no_spark_and_writes_each_result_once(spark, tmp_path, ca
     assert Counter(tuple(r[c] for c in cols) for r in lines) == Counter(
         tuple(int(v) for v in r) for r in oracle[list(cols)].itertuples(index=False))
     assert len(lines) > 0
+
+
+def test_strategies_refuse_bad_input_before_spark_starts(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seconds=3)
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started for bad input")
+
+    monkeypatch.setattr("reopt.spark.get_spark", no_spark)
+    unordered = ("SELECT p.id FROM persons [RANGE 3 SECONDS] p, bids [RANGE 1 SECOND] b, "
+                 "auctions [RANGE 2 SECONDS] a WHERE p.id = a.seller AND a.id = b.auction")
+    for strategy, sql, message in (("spark", unordered, "needs an equality between 'b'"),
+                                   ("eddy", QUERY + " AND abs(b.price) < 3",
+                                    "eddy cannot evaluate")):
+        assert main(["stream", sql, "--data", str(root), "--strategy", strategy]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("reopt: ") and message in err and "\n" not in err
+    assert main(["stream", QUERY, "--data", str(root), "--strategy", "psychic"]) == 2
+    assert "psychic" in capsys.readouterr().err
