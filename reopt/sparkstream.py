@@ -34,6 +34,7 @@ item joined to none before it is a :class:`StreamError` (Spark's join order is t
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -72,6 +73,7 @@ class SparkStreamJoin(ContinuousQuery):
                                   "before it in FROM order (it joins in that order)")
             held.add(i)
         self.work: Path | None = None
+        self.owned = False
         self.handle: Any = None
         self.found: list[tuple] = []
         self.columns: list[str] = []
@@ -127,6 +129,7 @@ class SparkStreamJoin(ContinuousQuery):
         default the session's ``spark.sql.shuffle.partitions``."""
         if self.spark is None:
             raise StreamError("no Spark session: set SparkStreamJoin.spark before starting")
+        self.owned = work_dir is None
         self.work = Path(work_dir or tempfile.mkdtemp(prefix="reopt-sparkjoin-"))
         for t in self.tables:
             (self.work / "stage" / t).mkdir(parents=True, exist_ok=True)
@@ -145,9 +148,13 @@ class SparkStreamJoin(ContinuousQuery):
             self.spark.conf.set(key, before)
 
     def stop(self) -> None:
+        """Stop the streaming query; remove its folders if :meth:`start` made them."""
         if self.handle is not None:
             self.handle.stop()
             self.handle = None
+        if self.owned and self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work = None
 
     def _stage(self, table: str, second: int, skipped: dict[str, int]) -> int:
         frame = self._read(table, second, second + 1, skipped)
