@@ -296,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="Spark master for the rewrites (default $REOPT_SPARK_MASTER or local[*])")
     st = sub.add_parser("stream", help="seeded stream workloads for continuous queries, "
                         "rates and selectivities drifting in phases (reopt/streamgen.py)")
-    st.add_argument("--workload", required=True, choices=("nexmark", "linearroad"))
+    st.add_argument("--workload", required=True, choices=("nexmark", "linearroad", "segtolls"))
     st.add_argument("-o", "--output", required=True, metavar="DIR",
                     help="output folder (created; must be empty)")
     st.add_argument("--seconds", type=positive_int, metavar="S",

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from reopt.costmodel.space import PlanSpace
     from reopt.plan import PlanNode
 
-STRATEGIES = ("moving", "parallel", "auto")
+MIGRATIONS = ("moving", "parallel", "auto")
 """``reopt stream --migration``: always move state, always run a parallel track, or decide
 per switch (module doc)."""
 

@@ -360,11 +360,7 @@ class ContinuousQuery:
                 self.spark.catalog.dropTempView(self.view)
         plans = [plan_line(t.plan) for t in self.tracks] or [plan_line(plan)]
         self._advance_states(collected, float(end))
-        for t in self.tables:  # the windows slide: append, then expire by event time
-            both = pd.concat([self.buffers[t], arrived[t]], ignore_index=True)
-            time_col = next(c for c in both.columns if c.lower() == TIME)
-            self.buffers[t] = both[both[time_col] > end - self.horizon[t] - EXPIRY_SLACK
-                                   ].reset_index(drop=True)
+        self._slide(arrived, end)
         seconds = time.perf_counter() - t0
         batch = MicroBatch(self.batch, float(start), float(end), plan_line(plan),
                            {t: len(f) for t, f in arrived.items()},
@@ -514,6 +510,15 @@ class ContinuousQuery:
                 label = state_label(rels, self.query.aliases)
                 out[label] = out.get(label, 0) + n
         return out
+
+    def _slide(self, arrived: dict[str, pd.DataFrame], end: float) -> None:
+        """The windows slide at a batch's end: append the arrivals, then expire by event
+        time (shared with the eddy, :mod:`reopt.eddy`, which keeps the same buffers)."""
+        for t in self.tables:
+            both = pd.concat([self.buffers[t], arrived[t]], ignore_index=True)
+            time_col = next(c for c in both.columns if c.lower() == TIME)
+            self.buffers[t] = both[both[time_col] > end - self.horizon[t] - EXPIRY_SLACK
+                                   ].reset_index(drop=True)
 
     # -- observations --------------------------------------------------------------------------
     def _window_contents(self, alias: str, end: float) -> pd.DataFrame:

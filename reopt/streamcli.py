@@ -26,10 +26,11 @@ from reopt.api import Optimizer
 from reopt.cliargs import UsageParser, positive_int
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.numeric import dumps_strict
-from reopt.migration import STRATEGIES, decide
+from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
 from reopt.stream import STATES, ContinuousQuery, MicroBatch, plan_line
+from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
 OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
 
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
                    help="intermediate: every join keeps its results (default); windows: "
                    "per-stream window buffers only, each batch recomputes the joins' old sides")
-    p.add_argument("--migration", choices=STRATEGIES, metavar="HOW",
+    p.add_argument("--migration", choices=MIGRATIONS, metavar="HOW",
                    help="how intermediate state follows a plan change: moving (build the new "
                    "tree's states from the old's), parallel (run both plans until the old "
                    "one's tuples expire) or auto (switch only when the gain over the next "
@@ -61,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", default="rate", help="rate or time-to:N (default rate)")
     p.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
                    help="the optimizer that plans and re-plans (default topdown-inc)")
+    p.add_argument("--strategy", default="adaptive", choices=STRATEGIES,
+                   help="adaptive (the optimizer's plan, re-planned every --plan-every), "
+                   "static (the best plan for the first interval's true statistics), hindsight "
+                   "(each batch under the best plan for its own), eddy (lottery-routed probes, "
+                   "no plan), spark (Spark's own stream-stream join, FROM order); default "
+                   "adaptive")
+    p.add_argument("--seed", type=int, default=0, help="the eddy's lottery seed (default 0)")
     p.add_argument("--results", metavar="FILE",
                    help="write every result as a JSON line {batch, columns...}")
     p.add_argument("--master", metavar="URL",
@@ -162,13 +170,21 @@ def main(argv: list[str]) -> int:
                          opt.adjustments, state=state,
                          migration="moving" if migration == "auto" else migration)
     # bad input fails above, before Spark starts
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds)
     from reopt.spark import get_spark
 
-    cq.spark = get_spark(args.master)
+    if args.strategy != "eddy":  # the eddy runs in process
+        cq.spark = get_spark(args.master)
+    record = Strategy(args.strategy)
+    if args.strategy == "adaptive":
+        source = cq.run(replanner_with_log(replanner, args.json))
+    else:
+        source = run_strategy(args.strategy, opt, args.data, args.batch_seconds, every,
+                              cq.spark, args.seed, record)
     batches = []
     sink = open(args.results, "w", encoding="utf-8") if args.results else None  # noqa: SIM115
     try:
-        for b in cq.run(replanner_with_log(replanner, args.json)):
+        for b in source:
             batches.append(b)
             if sink is not None:
                 for row in b.rows:
@@ -189,15 +205,17 @@ def main(argv: list[str]) -> int:
             sink.close()
     if args.json:
         doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
-               "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
+               "strategy": args.strategy, "batch_seconds": args.batch_seconds,
+               "plan_every": args.plan_every,
                "state": state, "migration": migration if state == "intermediate" else None,
-               "batches": [b.to_json() for b in batches], "replanning": replanner.log,
+               "batches": [b.to_json() for b in batches],
+               "replanning": replanner.log if args.strategy == "adaptive" else record.log,
                "decisions": replanner.decisions}
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
     else:
         total = sum(len(b.rows) for b in batches)
         moved = [b for b in batches if b.migration]
-        print(f"{len(batches)} micro-batches, {total} results, "
+        print(f"{args.strategy}: {len(batches)} micro-batches, {total} results, "
               f"{sum(b.seconds for b in batches):.2f} s"
               + (f"; {len(moved)} migrations ("
                  + ", ".join(f"{b.migration} before batch {b.index}" for b in moved)

@@ -1,6 +1,6 @@
 """Seeded stream workloads for continuous queries: ``reopt data stream``.
 
-Two workloads, each a few streams of timestamped records whose arrival rates and join
+Three workloads, each a few streams of timestamped records whose arrival rates and join
 selectivities drift in phases:
 
 * ``nexmark`` (shaped like NEXMark's auction site): ``persons(id, state, ts)``,
@@ -10,6 +10,12 @@ selectivities drift in phases:
   ts)`` position reports, ``segstats(xway, seg, cars, avgspeed, ts)`` segment statistics and
   ``accidents(xway, seg, vid, ts)``; the query joins slow cars' reports to their segment's
   statistics and to accidents on that segment.
+* ``segtolls``: linearroad's streams (the same files for the same ``--phases``; its default
+  phases keep the key domain in the third, where linearroad's shrinks it) with a 5-way
+  windowed join shaped like the SegTollS query of the paper's Figure 10: slow cars' reports
+  joined to their segment's statistics, the accidents there, fast cars passing on the same
+  segment and expressway in the last 2 s (``positions`` again), and the busy statistics of
+  the accident's segment over 30 s (``segstats`` again).
 
 Every record has ``ts``, its event time in seconds of stream time (a double, milliseconds).
 The output folder holds one Parquet file per stream per second, ``STREAM/SSSSSS.parquet``
@@ -51,6 +57,14 @@ class Workload:
     default_phases: str
     """The phases of ``reopt data stream`` without ``--phases``, ``{s}`` a third of
     ``--seconds``."""
+    streams_of: str | None = None
+    """The workload whose streams this one draws (same records for the same arguments);
+    None: its own."""
+
+    @property
+    def generator(self) -> str:
+        """The workload name the record generator and column tables are keyed by."""
+        return self.streams_of or self.name
 
 
 WORKLOADS = {
@@ -70,6 +84,18 @@ WORKLOADS = {
         "     accidents [RANGE 30 SECONDS] x\n"
         "WHERE p.seg = s.seg AND s.seg = x.seg AND p.speed < 40\n",
         "{s};{s}:accidents=10;{s}:positions=400,keys=10"),
+    "segtolls": Workload(
+        "segtolls", {"positions": 50.0, "segstats": 5.0, "accidents": 1.0}, 40,
+        {"positions": 5.0, "segstats": 10.0, "accidents": 30.0},
+        "SELECT p.vid, p.xway, p.seg, p.speed, s.avgspeed, s.cars, x.vid AS crashed,\n"
+        "       q.vid AS passing, t.avgspeed AS upstream\n"
+        "FROM positions [RANGE 5 SECONDS] p, segstats [RANGE 10 SECONDS] s,\n"
+        "     accidents [RANGE 30 SECONDS] x, positions [RANGE 2 SECONDS] q,\n"
+        "     segstats [RANGE 30 SECONDS] t\n"
+        "WHERE p.seg = s.seg AND s.seg = x.seg AND p.seg = q.seg AND p.xway = q.xway\n"
+        "  AND x.seg = t.seg AND x.xway = t.xway\n"
+        "  AND p.speed < 40 AND q.speed > 80 AND t.cars > 150\n",
+        "{s};{s}:accidents=10;{s}:positions=400", streams_of="linearroad"),
 }
 
 
@@ -172,8 +198,8 @@ def stream_catalog(workload: Workload, first: Phase) -> dict[str, Any]:
     tables = {}
     for stream, rate in first.rates.items():
         columns: dict[str, Any] = {}
-        for c in COLUMNS[workload.name][stream]:
-            if c in KEY_COLUMNS[workload.name][stream]:
+        for c in COLUMNS[workload.generator][stream]:
+            if c in KEY_COLUMNS[workload.generator][stream]:
                 columns[c] = {"distinct": first.keys}
             elif c in RANGES:
                 lo, hi = RANGES[c]
@@ -220,7 +246,7 @@ def generate_stream(workload: str, out: str | Path, seconds: int | None = None,
     for phase in plan:
         for _ in range(phase.seconds):
             for stream, rate in phase.rates.items():
-                frame = _records(workload, stream, int(rng.poisson(rate)), second, phase.keys,
+                frame = _records(w.generator, stream, int(rng.poisson(rate)), second, phase.keys,
                                  rng)
                 frame.to_parquet(root / stream / f"{second:06d}.parquet", index=False)
                 counts[stream] += len(frame)

@@ -53,7 +53,8 @@ def test_files_hold_their_second_and_phases_drift(tmp_path, workload):
     second of each phase near its Poisson rate (4 sigma); the join keys' selectivity near
     1/keys in a phase with few keys."""
     root = tmp_path / workload
-    phases = {"nexmark": "4;4:bids=300,keys=5", "linearroad": "4;4:positions=300,keys=5"}
+    phases = {"nexmark": "4;4:bids=300,keys=5", "linearroad": "4;4:positions=300,keys=5",
+              "segtolls": "4;4:positions=300,keys=5"}
     m = generate_stream(workload, root, seed=1, phases=phases[workload])
     plan = parse_phases(phases[workload], WORKLOADS[workload])
     for stream in m["streams"]:
@@ -68,7 +69,8 @@ def test_files_hold_their_second_and_phases_drift(tmp_path, workload):
             rate = phase.rates[stream]
             mean = np.mean(per_second[4 * k:4 * k + 4])
             assert abs(mean - rate) <= 4 * np.sqrt(rate / 4) + 0.5, (stream, k, mean, rate)
-    key = {"nexmark": ("bids", "auction"), "linearroad": ("positions", "seg")}[workload]
+    key = {"nexmark": ("bids", "auction"), "linearroad": ("positions", "seg"),
+           "segtolls": ("positions", "seg")}[workload]
     late = pd.concat(frames(root, key[0])[4:])[key[1]]
     assert set(late) <= set(range(5)) and len(set(late)) == 5
     counts = late.value_counts()
@@ -82,7 +84,8 @@ def test_catalog_and_query_plan_under_the_rate_model(tmp_path, workload):
     step = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                      optimizer="topdown").optimize()
     catalog = json.loads((root / "catalog.json").read_text())
-    aliases = {"nexmark": {"p", "a", "b"}, "linearroad": {"p", "s", "x"}}[workload]
+    aliases = {"nexmark": {"p", "a", "b"}, "linearroad": {"p", "s", "x"},
+               "segtolls": {"p", "s", "x", "q", "t"}}[workload]
     assert set(step.plan.relations) == aliases and step.metrics["stream"]["rate"] > 0
     assert {t: e["rate"] for t, e in catalog["tables"].items()} == WORKLOADS[workload].rates
 
@@ -99,6 +102,19 @@ def test_bad_stream_arguments_are_one_line_errors(tmp_path, capsys, argv, messag
     assert main(["data", "stream", "-o", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("reopt: ") and message in err and "\n" not in err
+
+
+def test_segtolls_draws_linearroads_streams(tmp_path):
+    """Same arguments, same records as linearroad (the workload only adds its 5-way query)."""
+    a = generate_stream("linearroad", tmp_path / "lr", seed=4, phases="2;2:accidents=5")
+    b = generate_stream("segtolls", tmp_path / "st", seed=4, phases="2;2:accidents=5")
+    assert a["records"] == b["records"] and b["workload"] == "segtolls"
+    for s in a["streams"]:
+        for x, y in zip(frames(tmp_path / "lr", s), frames(tmp_path / "st", s), strict=True):
+            pd.testing.assert_frame_equal(x, y)
+    assert (tmp_path / "lr" / "catalog.json").read_text() == \
+        (tmp_path / "st" / "catalog.json").read_text()
+    assert (tmp_path / "st" / "query.sql").read_text().count(" [RANGE ") == 5
 
 
 def test_data_stream_cli_writes_the_folder(tmp_path, capsys):

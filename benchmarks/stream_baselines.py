@@ -1,0 +1,111 @@
+"""Every ``reopt stream --strategy`` on the same stream: adaptive, static, hindsight, the eddy
+and Spark's own stream-stream join, on the drifting nexmark workload and the SegTollS-shaped
+5-way query (``--workload segtolls``).
+
+Run: ``.venv/bin/python benchmarks/stream_baselines.py [--workloads nexmark,segtolls]
+[--seconds S] [--seed N] [--batch-seconds B] [--plan-every K] [--strategies ...]``
+(generates each workload with its default drifting phases into a temporary folder). Before
+the measured runs, one executor batch and one short Spark streaming query warm the JVM up.
+Per strategy: total of its batches' wall times, its whole wall time (``wall``: with its set-up
+— the dry pass of static and hindsight, the start of Spark's streaming query), median and
+maximum batch time, plan switches, optimizer time, results, largest state (window-buffer
+records summed over streams; for Spark, the rows in its join state) and, for the eddy, the
+partial results its probes returned; then each strategy's batch times in order. Every
+strategy's whole result multiset is digested; the run says whether all are equal.
+The eddy runs in process (pandas) while the others run on Spark, so its times are not
+comparable one for one (see ``reopt/eddy.py``); ``eddy-fixed``, the eddy with every lottery
+replaced by FROM order (no adaptation), is its in-process yardstick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from reopt.api import Optimizer
+from reopt.eddy import Eddy
+from reopt.execute import answer_digest
+from reopt.spark import get_spark
+from reopt.sparkstream import SparkStreamJoin
+from reopt.stream import ContinuousQuery
+from reopt.streamgen import generate_stream
+from reopt.streamrun import STRATEGIES, Strategy, run_strategy
+
+
+def _warm_up(root: Path, spark) -> None:
+    opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
+                    optimizer="topdown")
+    ContinuousQuery(opt.query, opt.catalog, root, spark, 1).step(opt.optimize().plan)
+    join = SparkStreamJoin(opt.query, opt.catalog, root, spark, 1)
+    join.start()
+    join.step()
+    join.stop()
+
+
+def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
+            seed: int) -> dict:
+    opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
+                    optimizer="topdown-inc")
+    record = Strategy(name)
+    t0 = time.perf_counter()
+    if name == "eddy-fixed":
+        batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
+    else:
+        batches = list(run_strategy(name, opt, root, batch_seconds,
+                                    plan_every // batch_seconds, spark, seed, record))
+    wall = time.perf_counter() - t0
+    times = [b.seconds for b in batches]
+    switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
+    return {"strategy": name, "total": sum(times), "wall": wall,
+            "median": statistics.median(times), "max": max(times), "switches": switches,
+            "optimizer": record.replan_seconds,
+            "results": sum(len(b.rows) for b in batches),
+            "digest": answer_digest([r for b in batches for r in b.rows]),
+            "state": max(sum(b.state.values()) for b in batches),
+            "probed": sum(getattr(b, "probed", 0) for b in batches),
+            "plans": [b.plan for b in batches], "times": times}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="nexmark,segtolls")
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-seconds", type=int, default=2)
+    ap.add_argument("--plan-every", type=int, default=4)
+    ap.add_argument("--strategies", default=",".join([*STRATEGIES, "eddy-fixed"]))
+    args = ap.parse_args(argv)
+    spark = get_spark()
+    with tempfile.TemporaryDirectory() as tmp:
+        for workload in args.workloads.split(","):
+            root = Path(tmp) / workload
+            generate_stream(workload, root, args.seconds, args.seed)
+            _warm_up(root, spark)
+            rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed)
+                    for s in args.strategies.split(",")]
+            print(f"== {workload}: {args.seconds} s of stream, batches of "
+                  f"{args.batch_seconds} s, re-plan every {args.plan_every} s")
+            print(f"{'strategy':10} {'total s':>8} {'wall s':>8} {'median':>7} {'max':>7} "
+                  f"{'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} {'probed':>8}")
+            for r in rows:
+                print(f"{r['strategy']:10} {r['total']:8.2f} {r['wall']:8.2f} "
+                      f"{r['median']:7.2f} {r['max']:7.2f} {r['switches']:6} "
+                      f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
+                      f"{r['probed'] or '':>8}")
+            for r in rows:
+                print(f"  {r['strategy']} per batch (s): "
+                      f"{' '.join(f'{t:.2f}' for t in r['times'])}")
+            for r in rows:
+                if r["switches"]:
+                    print(f"  {r['strategy']} plans: {' | '.join(dict.fromkeys(r['plans']))}")
+            same = len({r["digest"] for r in rows}) == 1
+            print(f"  same result multiset for every strategy: {'yes' if same else 'NO'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
