@@ -118,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, "benchmarks/small_updates.py")
     ap.add_argument("--repeat", type=positive_int, default=7, metavar="N",
                     help="replays (default %(default)s; --quick: 1)")
-    ap.add_argument("--queries", type=name_list("query", QUERIES), default=list(QUERIES))
-    ap.add_argument("--models", type=name_list("cost model", MODELS), default=list(MODELS))
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--queries", type=name_list("query", QUERIES), default=list(QUERIES),
+                    metavar="LIST", help=f"TPC-H queries (default {','.join(QUERIES)})")
+    ap.add_argument("--models", type=name_list("cost model", MODELS), default=list(MODELS),
+                    metavar="LIST", help=f"cost models (default {','.join(MODELS)})")
+    ap.add_argument("--seed", type=int, default=7,
+                    help="seed of the observed cardinalities' perturbation (default %(default)s)")
     ap.add_argument("--quick", action="store_true", help="smoke run: one replay")
-    ap.add_argument("--out", type=out_file, default=None, metavar="FILE")
+    ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
+                    help="also write the markdown report to FILE (default: standard output "
+                    "only)")
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     lines = [
