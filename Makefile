@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: bench-pruning bench-incremental demo test fuzz lint venv clean bench-initial notebooks
+.PHONY: bench-pruning bench-incremental bench-small-updates demo test fuzz lint venv clean bench-initial notebooks
 
 # Create .venv at the repo root and install the package editable with its dev extras.
 $(STAMP): pyproject.toml
@@ -32,6 +32,9 @@ bench-pruning: $(STAMP)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python benchmarks/incremental.py --repeat 5 --out benchmarks/results/incremental.md
+
+bench-small-updates: $(STAMP)
+	$(BIN)/python benchmarks/small_updates.py --repeat 7 --out benchmarks/results/small_updates.md
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -121,10 +121,10 @@ def _seedbound(ctx: Context, q: int):
     cost (:mod:`reopt.optimizers.greedy`, a plan of the same space, O(n^3) estimates), rounded
     up. Every sub-plan of an optimal plan costs at most the optimum (costs are non-negative),
     so a plan of any OR node costing more than this is in no optimal plan (Proposition 7)."""
-    from reopt.optimizers.greedy import greedy  # the optimizers import this package
+    from reopt.optimizers.greedy import greedy_cost  # the optimizers import this package
 
     try:
-        cost = greedy(ctx[q]).cost
+        cost = greedy_cost(ctx[q])
     except RuntimeError:  # no greedy plan (cannot happen on a model's full space): no bound
         return [(float("inf"),)]
     return [(cost * (1.0 + SEED_SLACK),)]

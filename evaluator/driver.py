@@ -215,11 +215,15 @@ class Evaluation:
         space = [r for r in self.rows("SearchSpace") if r[0] == q]
         state = 0
         for p, rel in rels.items():
+            # per tuple: the fixed width of its numeric and boolean columns, plus the UTF-8
+            # length of each other column (summed column by column: a metric of every
+            # update, so no per-value dispatch on the type)
             types = self.program.schemas[p]
-            for r in rel.rows:
-                if r[0] == q:
-                    state += sum(widths[t] if t in widths else len(str(v).encode())
-                                 for v, t in zip(r, types, strict=True))
+            mine = [r for r in rel.rows if r[0] == q]
+            state += len(mine) * sum(widths[t] for t in types if t in widths)
+            for i, t in enumerate(types):
+                if t not in widths:
+                    state += sum(len(str(r[i]).encode()) for r in mine)
         return {"or_nodes": len({r[1:3] for r in space}), "and_nodes": len(space),
                 "state_bytes": state}
 

@@ -460,10 +460,9 @@ class MaintainedEngine(PythonEngine):
         if not caps:
             return list(rows)
         sel = self.live_program.features.aggsel[pred]
-        lead = sel.key[:len(next(iter(caps)))]
-        val = sel.value
-        return [r for r in rows
-                if (c := caps.get(tuple(r[k] for k in lead))) is None or not r[val] > c]
+        lead = key_of(tuple(sel.key[:len(next(iter(caps)))]))  # (one tuple per row, fast)
+        val, get = sel.value, caps.get
+        return [r for r in rows if (c := get(lead(r))) is None or not r[val] > c]
 
     def _reject_above_bounds(self) -> None:
         """Delete the selected tuples that exceed their bound (see :meth:`_within`)."""

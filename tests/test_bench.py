@@ -241,6 +241,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("profile_python.py", ["--repeat", "0"]), ("profile_python.py", ["--queries", "tpch:q99"]),
     ("engine.py", ["--repeat", "0"]), ("engine.py", ["--out", str(BENCH)]),
     ("bounds.py", ["--repeat", "0"]), ("bounds.py", ["--models", "cout,nope"]),
+    ("small_updates.py", ["--repeat", "0"]), ("small_updates.py", ["--models", "cout,nope"]),
     ("sparkrun.py", []),  # stdin is not JSON
 ])
 def test_script_bad_options_are_one_line(name, args):
@@ -253,7 +254,8 @@ def test_script_bad_options_are_one_line(name, args):
 
 
 @pytest.mark.parametrize("name", ["initial.py", "pruning.py", "incremental.py",
-                                  "profile_python.py", "sparkrun.py", "engine.py", "bounds.py"])
+                                  "profile_python.py", "sparkrun.py", "engine.py", "bounds.py",
+                                  "small_updates.py"])
 def test_script_help(name):
     """Every option is explained; the docstrings (the description) are not stale."""
     r = _script(name, "--help")

@@ -15,7 +15,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.bottomup import bottomup
-from reopt.optimizers.greedy import greedy, greedy_tree
+from reopt.optimizers.greedy import greedy, greedy_cost, greedy_tree
 from reopt.plan import PlanNode
 from tests.clirun import run
 from tests.randq import make_query, queries
@@ -52,6 +52,23 @@ def test_greedy_plan_is_valid_and_never_beats_the_optimum(q, model):
     assert got.cost >= exact
     if query.n == 2:  # one join tree (up to order), so greedy searches all of the space
         assert got.cost == exact
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(q=queries(min_n=2, max_n=7), model=st.sampled_from(["io", "cout", "dist"]))
+def test_greedy_cost_is_the_greedy_plans_cost_bit_for_bit(q, model):
+    # the seed bound reads greedy_cost (no tree); the oracle sums the built tree's costs
+    # node by node in plan_cost's order, on a space of its own (no shared memo)
+    query, catalog = q
+    plan = greedy(PlanSpace(query, catalog, cost_model(model))).plan
+
+    def summed(node: PlanNode) -> float:
+        total = node.local_cost
+        for child in node.children:
+            total = total + summed(child)
+        return total
+
+    assert greedy_cost(PlanSpace(query, catalog, cost_model(model))) == summed(plan)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)

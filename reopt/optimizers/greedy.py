@@ -98,6 +98,20 @@ class Greedy:
 
     @without_gc
     def optimize(self) -> Result:
+        space = self._settle_tree()
+        plan = build_plan(space, lambda node: self.best[node][1])
+        return Result(plan.cost, plan, {"or_nodes": len(self.best), "and_nodes": self.costed})
+
+    def cost(self) -> float:
+        """The greedy plan's cost without building its tree: :meth:`settle` adds a plan's
+        local cost and its children's costs in the order :func:`~reopt.plan.build_plan`
+        does (``plan_cost``), so this is the same number as ``optimize().cost``, bit for
+        bit."""
+        return self.best[self._settle_tree().root][0]
+
+    def _settle_tree(self) -> PlanSpace:
+        """Settle every OR node of the greedy tree, children first; the space (raises when
+        the root got no plan)."""
         space = self.space
         order: list[tuple[int, tuple[int, int] | None]] = [
             (1 << i, None) for i in range(space.query.n)]
@@ -109,10 +123,16 @@ class Greedy:
             self.settle(space.top, ANY, None)
         if space.root not in self.best:
             raise RuntimeError(f"query {space.query.name}: the greedy join tree has no plan")
-        plan = build_plan(space, lambda node: self.best[node][1])
-        return Result(plan.cost, plan, {"or_nodes": len(self.best), "and_nodes": self.costed})
+        return space
 
 
 def greedy(space: PlanSpace) -> Result:
     """The greedy plan of ``space``'s query (module doc)."""
     return Greedy(space).optimize()
+
+
+@without_gc
+def greedy_cost(space: PlanSpace) -> float:
+    """The cost of :func:`greedy`'s plan, without its tree (the seed bound of every
+    evaluation and update needs only the number)."""
+    return Greedy(space).cost()
