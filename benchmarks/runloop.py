@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
 [--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
-[--cost-model io|cout]``
+[--cost-model io|cout|dist] [--strategies static,adaptive,...]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
@@ -17,6 +17,7 @@ subset) is followed by ``adaptive-one``: the same splits with one session for al
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from reopt.adaptive import STRATEGIES, Loop
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
     ap.add_argument("--split-column")
     ap.add_argument("--cost-model", default="io")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
     args = ap.parse_args(argv)
@@ -45,8 +47,10 @@ def main(argv: list[str]) -> int:
     subsets = f" ({args.subsets} subsets)" if args.per_subset else ""
     print(f"data {args.data}, {args.splits} {by} splits{subsets}"
           f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}")
-    print("| query | strategy | exec (s) | reopt (s) | plan changes | result rows | same answer |")
-    print("|---|---|---|---|---|---|---|")
+    print("| query | worst est/obs | strategy | exec (s) | exec JVM CPU (s) | reopt (s) | "
+          "plan changes | result rows | same answer |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    ratios: dict[str, list[tuple[str, float, float]]] = {}
     for q in args.queries.split(","):
         def make(q: str = q) -> Optimizer:
             return Optimizer(f"tpch:{q}", catalog, cost_model=args.cost_model,
@@ -54,18 +58,45 @@ def main(argv: list[str]) -> int:
 
         loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
                     subsets=args.subsets)
-        reference = loop.run("static").answer_digest  # warm-up, not counted
-        runs = [(name, name, True) for name in STRATEGIES]
+        warm = loop.run("static")  # warm-up, not counted
+        reference = warm.answer_digest
+        worst = max((max(n.estimated, 1) / max(n.observed, 1),
+                     max(n.observed, 1) / max(n.estimated, 1))
+                    for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
+        off = max(worst)
+        totals = {}
+        runs = [(name, name, True) for name in args.strategies.split(",")]
         if args.per_subset:
             runs.insert(2, ("adaptive-one", "adaptive", False))
         for strategy, name, per_subset in runs:
             run = loop.run(name, per_subset=per_subset)
             doc = run.to_json()
             same = run.answer_digest == reference
-            print(f"| {q} | {strategy} | {doc['execution_seconds']:.2f} | "
+            totals[strategy] = (doc["execution_seconds"] + doc["reopt_seconds"],
+                                 doc["execution_cpu_seconds"] or float("nan"))
+            print(f"| {q} | {off:.3g}× | {strategy} | {doc['execution_seconds']:.2f} | "
+                  f"{totals[strategy][1]:.1f} | "
                   f"{doc['reopt_seconds']:.3f} | {doc['plan_changes']} | {len(run.rows)} | "
                   f"{'yes' if same else 'NO'} |", flush=True)
+        loop.close()
+        if "adaptive" in totals:
+            ratios[q] = [(b, totals["adaptive"][0] / totals[b][0],
+                          totals["adaptive"][1] / totals[b][1])
+                         for b in totals if b != "adaptive"]
+    print("\nadaptive (re-optimization + execution) over each baseline, wall and JVM CPU:")
+    for q, rs in ratios.items():
+        print(f"  {q}: " + ", ".join(f"/{b} {w:.2f}× ({c:.2f}×)" for b, w, c in rs))
+    for b in sorted({b for rs in ratios.values() for b, _, _ in rs}):
+        ws = [w for rs in ratios.values() for x, w, _ in rs if x == b]
+        cs = [c for rs in ratios.values() for x, _, c in rs if x == b]
+        print(f"  geometric mean over the queries, /{b}: wall {_geo(ws):.2f}×, "
+              f"JVM CPU {_geo(cs):.2f}×")
     return 0
+
+
+def _geo(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 if __name__ == "__main__":
