@@ -440,9 +440,25 @@ def collect(df: DataFrame) -> list[tuple]:
     """The rows of ``df`` as tuples, through Arrow (``toPandas``: many times faster than
     ``collect()`` for a large answer). Numbers come as numpy or ``Decimal`` values, dates as
     ``datetime.date``; a NULL in a numeric column may come as NaN (the digest reads both as
-    NULL)."""
-    frame = df.toPandas()
+    NULL). An answer too large for the driver (Spark loses task results, runs out of heap,
+    or exceeds ``spark.driver.maxResultSize``) is a one-line :class:`ExecutionError`, not a
+    JVM stack trace."""
+    try:
+        frame = df.toPandas()
+    except Exception as e:  # noqa: BLE001 (Py4J and Spark raise several kinds)
+        text = str(e)
+        reason = next((r for r in TOO_LARGE if r in text), None)
+        if reason is None:
+            raise
+        raise ExecutionError(f"the answer is too large to collect on the Spark driver "
+                             f"({reason}): aggregate it in the query, run it on less data "
+                             f"(more splits), or give the driver more memory "
+                             f"(spark.driver.memory, spark.driver.maxResultSize)") from None
     return list(frame.itertuples(index=False, name=None))
+
+
+TOO_LARGE = ("TaskResultLost", "OutOfMemoryError", "Java heap space", "maxResultSize")
+"""What Spark says when an answer does not fit on the driver (:func:`collect`)."""
 
 
 def _metrics(answer: DataFrame) -> dict[str, int]:

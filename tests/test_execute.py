@@ -15,7 +15,7 @@ import pytest
 
 from reopt.api import Optimizer, load_catalog
 from reopt.costmodel.errors import ReoptError
-from reopt.execute import answer_digest, execute, spark_sql_answer
+from reopt.execute import ExecutionError, answer_digest, collect, execute, spark_sql_answer
 from reopt.plan import PlanNode
 
 pytestmark = pytest.mark.spark
@@ -165,6 +165,25 @@ def test_bad_data(spark, tpch_dir, tmp_path):
         spark_sql_answer(o.query, partial, spark))
     assert all(n.observed == 0 for n in run.nodes if "customer" in n.relations)
     assert "card {customer} := 0" in run.deltas() and "card customer =1" in run.deltas()
+
+
+def test_an_answer_too_large_for_the_driver_is_one_line():
+    """What Spark raises when task results are lost or the driver's heap is exhausted (here
+    a stand-in DataFrame raising it) becomes one ExecutionError line; other errors pass."""
+    class Answer:
+        def __init__(self, text: str):
+            self.text = text
+
+        def toPandas(self):  # noqa: N802 (the DataFrame method's name)
+            raise RuntimeError(f"An error occurred while calling o1.getResult.\n: {self.text}")
+
+    with pytest.raises(ExecutionError) as e:
+        collect(Answer("org.apache.spark.SparkException: Job aborted: Lost task 3.0 "
+                       "(TID 79): TaskResultLost (result lost from block manager)"))
+    assert "\n" not in str(e.value) and "too large to collect" in str(e.value)
+    assert "TaskResultLost" in str(e.value)
+    with pytest.raises(RuntimeError, match="Table or view not found"):
+        collect(Answer("Table or view not found"))
 
 
 def test_digest_normalizes_numbers_and_order():
