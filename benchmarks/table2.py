@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
         print(f"  {name}: {time.perf_counter() - t:.0f} s, same answer: "
               f"{runs[name].answer_digest == reference}", flush=True)
     names = list(runs)
-    print("\nTable 2: seconds per split, execution wall (JVM CPU); adaptive: + re-optimization")
+    print("\nTable 2: seconds per split, execution wall (JVM CPU); adaptive: + re-optimization.\n")
     print("| split | rows | " + " | ".join(names) + " | adaptive plan changed |")
     print("|---|---|" + "---|" * len(names) + "---|")
     for i in range(s.k):
@@ -118,15 +118,16 @@ def main(argv: list[str]) -> int:
                   sum(x.execution_cpu_seconds for x in r.splits)) for n, r in runs.items()}
     print("| total | | " + " | ".join(f"{w:.2f} ({c:.1f})" for w, c in totals.values())
           + " | |")
+    print()
     if "adaptive" in runs:
         a_wall, a_cpu = totals["adaptive"]
         for n in names:
             if n != "adaptive":
                 w, c = totals[n]
-                print(f"adaptive / {n}: wall {a_wall / w:.2f}×, JVM CPU {a_cpu / c:.2f}×")
+                print(f"* adaptive / {n}: wall {a_wall / w:.2f}×, JVM CPU {a_cpu / c:.2f}×")
         worst = max((x.reopt_seconds / x.execution_seconds
                      for x in runs["adaptive"].splits if x.execution_seconds > 0), default=0)
-        print(f"re-optimization / execution, worst split: {100 * worst:.2f}%")
+        print(f"* re-optimization / execution, worst split: {100 * worst:.2f}%")
 
     fig7: list[dict] = []
     if "adaptive" in runs and runs["adaptive"].sessions:
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> int:
         first = [f"card {s.alias} *{1 / s.k!r}"] if s.k > 1 else []
         fig7 = replay(make, first, [d for _, d in session.updates], args.repeat)
         print("\nFigure 7: re-optimization after each split, CPU ms (median of "
-              f"{args.repeat}); decl = the declarative optimizer's incremental update")
+              f"{args.repeat}); decl = the declarative optimizer's incremental update\n")
         print("| after split | deltas | decl (ms) | topdown from scratch (ms) | decl / topdown |"
               " topdown-inc (ms) | updated OR / AND nodes |")
         print("|---|---|---|---|---|---|---|")
@@ -143,7 +144,7 @@ def main(argv: list[str]) -> int:
             print(f"| {i} | {len(batch)} | {f['decl_ms']:.2f} | {f['topdown_ms']:.2f} | "
                   f"{f['decl_ms'] / f['topdown_ms']:.2f} | {f['topdown_inc_ms']:.2f} | "
                   f"{r.get('or', float('nan')):.0%} / {r.get('and', float('nan')):.0%} |")
-        print(f"geometric mean decl / topdown: "
+        print(f"\ngeometric mean decl / topdown: "
               f"{_geo([f['decl_ms'] / f['topdown_ms'] for f in fig7]):.2f}")
     if args.json:
         with open(args.json, "w") as fh:
