@@ -60,10 +60,9 @@ def main(argv: list[str]) -> int:
                     subsets=args.subsets)
         warm = loop.run("static")  # warm-up, not counted
         reference = warm.answer_digest
-        worst = max((max(n.estimated, 1) / max(n.observed, 1),
-                     max(n.observed, 1) / max(n.estimated, 1))
-                    for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
-        off = max(worst)
+        off = max(max(max(n.estimated, 1) / max(n.observed, 1),
+                      max(n.observed, 1) / max(n.estimated, 1))
+                  for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
         totals = {}
         runs = [(name, name, True) for name in args.strategies.split(",")]
         if args.per_subset:
