@@ -6,13 +6,15 @@ Run: ``.venv/bin/python benchmarks/fig10.py [--workload segtolls] [--seconds S] 
 [--json FILE]`` (generates the workload with ``reopt data stream``'s generator into a
 temporary folder; one-second micro-batches, intermediate state).
 
-Runs, one after another on the same files, after one warm-up batch (Spark's first jobs are
-slow): ``static`` (the good single plan: the best plan for the first interval's true
-statistics — its first ``min(--every)`` seconds — never changed), ``hindsight`` (every batch
-under the best plan for its own true statistics, no migration cost counted beyond the
-executor's), and ``adaptive`` re-planning every K seconds (K from ``--every``) from what it
-observed, with each ``--migrations`` strategy (``auto``: switch only when the rate model's
-gain over the next interval exceeds the migration cost).
+Runs on the same files, interleaved batch by batch (which run goes first alternating, as
+``benchmarks/stream.py`` does: Spark warms up over a run and the shared machine's load
+drifts), after one warm-up batch (Spark's first jobs are slow): ``static`` (the good single
+plan: the best plan for the first interval's true statistics — its first ``min(--every)``
+seconds — never changed), ``hindsight`` (every batch under the best plan for its own true
+statistics, no migration cost counted beyond the executor's), and ``adaptive`` re-planning
+every K seconds (K from ``--every``) from what it observed, with each ``--migrations``
+strategy (``auto``: switch only when the rate model's gain over the next interval exceeds
+the migration cost).
 
 Prints two markdown tables. Per run: tuples in per wall second, results per wall second,
 median and p99 batch latency (a batch's wall time, migration included), the optimizer's time
@@ -31,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,10 +69,11 @@ def _optimizer(root: Path) -> Optimizer:
                      optimizer="topdown-inc")
 
 
-def run_adaptive(root: Path, spark, every: int, migration: str) -> Run:
-    """Re-planning every ``every`` one-second batches, the Replanner timed call by call."""
+def run_adaptive(root: Path, spark, every: int, migration: str, run: Run
+                 ) -> Iterator[MicroBatch]:
+    """Re-planning every ``every`` one-second batches, the Replanner timed call by call;
+    yields each batch after recording it (and the optimizer time before it) in ``run``."""
     opt = _optimizer(root)
-    run = Run(f"adaptive every {every} s, {migration}")
     t0 = time.perf_counter()
     replanner = Replanner(opt, every, migration, 1)
     initial = time.perf_counter() - t0
@@ -86,21 +90,22 @@ def run_adaptive(root: Path, spark, every: int, migration: str) -> Run:
         last = cq.step(plan, how)
         run.batches.append(last)
         run.replan.append(spent)
-    return run
+        yield last
 
 
-def run_fixed(root: Path, spark, name: str, first: int) -> Run:
-    """``static`` (from the first ``first`` batches' true statistics) or ``hindsight``."""
+def run_fixed(root: Path, spark, name: str, first: int, run: Run) -> Iterator[MicroBatch]:
+    """``static`` (from the first ``first`` batches' true statistics) or ``hindsight``; the
+    optimizer's time (after the dry pass, all up front) is counted before batch 0."""
     opt = _optimizer(root)
     record = Strategy(name)
-    run = Run(name)
-    batches = run_strategy(name, opt, root, 1, first, spark, strategy=record)
-    for b in batches:
+    run.replannings = 1
+    for b in run_strategy(name, opt, root, 1, first, spark, strategy=record):
         run.batches.append(b)
         run.replan.append(0.0)
-    run.replan[0] = record.replan_seconds  # static/hindsight plan from a dry pass, up front
-    run.replannings = len(run.batches) if name == "hindsight" else 1
-    return run
+        yield b
+    run.replan[0] = record.replan_seconds
+    if name == "hindsight":
+        run.replannings = len(run.batches)
 
 
 def summary(run: Run) -> dict:
@@ -189,21 +194,26 @@ def main(argv: list[str]) -> int:
         print(f"fig10: unknown migration {bad[0]!r} (auto, moving, parallel)", file=sys.stderr)
         return 2
     spark = get_spark()
-    runs: list[Run] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / args.workload
         generate_stream(args.workload, root, args.seconds, args.seed, args.phases)
         warm = _optimizer(root)
         ContinuousQuery(warm.query, warm.catalog, root, spark, 1).step(warm.optimize().plan)
-        runs.append(run_fixed(root, spark, "static", min(every)))
-        print(f"static done: {runs[-1].batches[0].plan}", file=sys.stderr)
-        if not args.no_hindsight:
-            runs.append(run_fixed(root, spark, "hindsight", 1))
-            print("hindsight done", file=sys.stderr)
+        runs = [Run("static")] + ([] if args.no_hindsight else [Run("hindsight")])
+        streams = [run_fixed(root, spark, r.name, min(every), r) for r in runs]
         for k in every:
             for how in migrations:
-                runs.append(run_adaptive(root, spark, k, how))
-                print(f"{runs[-1].name} done", file=sys.stderr)
+                runs.append(Run(f"adaptive every {k} s, {how}"))
+                streams.append(run_adaptive(root, spark, k, how, runs[-1]))
+        # the runs interleaved batch by batch, which goes first alternating: Spark warms up
+        # over a run and the shared machine's load drifts, so no run has the early batches
+        for k in range(args.seconds):
+            order = list(range(len(runs)))
+            for i in (order if k % 2 == 0 else order[::-1]):
+                next(streams[i])
+            print(f"batch {k} done", file=sys.stderr)
+        for rest in streams:  # each run past its last batch: static's totals are recorded
+            assert next(rest, None) is None
     summaries = [summary(r) for r in runs]
     per_interval = [row for r in runs for row in intervals(r, args.report_every)]
     print(f"{args.workload}, {args.seconds} s of stream, seed {args.seed}, 1 s batches, "
