@@ -124,7 +124,8 @@ def summary(run: Run) -> dict:
             "max_join_state": max(sum(b.join_state.values()) for b in bs),
             "results": sum(len(b.rows) for b in bs),
             "digest": answer_digest([r for b in bs for r in b.rows]),
-            "plans": list(dict.fromkeys(b.plan for b in bs))}
+            "plans": list(dict.fromkeys(b.plan for b in bs)), "times": times,
+            "optimizer_per_batch": run.replan}
 
 
 def intervals(run: Run, every: int) -> list[dict]:
