@@ -374,10 +374,13 @@ class ContinuousQuery:
 
     # -- intermediate state (state="intermediate") ---------------------------------------------
     def _state_frame(self, rows: pd.DataFrame | None, schema: Any) -> DataFrame:
-        """A state's rows as a DataFrame of the join's schema (an empty one without rows)."""
+        """A state's rows as a DataFrame of the join's schema (an empty one without rows).
+        The rows are put in the schema's column order first: Spark maps a pandas frame's
+        columns to a schema by position, and a state kept by one tree (``join(s, x)``) is
+        reused by another that orders the same columns differently (``join(x, s)``)."""
         if rows is None or len(rows) == 0:
             return self.spark.createDataFrame([], schema)
-        return self.spark.createDataFrame(rows, schema=schema)
+        return self.spark.createDataFrame(rows[schema.fieldNames()], schema=schema)
 
     def _times(self, rels: RelSet) -> dict[str, float]:
         """A state's time columns and their windows (what expires its rows)."""

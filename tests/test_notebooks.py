@@ -1,6 +1,7 @@
 """The notebooks run top to bottom (nbclient, a fresh kernel on this interpreter) and are
 committed without outputs. 01–03 use the python engine (03's slider is moved programmatically);
-04, 05 and 06 start Spark in their kernel (05 with small fleets: ``REOPT_FLEET_SIZES``).
+04, 05, 06 and 07 start Spark in their kernel (05 with small fleets: ``REOPT_FLEET_SIZES``; 07
+with a short stream: ``REOPT_STREAM_SECONDS``).
 nbformat/nbclient/ipykernel/ipywidgets/matplotlib come
 with the ``dev`` extra (through ``notebooks``): a missing one is an error here, not a skip."""
 
@@ -42,7 +43,8 @@ def text_of(nb) -> str:
 
 
 EXPECTED = ["01-quickstart.ipynb", "02-and-or-graph.ipynb", "03-push-deltas.ipynb",
-            "04-spark.ipynb", "05-fleet.ipynb", "06-adaptive.ipynb"]
+            "04-spark.ipynb", "05-fleet.ipynb", "06-adaptive.ipynb",
+            "07-streams.ipynb"]
 
 
 def test_expected_notebooks_exist():
@@ -154,5 +156,30 @@ def test_06_adaptive():
     m = re.search(r"adaptive: (\d+) plan switches", text)
     assert m and int(m.group(1)) >= 1  # the 1000x error is corrected after the first split
     assert re.search(r"(\d+) plan switches plotted", text)
+    images = [o for o in out if "image/png" in o.get("data", {})]
+    assert len(images) == 1
+
+
+def test_07_streams(monkeypatch):
+    """Four stream strategies over the same 3 s of a generated drifting stream: every one
+    emits the same results as the in-process eddy (pandas, no Spark: an independent
+    evaluation), and one figure (plan switches, output rate, state size)."""
+    from reopt.spark import require_java
+
+    require_java()
+    monkeypatch.setenv("REOPT_STREAM_SECONDS", "3")
+    nb = run("07-streams.ipynb", timeout=600)
+    out = outputs(nb)
+    assert not [o for o in out if o.get("output_type") == "error"]
+    text = text_of(nb)
+    assert "3 s of stream in" in text
+    counts = {}
+    for strategy in ("adaptive", "static", "hindsight", "eddy"):
+        m = re.search(rf"{strategy} +3 batches, (\d+) results", text)
+        assert m, strategy
+        counts[strategy] = int(m.group(1))
+    assert len(set(counts.values())) == 1 and counts["eddy"] > 0, counts
+    assert "same results: True" in text
+    assert re.search(r"\d+ plan switches plotted over 3 s of stream", text)
     images = [o for o in out if "image/png" in o.get("data", {})]
     assert len(images) == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -364,3 +365,28 @@ def test_max_state_runs_the_cheapest_plan_that_fits():
                   max_state=25)
     assert plan_line(r(None)) == plan_line(cheapest)
     assert r.log[0].startswith("initial plan: warning: every plan keeps more than")
+
+
+
+@pytest.mark.spark
+def test_a_state_reused_by_a_tree_with_its_children_swapped_equals_batch_sql(spark, nexmark):
+    """``join(join(p, a), b)`` then ``join(join(a, p), b)``: the second keeps the same
+    relation sets, so the first's state is reused as is, its columns in the first tree's
+    order (p's, then a's) while the second tree's schema puts a's first. The results still
+    equal the oracle's (the state's columns were once mapped to the schema by position,
+    shifting values into the wrong columns)."""
+    root, opt, left_deep, _, _, expected, sizes = nexmark
+    inner = left_deep.children[0]
+    assert inner.alt.log_op == "join" and len(inner.children) == 2
+    swapped = replace(left_deep, children=[
+        replace(inner, children=inner.children[::-1],
+                relations=(*inner.children[1].relations, *inner.children[0].relations)),
+        *left_deep.children[1:]])
+    assert plan_line(swapped) != plan_line(left_deep)
+    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
+                         state="intermediate", migration="moving")
+    for plan in (left_deep, swapped, swapped):
+        b = cq.step(plan)
+        assert len(b.rows) == sizes.get(b.index, 0), b.index
+        assert answer_digest(b.rows) == expected.get(b.index), b.index
+    assert sum(b.join_state.values()) > 0
