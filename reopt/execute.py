@@ -440,9 +440,10 @@ def collect(df: DataFrame) -> list[tuple]:
     """The rows of ``df`` as tuples, through Arrow (``toPandas``: many times faster than
     ``collect()`` for a large answer). Numbers come as numpy or ``Decimal`` values, dates as
     ``datetime.date``; a NULL in a numeric column may come as NaN (the digest reads both as
-    NULL). An answer too large for the driver (Spark loses task results, runs out of heap,
-    or exceeds ``spark.driver.maxResultSize``) is a one-line :class:`ExecutionError`, not a
-    JVM stack trace."""
+    NULL). A driver out of room — Spark loses task results, runs out of heap, or exceeds
+    ``spark.driver.maxResultSize``, for the answer or for an input the plan broadcasts (the
+    driver collects it first) — is a one-line :class:`ExecutionError`, not a JVM stack
+    trace."""
     try:
         frame = df.toPandas()
     except Exception as e:  # noqa: BLE001 (Py4J and Spark raise several kinds)
@@ -450,9 +451,10 @@ def collect(df: DataFrame) -> list[tuple]:
         reason = next((r for r in TOO_LARGE if r in text), None)
         if reason is None:
             raise
-        raise ExecutionError(f"the answer is too large to collect on the Spark driver "
-                             f"({reason}): aggregate it in the query, run it on less data "
-                             f"(more splits), or give the driver more memory "
+        raise ExecutionError(f"the Spark driver ran out of room ({reason}): the answer or an "
+                             f"input the plan broadcasts is too large for it; aggregate the "
+                             f"answer, run on less data (more splits), shuffle instead of "
+                             f"broadcasting (a cost delta), or give the driver more memory "
                              f"(spark.driver.memory, spark.driver.maxResultSize)") from None
     return list(frame.itertuples(index=False, name=None))
 

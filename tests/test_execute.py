@@ -28,7 +28,7 @@ PLANS = {  # (cost model, deltas): the io optimum, the cout optimum, other opera
            ("dist", []), ("dist", BIG)],  # dist: broadcast joins; BIG: a shuffle join too
     "q5": [("io", []), ("io", ["card {customer,orders} *300", "card {lineitem,supplier} *0.001"])],
     "q10": [("io", []), ("cout", [])],  # io: hashjoin and sortmerge
-    "q8join": [("cout", ["card {orders,lineitem} *0.0001"])],  # (236,624 rows: one plan)
+    # q8join (8 relations, 236,624 rows) is left to tests/test_join_queries.py: the suite's time
     "q5s": [("cout", [])],
 }
 SPARK_JOIN = {"io": {"hashjoin": "ShuffledHashJoin", "sortmerge": "SortMergeJoin",
@@ -167,7 +167,7 @@ def test_bad_data(spark, tpch_dir, tmp_path):
     assert "card {customer} := 0" in run.deltas() and "card customer =1" in run.deltas()
 
 
-def test_an_answer_too_large_for_the_driver_is_one_line():
+def test_a_driver_out_of_room_is_one_line():
     """What Spark raises when task results are lost or the driver's heap is exhausted (here
     a stand-in DataFrame raising it) becomes one ExecutionError line; other errors pass."""
     class Answer:
@@ -180,7 +180,7 @@ def test_an_answer_too_large_for_the_driver_is_one_line():
     with pytest.raises(ExecutionError) as e:
         collect(Answer("org.apache.spark.SparkException: Job aborted: Lost task 3.0 "
                        "(TID 79): TaskResultLost (result lost from block manager)"))
-    assert "\n" not in str(e.value) and "too large to collect" in str(e.value)
+    assert "\n" not in str(e.value) and "driver ran out of room" in str(e.value)
     assert "TaskResultLost" in str(e.value)
     with pytest.raises(RuntimeError, match="Table or view not found"):
         collect(Answer("Table or view not found"))
