@@ -214,11 +214,7 @@ class Eddy(ContinuousQuery):
     def step(self, plan: PlanNode | None = None) -> EddyBatch:
         """Run the next micro-batch (``plan`` is ignored: the eddy routes without one). Past
         the stream's last second, a :class:`StreamError`."""
-        start = self.batch * self.batch_seconds
-        if start >= self.seconds:
-            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
-                              f"{self.batch} (from {start} s)")
-        end = start + self.batch_seconds
+        start, end = self._next_batch()
         t0 = time.perf_counter()
         skipped: dict[str, int] = {}
         arrived = {t: self._read(t, start, end, skipped) for t in self.tables}

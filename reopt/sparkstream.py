@@ -179,11 +179,7 @@ class SparkStreamJoin(ContinuousQuery):
         """Feed and run the next micro-batch (``plan`` ignored: the FROM order is the plan)."""
         if self.handle is None:
             raise StreamError("the Spark streaming query is not started (call start())")
-        start = self.batch * self.batch_seconds
-        if start >= self.seconds:
-            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
-                              f"{self.batch} (from {start} s)")
-        end = start + self.batch_seconds
+        start, end = self._next_batch()
         t0 = time.perf_counter()
         skipped: dict[str, int] = {}
         arrivals = {t: sum(self._stage(t, s, skipped) for s in range(start, end))

@@ -330,11 +330,7 @@ class ContinuousQuery:
         if migration not in MIGRATIONS:
             raise StreamError(f"unknown migration '{migration}' (choose from "
                               f"{', '.join(MIGRATIONS)})")
-        start = self.batch * self.batch_seconds
-        if start >= self.seconds:
-            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
-                              f"{self.batch} (from {start} s)")
-        end = start + self.batch_seconds
+        start, end = self._next_batch()
         t0 = time.perf_counter()
         skipped: dict[str, int] = {}
         arrived = {t: self._read(t, start, end, skipped) for t in self.tables}
@@ -513,6 +509,16 @@ class ContinuousQuery:
                 label = state_label(rels, self.query.aliases)
                 out[label] = out.get(label, 0) + n
         return out
+
+    def _next_batch(self) -> tuple[int, int]:
+        """``[start, end)`` of the next micro-batch in stream seconds (every executor's
+        batches are the same stretches); past the stream's last second, a
+        :class:`StreamError`."""
+        start = self.batch * self.batch_seconds
+        if start >= self.seconds:
+            raise StreamError(f"{self.root}: the stream ends at {self.seconds} s; no batch "
+                              f"{self.batch} (from {start} s)")
+        return start, start + self.batch_seconds
 
     def _slide(self, arrived: dict[str, pd.DataFrame], end: float) -> None:
         """The windows slide at a batch's end: append the arrivals, then expire by event

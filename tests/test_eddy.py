@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_stream import QUERY, batch_answer, stream_tuples, streams
+from test_stream import QUERY, batch_answer, stream_tuples, streams, write_streams
 
 from reopt.api import Optimizer
 from reopt.costmodel.catalog import Catalog
@@ -61,15 +61,6 @@ class ForcedEddy(Eddy):
         return eligible[self.choices[self.drawn % len(self.choices)] % len(eligible)]
 
 
-def _write(root: Path, files: dict[str, list[tuple[int, list[tuple[int, float]]]]]) -> None:
-    for name, seconds in files.items():
-        (root / name).mkdir()
-        for second, batch in seconds:
-            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
-                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
-            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
-
-
 def nested_loops(records: dict[str, list[tuple[int, float]]], windows: dict[str, float],
                  batch_seconds: int, key_z: bool) -> dict[int, Counter]:
     """Batch -> multiset of (x.k, x.ts, y.ts, z.ts): x, y over s and z over r, x.k = y.k (and
@@ -102,7 +93,7 @@ def test_any_probe_order_equals_nested_loops(tmp_path_factory, data, windows, ba
     each batch's results against nested loops over all records."""
     records, files = data
     root = tmp_path_factory.mktemp("eddyprop")
-    _write(root, files)
+    write_streams(root, files)
     w = dict(zip("xyz", windows, strict=True))
     sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
            f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z WHERE x.k = y.k"

@@ -326,6 +326,31 @@ def streams(draw):
 
 
 @pytest.mark.spark
+def write_streams(root: Path, files: dict[str, list[tuple[int, list[tuple[int, float]]]]]
+                  ) -> None:
+    """:func:`streams`' files under ``root``: ``STREAM/SSSSSS.parquet`` with ``k`` and ``ts``."""
+    for name, seconds in files.items():
+        (root / name).mkdir()
+        for second, batch in seconds:
+            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
+                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
+            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
+
+
+def self_join(windows: tuple[float, float, float]) -> tuple[Optimizer, dict[str, float]]:
+    """The self-join property's query (two windows ``x``, ``y`` over stream ``s`` and one,
+    ``z``, over ``r``, joined on ``k``) under the rate model, and its windows by alias."""
+    catalog = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 3},
+                                                                  "ts": {}}}
+                          for n in ("s", "r")}}
+    w = dict(zip("xyz", windows, strict=True))
+    sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
+           f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z "
+           "WHERE x.k = y.k AND y.k = z.k")
+    return Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate",
+                     optimizer="topdown"), w
+
+
 @settings(max_examples=3, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
@@ -337,20 +362,8 @@ def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, wi
     drawn from all plan trees; each batch's results against nested loops over all records."""
     records, files = data
     root = tmp_path_factory.mktemp("prop")
-    for name, seconds in files.items():
-        (root / name).mkdir()
-        for second, batch in seconds:
-            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
-                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
-            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
-    catalog = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 3},
-                                                                  "ts": {}}}
-                          for n in ("s", "r")}}
-    w = dict(zip("xyz", windows, strict=True))
-    sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
-           f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z "
-           "WHERE x.k = y.k AND y.k = z.k")
-    opt = Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate", optimizer="topdown")
+    write_streams(root, files)
+    opt, w = self_join(windows)
     plans = all_plans(opt)
     assert len({plan_line(p) for p in plans}) > 1
     cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds,

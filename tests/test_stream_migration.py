@@ -15,11 +15,19 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_stream import (
+    QUERY,
+    batch_answer,
+    brute_force,
+    self_join,
+    stream_tuples,
+    streams,
+    write_streams,
+)
 
 from reopt.api import Optimizer
 from reopt.costmodel.catalog import Catalog
@@ -28,7 +36,6 @@ from reopt.optimizers.exhaustive import all_plans
 from reopt.stream import MIGRATIONS, ContinuousQuery, StreamError, plan_line
 from reopt.streamgen import generate_stream
 from reopt.streamstate import Track, expire, retire
-from tests.test_stream import QUERY, batch_answer, brute_force, stream_tuples, streams
 
 WINDOWS = {"p": 3.0, "a": 2.0, "b": 1.0}
 """:data:`tests.test_stream.QUERY`'s windows."""
@@ -154,20 +161,8 @@ def test_any_plan_and_migration_per_batch_equals_brute_force(spark, tmp_path_fac
     results against nested loops over all records."""
     records, files = data
     root = tmp_path_factory.mktemp("propmig")
-    for name, seconds in files.items():
-        (root / name).mkdir()
-        for second, batch in seconds:
-            frame = pd.DataFrame({"k": np.array([k for k, _ in batch], dtype=np.int64),
-                                  "ts": np.array([t for _, t in batch], dtype=np.float64)})
-            frame.to_parquet(root / name / f"{second:06d}.parquet", index=False)
-    catalog = {"tables": {n: {"rate": 2, "window": 1, "columns": {"k": {"distinct": 3},
-                                                                  "ts": {}}}
-                          for n in ("s", "r")}}
-    w = dict(zip("xyz", windows, strict=True))
-    sql = (f"SELECT x.k, x.ts AS xt, y.ts AS yt, z.ts AS zt FROM s [RANGE {w['x']} SECONDS] x, "
-           f"s [RANGE {w['y']} SECONDS] y, r [RANGE {w['z']} SECONDS] z "
-           "WHERE x.k = y.k AND y.k = z.k")
-    opt = Optimizer(sql, Catalog.from_dict(catalog), cost_model="rate", optimizer="topdown")
+    write_streams(root, files)
+    opt, w = self_join(windows)
     plans = list(all_plans(opt.space()))
     cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=1,
                          state="intermediate")
