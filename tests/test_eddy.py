@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_stream import QUERY, batch_answer, stream_tuples, streams, write_streams
+from test_stream import QUERY, batch_answer, per_batch, stream_tuples, streams, write_streams
 
 from reopt.api import Optimizer
 from reopt.costmodel.catalog import Catalog
@@ -35,9 +35,7 @@ def test_eddy_equals_batch_sql_per_window(spark, tmp_path):
     generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
     (root / "persons" / "000003.parquet").write_bytes(b"not parquet")  # a malformed file
     oracle = batch_answer(spark, stream_tuples(root))
-    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
-                for k, g in oracle.groupby("batch")}
-    sizes = Counter(int(k) for k in oracle["batch"])
+    expected, sizes = per_batch(oracle)
     assert len(oracle) > 30 and len(sizes) == 3
     batches = list(_eddy(QUERY, str(root / "catalog.json"), root, 2, seed=3).run())
     assert [b.index for b in batches] == [0, 1, 2]

@@ -4,10 +4,8 @@ per micro-batch and over the whole stream against the batch Spark SQL oracle of
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
-from test_stream import QUERY, batch_answer, stream_tuples
+from test_stream import QUERY, batch_answer, per_batch, stream_tuples
 
 from reopt.api import Optimizer
 from reopt.execute import answer_digest
@@ -22,9 +20,7 @@ def test_spark_stream_join_equals_batch_sql_per_window(spark, tmp_path):
     generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6")
     (root / "persons" / "000003.parquet").write_bytes(b"not parquet")  # a malformed file
     oracle = batch_answer(spark, stream_tuples(root))
-    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
-                for k, g in oracle.groupby("batch")}
-    sizes = Counter(int(k) for k in oracle["batch"])
+    expected, sizes = per_batch(oracle)
     assert len(oracle) > 30 and len(sizes) == 2
     opt = Optimizer(QUERY, str(root / "catalog.json"), cost_model="rate", optimizer="topdown")
     join = SparkStreamJoin(opt.query, opt.catalog, root, spark, batch_seconds=2)

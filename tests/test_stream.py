@@ -159,6 +159,13 @@ def stream_tuples(root: Path) -> dict[str, pd.DataFrame]:
     return {s: readable(root, s) for s in ("persons", "auctions", "bids")}
 
 
+def per_batch(oracle: pd.DataFrame) -> tuple[dict[int, str], Counter]:
+    """The oracle's results per micro-batch: the digest of each batch's rows, and how many."""
+    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
+                for k, g in oracle.groupby("batch")}
+    return expected, Counter(int(k) for k in oracle["batch"])
+
+
 def batch_answer(spark, data: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The oracle: the windowed join over all the tuples, as batch Spark SQL."""
     for s, df in data.items():
@@ -190,9 +197,7 @@ def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
 
     data = stream_tuples(root)
     oracle = batch_answer(spark, data)
-    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
-                for k, g in oracle.groupby("batch")}
-    sizes = Counter(int(k) for k in oracle["batch"])
+    expected, sizes = per_batch(oracle)
     assert len(oracle) > 30 and len(sizes) == 3  # results in every window
 
     # two runs, each plan running every other window: every window is computed by both

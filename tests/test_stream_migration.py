@@ -23,6 +23,7 @@ from test_stream import (
     QUERY,
     batch_answer,
     brute_force,
+    per_batch,
     self_join,
     stream_tuples,
     streams,
@@ -61,9 +62,7 @@ def nexmark(tmp_path_factory, spark):
     assert plan_line(left_deep) != plan_line(other)
     data = stream_tuples(root)
     oracle = batch_answer(spark, data)
-    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
-                for k, g in oracle.groupby("batch")}
-    sizes = Counter(int(k) for k in oracle["batch"])
+    expected, sizes = per_batch(oracle)
     assert len(sizes) == 3
     return root, opt, left_deep, other, data, expected, sizes
 
