@@ -23,8 +23,9 @@ No interesting orders, enforcers or final operator: Spark sorts for its own merg
 the query's aggregate and ORDER BY cost the same under every join order. Local costs depend
 only on the estimated rows of the expressions involved (the principle of optimality holds: the
 DP optimizers, branch-and-bound and the rules' fixpoint find the same optimum). The constants
-were measured on this project's machine with ``benchmarks/calibrate_dist.py`` (Spark
-``local[2]``; BENCHMARKS.md, "Calibrating the dist model"); only their ratios matter.
+are set by reasoning about what each operator does, not fitted to measurements (there is no
+calibration benchmark yet), and :data:`BROADCAST_ROWS` counts rows, not bytes; only their
+ratios matter.
 """
 
 from __future__ import annotations
