@@ -119,6 +119,13 @@ def median(ts: Iterable[float]) -> float:
     return statistics.median(list(ts))
 
 
+def geometric_mean(xs: Iterable[float]) -> float:
+    """The geometric mean of the positive, finite ``xs`` (a ratio that could not be measured
+    is left out); NaN when there is none."""
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return statistics.geometric_mean(xs) if xs else float("nan")
+
+
 def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """``fn()`` run ``repeat`` times: the median wall time in ms, and the last result."""
     times, out = [], None

@@ -17,8 +17,9 @@ subset) is followed by ``adaptive-one``: the same splits with one session for al
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+
+from harness import geometric_mean
 
 from reopt.adaptive import STRATEGIES, Loop
 from reopt.api import Optimizer, load_catalog
@@ -88,14 +89,9 @@ def main(argv: list[str]) -> int:
     for b in sorted({b for rs in ratios.values() for b, _, _ in rs}):
         ws = [w for rs in ratios.values() for x, w, _ in rs if x == b]
         cs = [c for rs in ratios.values() for x, _, c in rs if x == b]
-        print(f"  geometric mean over the queries, /{b}: wall {_geo(ws):.2f}×, "
-              f"JVM CPU {_geo(cs):.2f}×")
+        print(f"  geometric mean over the queries, /{b}: wall {geometric_mean(ws):.2f}×, "
+              f"JVM CPU {geometric_mean(cs):.2f}×")
     return 0
-
-
-def _geo(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 if __name__ == "__main__":

@@ -32,15 +32,12 @@ import statistics
 import sys
 import time
 
+from harness import geometric_mean
+
 from reopt.adaptive import Loop
 from reopt.api import Optimizer, load_catalog
 from reopt.cli import _data_scale_factor
 from reopt.spark import get_spark
-
-
-def _geo(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def replay(make, first: list[str], updates: list[list[str]], repeat: int) -> list[dict]:
@@ -145,7 +142,7 @@ def main(argv: list[str]) -> int:
                   f"{f['decl_ms'] / f['topdown_ms']:.2f} | {f['topdown_inc_ms']:.2f} | "
                   f"{r.get('or', float('nan')):.0%} / {r.get('and', float('nan')):.0%} |")
         print(f"\ngeometric mean decl / topdown: "
-              f"{_geo([f['decl_ms'] / f['topdown_ms'] for f in fig7]):.2f}")
+              f"{geometric_mean([f['decl_ms'] / f['topdown_ms'] for f in fig7]):.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"query": args.query, "data": args.data, "splits": s.to_json(),
