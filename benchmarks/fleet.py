@@ -9,8 +9,8 @@ For each cost model and fleet size N, the first N queries of the shared workload
 * **in-process loop**: one :class:`reopt.api.Optimizer` (python engine, ``all``) per query,
   optimized from scratch, then updated with the query's first delta step (a statistic of
   every query changes); wall time of each phase, summed over the queries; with the fleet
-  tasks' garbage-collection policy (:func:`reopt.fleet.gc_paused`), so that both sides do
-  the same engine work;
+  tasks' garbage-collection policy (:func:`reopt.optimizers.base.paused_gc` collecting the
+  young generation after each query), so that both sides do the same engine work;
 * **fleet, initial**: :meth:`reopt.fleet.Fleet.optimize` on a warm Spark session (one fleet
   was run before, so Python workers are up and the program compiled): wall time, Spark jobs;
 * **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas;
@@ -35,7 +35,8 @@ from harness import markdown_table, parser, script
 from workload import generate
 
 from reopt.api import Optimizer
-from reopt.fleet import Fleet, FleetQuery, gc_paused
+from reopt.fleet import Fleet, FleetQuery
+from reopt.optimizers.base import paused_gc
 
 
 def _loop(queries: list[FleetQuery], model: str) -> tuple[float, float]:
@@ -46,11 +47,11 @@ def _loop(queries: list[FleetQuery], model: str) -> tuple[float, float]:
     scratch = update = 0.0
     for fq in queries:  # with the fleet tasks' garbage-collection policy: the same engine work
         t0 = time.perf_counter()
-        with gc_paused():
+        with paused_gc(collect_young=True):
             o: Optimizer = _optimizer(fq, opts)
             o.optimize()
         t1 = time.perf_counter()
-        with gc_paused():
+        with paused_gc(collect_young=True):
             o.update(list(fq.deltas))
         update += time.perf_counter() - t1
         scratch += t1 - t0

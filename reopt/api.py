@@ -29,7 +29,7 @@ from reopt.costmodel.models import cost_model as get_cost_model
 from reopt.costmodel.query import Query
 from reopt.costmodel.rate import check_streams, plan_estimates
 from reopt.costmodel.space import PlanSpace
-from reopt.optimizers.base import Result
+from reopt.optimizers.base import Result, without_gc
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.exhaustive import exhaustive
 from reopt.optimizers.incremental import BottomUpInc, Incremental, TopDownInc
@@ -307,6 +307,7 @@ class Optimizer:
         step.deltas = texts
         return step
 
+    @without_gc  # as the procedural searches run (README, "Optimizers")
     def _incremental_step(self, session: Any, adjustments: Adjustments) -> Step:
         q = self._qid
         res = session.update({q: adjustments})
@@ -422,29 +423,41 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
         steps[i] = _finite(o, Step(result.cost, result.plan, metrics,
                                    estimates=estimates(space)))
     for (engine, _), members in groups.items():
-        from reopt.incremental.session import Session
-
         first = opts[members[0]]
         if engine == "spark" and _decomposable(first._program):
             batch = [opts[i] for i in members]
             for i, step in zip(members, _spark_steps(batch), strict=True):
                 steps[i] = _finite(opts[i], step)
             continue
-        t0 = time.perf_counter() - sum(checked[i] for i in members)
-        session = Session(first._program, [spaces[i] for i in members], engine)
-        session.members = [opts[i] for i in members]
-        ev = session.optimize()
-        seconds = time.perf_counter() - t0
-        for q, i in enumerate(members):
-            o = opts[i]
-            if o._session is not None and o in o._session.members:
-                o._session.members.remove(o)  # its old batch's updates must not reach it
-            o._evaluation, o._session, o._qid = ev, session, q
-            metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
-            metrics["batch_queries"] = len(members)
-            steps[i] = _finite(o, Step(ev.best_cost(q), ev.best_plan(q), metrics,
-                                       estimates=estimates(spaces[i])))
+        batch_steps = _declarative_steps([opts[i] for i in members], [spaces[i] for i in members],
+                                         engine, sum(checked[i] for i in members))
+        steps.update(zip(members, batch_steps, strict=True))
     return [steps[i] for i in range(len(opts))]
+
+
+@without_gc  # as the procedural searches run (README, "Optimizers")
+def _declarative_steps(opts: list[Optimizer], spaces: list[PlanSpace], engine: str,
+                       checked: float) -> list[Step]:
+    """One evaluation of the declarative optimizers ``opts`` (one engine, one program) as a
+    batch: a new session, its queries' steps. ``checked`` is the time their budget checks
+    took, counted in the reported seconds."""
+    from reopt.incremental.session import Session
+
+    t0 = time.perf_counter() - checked
+    session = Session(opts[0]._program, spaces, engine)
+    session.members = list(opts)
+    ev = session.optimize()
+    seconds = time.perf_counter() - t0
+    steps = []
+    for q, (o, space) in enumerate(zip(opts, spaces, strict=True)):
+        if o._session is not None and o in o._session.members:
+            o._session.members.remove(o)  # its old batch's updates must not reach it
+        o._evaluation, o._session, o._qid = ev, session, q
+        metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
+        metrics["batch_queries"] = len(opts)
+        steps.append(_finite(o, Step(ev.best_cost(q), ev.best_plan(q), metrics,
+                                     estimates=estimates(space))))
+    return steps
 
 
 def _decomposable(program: Any) -> bool:
