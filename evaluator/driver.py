@@ -10,6 +10,7 @@ of queries: each query gets an id ``q`` (its position in the batch), the input r
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -212,18 +213,25 @@ class Evaluation:
         rels = {p: self.relations[p] for p in keyed}
         if any(hasattr(r, "df") for r in rels.values()):
             return _held_spark(self.program, rels, q, widths)
-        space = [r for r in self.rows("SearchSpace") if r[0] == q]
+        alone = list(self.spaces) == [q]  # a batch of one query: every tuple is its own
+
+        def mine(rows: set[tuple]) -> Any:
+            return rows if alone else [r for r in rows if r[0] == q]
+
+        space = mine(self.rows("SearchSpace"))
         state = 0
         for p, rel in rels.items():
             # per tuple: the fixed width of its numeric and boolean columns, plus the UTF-8
-            # length of each other column (summed column by column: a metric of every
-            # update, so no per-value dispatch on the type)
+            # length of each other column — counted per distinct value (a metric of every
+            # update; a string column holds a few distinct values)
             types = self.program.schemas[p]
-            mine = [r for r in rel.rows if r[0] == q]
-            state += len(mine) * sum(widths[t] for t in types if t in widths)
-            for i, t in enumerate(types):
-                if t not in widths:
-                    state += sum(len(str(r[i]).encode()) for r in mine)
+            rows = mine(rel.rows)
+            state += len(rows) * sum(widths[t] for t in types if t in widths)
+            texts = [i for i, t in enumerate(types) if t not in widths]
+            if texts and rows:
+                cols = list(zip(*rows, strict=True))
+                for i in texts:
+                    state += sum(len(str(v).encode()) * n for v, n in Counter(cols[i]).items())
         return {"or_nodes": len({r[1:3] for r in space}), "and_nodes": len(space),
                 "state_bytes": state}
 
