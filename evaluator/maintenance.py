@@ -64,10 +64,11 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Var
+from reopt.evaluator.ast import Atom
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, distinct, group_best
+from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
 FRAME_PROBES = 64
@@ -87,6 +88,9 @@ class UpdateStats:
     """Groups whose selected tuples changed."""
     derived: dict[str, int] = field(default_factory=dict)
     """Candidate tuples produced per relation while re-deriving."""
+    from_empty: int = 0
+    """Later strata evaluated again from empty rather than followed incrementally
+    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank)."""
     fallback: bool = False
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
@@ -198,28 +202,9 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     if len(covered) != len(rules):
         raise ReoptError(f"incremental maintenance: every rule of {target} must read a "
                          f"relation of an earlier stratum holding the whole group key")
-    parents = tuple(_key_variant(v, key) for v in program.triggers.get(target, ())
+    parents = tuple(key_variant(v, key) for v in program.triggers.get(target, ())
                     if v.head_pred == target)
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed)
-
-
-def _key_variant(v: Variant, key: int) -> Variant:
-    """``v`` cut after the ops that bind its head's first ``key`` terms, projecting them."""
-    head = v.head[:key]
-    need = {t.name for t in head if isinstance(t, Var)}
-    bound: set[str] = set()
-    ops = []
-    for op in v.ops:
-        if need <= bound:
-            break
-        ops.append(op)
-        if isinstance(op, Scan) and not op.negated:
-            bound.update(t.name for t in op.args if isinstance(t, Var))
-        elif isinstance(op, Call):
-            bound.update(t.name for t in op.outputs if isinstance(t, Var))
-        else:
-            bound.update(t.name for t in (op.left, op.right) if isinstance(t, Var))
-    return replace(v, ops=tuple(ops), head=head, embeds=None)
 
 
 @dataclass(frozen=True)
@@ -333,6 +318,9 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
+        self.later = LaterStrata(compiled, self.plan.stratum + 1, self.plan.key, frozenset(
+            p for i in self.plan.reseed for p in compiled.strata[i].preds))
+        """The later strata, followed incrementally by updates (:mod:`.later`)."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -346,7 +334,8 @@ class MaintainedEngine(PythonEngine):
         return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded,
                 "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
-                "caps": self._caps, "fallbacks": self.fallbacks}
+                "caps": self._caps, "fallbacks": self.fallbacks,
+                "later": self.later.__getstate__()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
@@ -357,6 +346,7 @@ class MaintainedEngine(PythonEngine):
         self.full, self.counts, self.stats = self.live, state["counts"], state["stats"]
         self._caps = state["caps"]
         self.fallbacks = state["fallbacks"]
+        self.later.restore(state["later"])
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
@@ -525,7 +515,7 @@ class MaintainedEngine(PythonEngine):
             changes = self._unbounded_changes(old, caps, up)
         self.full = self.live
         self.program = self.live_program
-        self._live_update(changes)
+        up.from_empty = self._live_update(changes, old)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
         return self.full, up
@@ -863,13 +853,18 @@ class MaintainedEngine(PythonEngine):
             if was != now:
                 changes[g] = (set(live.get(g, ())), set(by_key.get(g, ())))
 
-    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
+    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]],
+                     old: Mapping[int, Any]) -> int:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference
         counts fall), a newly selected plan has its source revived from the complete layer
-        (reference counts rise, subplans come back). Then the later strata are re-derived."""
+        (reference counts rise, subplans come back). Then the later strata follow what that
+        changed (:mod:`.later`; the plan spaces were ``old``); returns how many of them were
+        evaluated from empty."""
         prog, plan = self.program, self.plan
-        for pred in self._post:
+        marks = {p: watch(self.full[p]) for p in self.later.reads if p in self._layer}
+        post = {p: self.full[p] for p in self._post}
+        for pred in self._post:  # out of the deletions' cascades, which are the layer's
             self.full[pred] = Relation()
         target = plan.target
         source = prog.features.suppress.get(target)
@@ -895,8 +890,9 @@ class MaintainedEngine(PythonEngine):
             live[target].add(added)
             for agg in plan.aggregates:
                 self._set_group(live, agg, g)
-        for stratum in prog.strata[plan.stratum + 1:]:
-            self.run_stratum(stratum)
+        self.full.update(post)
+        moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
+        return self.later.update(self, moved, old)
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
