@@ -170,16 +170,18 @@ class Shape:
     """:data:`GROUPED`: relation read → variants deriving the head keys its tuples reach."""
 
 
-def shapes(program: CompiledProgram, first: int, stale_width: int,
+def shapes(program: CompiledProgram, first: int, stale_key: tuple[str, ...],
            replaced: frozenset[str]) -> tuple[Shape, ...]:
-    """The shapes of the strata from index ``first`` on. ``stale_width``: the width of the
-    group key stale groups are named by; ``replaced``: relations an update replaces whole
-    rather than changing in place (their changes are not journaled)."""
-    return tuple(_shape(program, i, stale_width, replaced)
+    """The shapes of the strata from index ``first`` on. ``stale_key``: the types of the
+    group key stale groups are named by (the maintained stratum's rank inputs); ``replaced``:
+    relations an update replaces whole rather than changing in place (their changes are not
+    journaled)."""
+    return tuple(_shape(program, i, stale_key, replaced)
                  for i in range(first, len(program.strata)))
 
 
-def _shape(program: CompiledProgram, i: int, width: int, replaced: frozenset[str]) -> Shape:
+def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
+           replaced: frozenset[str]) -> Shape:
     s = program.strata[i]
     own = set(s.preds)
     rules = [r for r in program.rules if r.head.pred in own]
@@ -226,17 +228,21 @@ def _shape(program: CompiledProgram, i: int, width: int, replaced: frozenset[str
                  keys={p: tuple(v) for p, v in keys.items()})
 
 
-def _stale_atom(program: CompiledProgram, rule: Rule, width: int, own: set[str]
+def _stale_atom(program: CompiledProgram, rule: Rule, key: tuple[str, ...], own: set[str]
                 ) -> list[tuple[str, tuple[int, ...]]] | None:
     """Per statistics built-in of ``rule``, the (relation, columns) of a positive atom of an
-    earlier stratum binding its first ``width`` arguments; None if one has none."""
+    earlier stratum binding its leading arguments, which must be variables of the group key's
+    types ``key`` (the call is then for that group, as the maintained stratum's calls are for
+    theirs); None if a call has no such arguments or atom."""
     out = []
+    width = len(key)
     for call in rule.body:
         if not (isinstance(call, Atom) and call.is_builtin
                 and program.builtins[call.pred].statistics):
             continue
         lead = call.args[:width]
-        if len(lead) < width or not all(isinstance(t, Var) for t in lead):
+        if (program.builtins[call.pred].inputs[:width] != key
+                or not all(isinstance(t, Var) for t in lead)):
             return None
         names = [t.name for t in lead]  # type: ignore[union-attr]
         hit = None
@@ -288,11 +294,10 @@ class _Passed(Exception):
 class LaterStrata:
     """The later strata of a maintained evaluation, followed incrementally."""
 
-    def __init__(self, program: CompiledProgram, first: int, stale_width: int,
+    def __init__(self, program: CompiledProgram, first: int, stale_key: tuple[str, ...],
                  replaced: frozenset[str]):
         self.program = program
-        self.shapes = shapes(program, first, stale_width, replaced)
-        self.stale_width = stale_width
+        self.shapes = shapes(program, first, stale_key, replaced)
         self.reads = frozenset(p for s in self.shapes for p in s.reads)
         """Relations the later strata read (the journal watches the earlier ones)."""
         self.derivations: dict[str, tuple[Relation, dict[tuple, int]]] = {}

@@ -318,8 +318,11 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
-        self.later = LaterStrata(compiled, self.plan.stratum + 1, self.plan.key, frozenset(
-            p for i in self.plan.reseed for p in compiled.strata[i].preds))
+        rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
+        self.later = LaterStrata(compiled, self.plan.stratum + 1,
+                                 compiled.builtins[rank].inputs, frozenset(
+                                     p for i in self.plan.reseed
+                                     for p in compiled.strata[i].preds))
         """The later strata, followed incrementally by updates (:mod:`.later`)."""
 
     # -- saved state ----------------------------------------------------------------------------
