@@ -40,7 +40,7 @@ and a group whose inputs did not change comes out the same.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -323,10 +323,15 @@ class LaterStrata:
         self.whole = state["whole"]
 
     # -- an update ----------------------------------------------------------------------------
-    def update(self, engine: PythonEngine, changes: Changes, old: Mapping[int, Any]) -> int:
+    def update(self, engine: PythonEngine, changes: Changes, old: Mapping[int, Any],
+               stale_of: Callable[[Iterable[tuple]], set[tuple]] | None = None) -> int:
         """Bring the later strata of ``engine.full`` from the state before the update to the
         one the ``changes`` of the earlier relations give, the statistics having moved from
-        ``old`` to ``engine.ctx``. Returns how many strata were evaluated from empty."""
+        ``old`` to ``engine.ctx``; ``stale_of`` names the stale ones among groups (default:
+        :func:`stale_keys`). Returns how many strata were evaluated from empty."""
+        if stale_of is None:
+            def stale_of(keys: Iterable[tuple]) -> set[tuple]:
+                return stale_keys(old, engine.ctx, list(keys))
         changes = {p: c for p, c in changes.items() if c[0] or c[1]}
         fresh = 0
         for shape in self.shapes:
@@ -336,7 +341,7 @@ class LaterStrata:
                 fresh += 1
                 continue
             mine = {p: c for p, c in changes.items() if p in shape.reads}
-            stale = self._stale(engine, shape, old, mine)
+            stale = self._stale(engine, shape, stale_of, mine)
             if shape.how == COUNTED:
                 changes.update(self._counted(engine, stratum, shape, mine, stale, old))
                 continue
@@ -370,14 +375,15 @@ class LaterStrata:
         return {p: (old[p] - engine.full[p].rows, engine.full[p].rows - old[p])
                 for p in stratum.preds}
 
-    def _stale(self, engine: PythonEngine, shape: Shape, old: Mapping[int, Any],
+    def _stale(self, engine: PythonEngine, shape: Shape,
+               stale_of: Callable[[Iterable[tuple]], set[tuple]],
                changes: Changes) -> dict[str, set[tuple]]:
         """Per relation, its tuples that stayed but bind the arguments of a statistics
         built-in of a stale group: their derivations may differ under the new statistics."""
         out: dict[str, set[tuple]] = {}
         for pred, cols in shape.stale:
             idx = engine.full[pred].index(cols)
-            groups = stale_keys(old, engine.ctx, list(idx))
+            groups = stale_of(idx)
             came = changes.get(pred, (set(), set()))[1]
             again = {t for g in groups for t in idx.get(g, ()) if t not in came}
             if again:

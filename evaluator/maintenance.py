@@ -55,7 +55,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -324,6 +324,12 @@ class MaintainedEngine(PythonEngine):
                                      p for i in self.plan.reseed
                                      for p in compiled.strata[i].preds))
         """The later strata, followed incrementally by updates (:mod:`.later`)."""
+        self._old: Mapping[int, Any] = {}
+        """During an update: the plan spaces before it."""
+        self._asked: list[Collection[tuple]] = []
+        self._named: set[tuple] = set()
+        """During an update: the groups asked about for staleness and those named stale
+        (:meth:`stale_of`)."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -503,7 +509,8 @@ class MaintainedEngine(PythonEngine):
         """Replace the queries' plan spaces (new statistics) and bring every relation to what
         a from-scratch evaluation under them gives."""
         t0 = time.perf_counter()
-        old = dict(self.ctx)
+        old = self._old = dict(self.ctx)
+        self._asked, self._named = [], set()
         self.ctx.clear()  # the compiled variants hold this very mapping
         self.ctx.update(spaces)
         self.stats = RunStats()
@@ -528,8 +535,8 @@ class MaintainedEngine(PythonEngine):
         """An unbounded complete layer's changed groups: every OR node is there, so the
         stale ones change, and the bounds move only what the live layer holds."""
         complete = self.complete
-        stale = stale_keys(old, self.ctx, list(
-            complete[self.plan.target].index(tuple(range(self.plan.key)))))
+        stale = self._stale_keys(old, complete[self.plan.target].index(
+            tuple(range(self.plan.key))).keys())
         up.stale = len(stale)
         changes = self._rederive_stale(stale, up)
         up.changed = len(changes)
@@ -577,11 +584,11 @@ class MaintainedEngine(PythonEngine):
         plan, complete = self.plan, self.complete
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         if not caps and not self._caps:
-            return stale_keys(old, self.ctx, list(by_key))  # unbounded: every group is there
+            return self._stale_keys(old, by_key.keys())  # unbounded: every group is there
         keys: set[tuple] = set()
         for source, cols, _ in plan.sources:
             keys.update(complete[source].index(cols))
-        stale = stale_keys(old, self.ctx, keys)
+        stale = self._stale_keys(old, keys)
         new = self._caps.get(plan.target, {})
         was = caps.get(plan.target, {})
         if not new and not was:
@@ -604,6 +611,27 @@ class MaintainedEngine(PythonEngine):
             else:
                 stale.update(g for g in by_key if g[:width] in fell)
         return stale
+
+    def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple]) -> set[tuple]:
+        """:func:`stale_keys` of ``keys``; for the update's own statistics change (from
+        ``old``), what was asked and named is kept for the later strata (:meth:`stale_of`)."""
+        stale = stale_keys(old, self.ctx, keys)
+        if old is self._old:
+            self._asked.append(keys)
+            self._named |= stale
+        return stale
+
+    def stale_of(self, keys: Iterable[tuple]) -> set[tuple]:
+        """Those of the groups ``keys`` that the update's statistics change made stale: as
+        named for the maintained stratum, which asked about every group of the complete layer
+        (a dict's keys asked are seen as they are now: a group added since is not stale
+        unless asked again, and such a group holds no tuple that stayed), the others asked
+        now."""
+        keys = list(keys)
+        unknown = [g for g in keys if not any(g in a for a in self._asked)]
+        if unknown:
+            self._named |= stale_keys(self._old, self.ctx, unknown)
+        return {g for g in keys if g in self._named}
 
     def _rederive_stale(self, stale: set[tuple], up: UpdateStats
                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
@@ -895,7 +923,7 @@ class MaintainedEngine(PythonEngine):
                 self._set_group(live, agg, g)
         self.full.update(post)
         moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
-        return self.later.update(self, moved, old)
+        return self.later.update(self, moved, old, self.stale_of)
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
