@@ -63,6 +63,11 @@ if TYPE_CHECKING:
 
 COUNTED, GROUPED, FROM_EMPTY = "counted", "grouped", "from empty"
 
+SMALL = 1000
+"""A later stratum whose relations read hold fewer tuples than this in all is evaluated
+again whole: one pass over a few tuples costs less than following their changes (TPC-H q5
+under ``all``: 11 selected plans)."""
+
 WHOLE = 3
 """A later stratum whose changes reach more than 1/WHOLE of what it reads (counted) or of
 its groups (grouped) is evaluated again whole: following a change costs a few times more per
@@ -306,8 +311,9 @@ class LaterStrata:
         """Later strata evaluated again from empty by updates (other shapes, or a change
         reaching a rank already passed)."""
         self.whole = 0
-        """Later strata evaluated again whole by updates because the changes reached a large
-        part of them (more than 1/:data:`WHOLE`): then that is cheaper."""
+        """Later strata evaluated again whole by updates because that was cheaper: they read
+        few tuples (:data:`SMALL`) or the changes reached a large part of them (more than
+        1/:data:`WHOLE`)."""
         self.everything_from_empty = False
         """Re-derive every later stratum from empty (the reference behaviour: benchmarks
         compare against it)."""
@@ -339,6 +345,10 @@ class LaterStrata:
             if shape.how == FROM_EMPTY or self.everything_from_empty:
                 changes.update(self._from_empty(engine, stratum))
                 fresh += 1
+                continue
+            if sum(len(engine.full[p]) for p in shape.reads) < SMALL:
+                changes.update(self._from_empty(engine, stratum))
+                self.whole += 1
                 continue
             mine = {p: c for p, c in changes.items() if p in shape.reads}
             stale = self._stale(engine, shape, stale_of, mine)

@@ -2,9 +2,9 @@
 adds after the maintained stratum) follow an update incrementally (``evaluator/later.py``).
 
 The oracle is the plain python engine evaluating the rules from scratch under the final
-statistics. The threshold above which a stratum is evaluated whole instead is switched off
-(``WHOLE``), so that on these small queries the incremental ways run — counting, and group
-re-derivation in schedule order — and the counters prove they ran.
+statistics. The thresholds beyond which a stratum is evaluated whole instead are switched
+off (``SMALL``, ``WHOLE``), so that on these small queries the incremental ways run —
+counting, and group re-derivation in schedule order — and the counters prove they ran.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def follow(program, q, cat, model: str, deltas: list[str], resave_at: int = -1
 @pytest.fixture
 def always_incremental(monkeypatch):
     monkeypatch.setattr(later, "WHOLE", 0)  # (changes reaching more than 1/0 of a stratum)
+    monkeypatch.setattr(later, "SMALL", 0)
 
 
 @pytest.mark.usefixtures("always_incremental")
@@ -106,6 +107,7 @@ Rows(q, e, md) :- BestPlan(q, e, _, _, _, _, _, _, _, _, _, _), Fn_scansummary(q
 """
 
 
+@pytest.mark.usefixtures("always_incremental")
 def test_later_strata_a_user_adds_are_maintained_or_evaluated_again(tmp_path):
     program = load_program(edited_rules(tmp_path, extra=USER_LATER), pruning="all")
     q, cat = make_query("clique", 5, 7)
