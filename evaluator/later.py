@@ -173,6 +173,8 @@ class Shape:
     delta, that atom's relation, its columns holding the head's key)."""
     keys: dict[str, tuple[Variant, ...]] = field(default_factory=dict)
     """:data:`GROUPED`: relation read → variants deriving the head keys its tuples reach."""
+    joined: frozenset[str] = frozenset()
+    """:data:`GROUPED`: relations those variants join with (not only read as the delta)."""
 
 
 def shapes(program: CompiledProgram, first: int, stale_key: tuple[str, ...],
@@ -206,8 +208,8 @@ def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
     for r in rules:
         found = _stale_atom(program, r, width, own)
         if found is None:
-            return Shape(i, FROM_EMPTY, f"{r.pos}: a statistics built-in's leading arguments "
-                                        "are not bound by one atom of an earlier stratum")
+            return Shape(i, FROM_EMPTY, f"{r.pos}: a statistics built-in is not called with "
+                                        "a group key one atom of an earlier stratum binds")
         stale += found
     stale_t = tuple(dict.fromkeys(stale))
     if s.schedule is None:
@@ -228,9 +230,11 @@ def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
         for v in variants:
             if v.head_pred in own:
                 keys.setdefault(pred, []).append(key_lookup(v, key))
+    joined = frozenset(op.pred for vs in keys.values() for v in vs for op in v.ops
+                       if isinstance(op, Scan) and op.version != DELTA)
     return Shape(i, GROUPED, reads=reads, stale=stale_t, key=key,
                  sources={p: tuple(v) for p, v in sources.items()},
-                 keys={p: tuple(v) for p, v in keys.items()})
+                 keys={p: tuple(v) for p, v in keys.items()}, joined=joined)
 
 
 def _stale_atom(program: CompiledProgram, rule: Rule, key: tuple[str, ...], own: set[str]
@@ -495,12 +499,15 @@ class LaterStrata:
         out: Changes = {p: (set(), set()) for p in stratum.preds}
         heap: list[int] = []
         pending: dict[int, set[tuple]] = {}
+        total = max(len(full[p]) for p in stratum.preds)  # (tuples: at least the groups)
+        queued = 0
 
         def rank(g: tuple) -> int:
             return sign * rank_fn(ctx, *g)[0][0]
 
         def queue(reached: dict[str, set[tuple]], now: int | None, groups: set[tuple],
                   step: int) -> None:
+            nonlocal queued
             for head, gs in reached.items():
                 for g in gs:
                     k = rank(g)
@@ -512,13 +519,13 @@ class LaterStrata:
                     if k not in pending:
                         pending[k] = set()
                         heapq.heappush(heap, k)
-                    pending[k].add(g)
+                    if g not in pending[k]:
+                        pending[k].add(g)
+                        queued += 1
+            if queued * WHOLE > total:  # most groups: a pass from empty costs less
+                raise _Passed(out, True)
 
-        first = self._reached(engine, shape, changes)
-        reached = len(set().union(*first.values())) if first else 0
-        if reached * WHOLE > max(len(full[p].index(cols)) for p in stratum.preds):
-            raise _Passed(out, True)
-        queue(first, None, set(), 0)
+        queue(self._reached(engine, shape, changes), None, set(), 0)
         while heap:
             now = heapq.heappop(heap)
             groups = pending.pop(now)
@@ -549,10 +556,11 @@ class LaterStrata:
                  ) -> dict[str, set[tuple]]:
         """Per relation of the stratum, the head keys that derivations reading the changed
         tuples have, before or after the change: looked up with the removed tuples put back
-        (the rules are positive, so both states' derivations are among the union's)."""
+        (the rules are positive, so both states' derivations are among the union's; only
+        where a variant joins with the relation)."""
         full = engine.full
         back = {p: [t for t in went if t not in full[p].rows]
-                for p, (went, _) in changes.items()}
+                for p, (went, _) in changes.items() if p in shape.joined}
         for p, rows in back.items():
             full[p].add(rows)
         try:
