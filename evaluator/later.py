@@ -375,19 +375,28 @@ class LaterStrata:
 
     def _from_empty(self, engine: PythonEngine, stratum: Stratum,
                     went_came: Changes | None = None) -> Changes:
-        """Evaluate ``stratum`` again from empty; its relations' changes. ``went_came``: what
-        an interrupted incremental pass already changed in place (to recover the old
-        tuples)."""
+        """Evaluate ``stratum`` again from empty and bring its relations, in place (their
+        journals and indexes go on), to the result; their changes. ``went_came``: what an
+        interrupted incremental pass already changed in place (to recover the old tuples)."""
         from reopt.evaluator.python_engine import Relation
 
-        old = {}
+        held, old = {}, {}
         for p in stratum.preds:
             went, came = (went_came or {}).get(p, (set(), set()))
-            old[p] = (engine.full[p].rows - came) | went
+            held[p] = engine.full[p]
+            old[p] = (held[p].rows - came) | went
             engine.full[p] = Relation()
+            self.derivations.pop(p, None)
         engine.run_stratum(stratum)
-        return {p: (old[p] - engine.full[p].rows, engine.full[p].rows - old[p])
-                for p in stratum.preds}
+        out: Changes = {}
+        for p, rel in held.items():
+            now = engine.full[p].rows
+            went, came = rel.rows - now, now - rel.rows
+            rel.remove(list(went))
+            rel.add(came)
+            engine.full[p] = rel
+            out[p] = (old[p] - now, now - old[p])
+        return out
 
     def _stale(self, engine: PythonEngine, shape: Shape,
                stale_of: Callable[[Iterable[tuple]], set[tuple]],

@@ -33,7 +33,9 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    re-derived too; when they do not, propagation stops there (lazy propagation).
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
-   it (undoing suppression, reference counts 0 → 1). The later strata follow.
+   it (undoing suppression, reference counts 0 → 1). The later strata follow the
+   changes of the live layer (:mod:`.later`: counting, or their groups re-derived in
+   schedule order; from empty where neither applies or pays).
 
 The seed bounds of ``.bound`` depend on the statistics: their strata (read by no rule, reading
 only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update,
@@ -805,25 +807,21 @@ class MaintainedEngine(PythonEngine):
             rel.add([(*g[:pos], x, *g[pos:])])
 
     # -- what an update touched ----------------------------------------------------------------
-    def snapshot(self) -> dict[tuple[str, str], Relation | set[tuple]]:
-        """Where both layers stand, to tell afterwards what an update changed: relations an
-        update changes in place start their journal (:meth:`Relation.changed`); those it
-        derives anew (the later strata) are copied."""
-        out: dict[tuple[str, str], Relation | set[tuple]] = {}
+    def snapshot(self) -> dict[tuple[str, str], Relation]:
+        """Where both layers stand, to tell afterwards what an update changed: the relations
+        start their journal (:meth:`Relation.changed`; an update changes them in place, the
+        later strata too, or replaces them: the seeds)."""
+        out: dict[tuple[str, str], Relation] = {}
         for p in self._layer:
             rel = out[("complete", p)] = self.complete[p]
             rel.journal = {}
         for p in self.program.schemas:
             if p not in self.program.facts and p not in self.program.inputs:
-                rel = self.live[p]
-                if p in self._post:
-                    out[("live", p)] = set(rel.rows)
-                else:
-                    rel.journal = {}
-                    out[("live", p)] = rel
+                rel = out[("live", p)] = self.live[p]
+                rel.journal = {}
         return out
 
-    def changed_since(self, before: dict[tuple[str, str], Relation | set[tuple]]
+    def changed_since(self, before: dict[tuple[str, str], Relation]
                       ) -> dict[int, dict[str, int]]:
         """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
         source relation, or of a relation embedding it in front) some of whose tuples, in
@@ -834,9 +832,8 @@ class MaintainedEngine(PythonEngine):
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
         for (layer, p), then in before.items():
             rel = (self.complete if layer == "complete" else self.live)[p]
-            if isinstance(then, set):
-                diff: Iterable[tuple] = then ^ rel.rows
-            elif then is rel:
+            diff: Iterable[tuple]
+            if then is rel:
                 if id(rel) not in changed:
                     changed[id(rel)] = rel.changed()
                 diff = changed[id(rel)]
