@@ -2,12 +2,12 @@
 followed incrementally (``evaluator/later.py``) against re-derived from empty, side by side.
 
 Run: ``.venv/bin/python benchmarks/later_strata.py [--workload DIR] [--large DIR]
-[--repeat N] [--out FILE]``, after ``benchmarks/workload.py -o DIR`` and
+[--repeat N] [--pruning MODE] [--out FILE]``, after ``benchmarks/workload.py -o DIR`` and
 ``benchmarks/workload.py --large -o DIR`` (defaults ``/tmp/wl``, ``/tmp/wll``). Queries:
 clique-14-s0-4 and star-12-s0-1 of the workload, large-tree-18 of the large one (each with
 its own deltas, one ``update()`` per line) under ``cout``, and TPC-H q5 under ``dist`` and
 ``cout`` with the single deltas of ``benchmarks/small_updates.py``. Python engine, pruning
-``all``.
+``all`` (or ``--pruning``).
 
 Everything runs in one process, A/B/A/B: per replay one fresh optimizer per subject,
 optimized (untimed), then the same deltas, alternating subjects update by update. Subjects:
@@ -33,6 +33,7 @@ from harness import emit, machine, out_file, parser, script, today
 
 from reopt.api import Optimizer
 from reopt.cliargs import positive_int
+from reopt.evaluator.driver import PRUNING_MODES
 
 SUBJECTS = ("from empty", "incremental")
 
@@ -72,7 +73,8 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
         gc.enable()
 
 
-def replay(make: Callable[..., Optimizer], deltas: list[str], repeat: int) -> dict[str, Any]:
+def replay(make: Callable[..., Optimizer], deltas: list[str], repeat: int,
+           pruning: str) -> dict[str, Any]:
     """Median CPU ms: per subject the update and its later strata; optimize() from scratch;
     topdown-inc's update."""
     update: dict[str, list[float]] = {s: [] for s in SUBJECTS}
@@ -82,7 +84,7 @@ def replay(make: Callable[..., Optimizer], deltas: list[str], repeat: int) -> di
     for _ in range(repeat):
         opts = {}
         for s in SUBJECTS:
-            o = make(engine="python", pruning="all")
+            o = make(engine="python", pruning=pruning)
             seconds, _ = timed(o.optimize)
             if s == "incremental":
                 scratch.append(seconds)
@@ -131,14 +133,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="benchmarks/workload.py --large's output (default %(default)s)")
     ap.add_argument("--repeat", type=positive_int, default=3, metavar="N",
                     help="replays (default %(default)s)")
+    ap.add_argument("--pruning", choices=list(PRUNING_MODES), default="all",
+                    help="pruning mode (default %(default)s)")
     ap.add_argument("--out", type=out_file, default=None, metavar="FILE",
                     help="also write the markdown report to FILE")
     args = ap.parse_args(argv)
     lines = [f"Command: `python benchmarks/later_strata.py {' '.join(argv or sys.argv[1:])}`",
              f"Date: {today()}; {machine()}; CPU ms, medians over all updates of "
-             f"{args.repeat} replays.", "", *HEADER]
+             f"{args.repeat} replays; pruning `{args.pruning}`.", "", *HEADER]
     for label, make, deltas in cases(args.workload, args.large):
-        m = replay(make, deltas, args.repeat)
+        m = replay(make, deltas, args.repeat, args.pruning)
         fe, inc = m["update from empty"], m["update incremental"]
         lfe, linc = m["later from empty"], m["later incremental"]
         lines.append(f"| {label} | {len(deltas)} | {fe:.2f} | {inc:.2f} | {lfe:.2f} "
