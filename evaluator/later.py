@@ -362,6 +362,11 @@ class LaterStrata:
             for p, again in stale.items():
                 went, came = mine.get(p, (set(), set()))
                 mine[p] = (went | again, came | again)
+            moved = sum(len(w) + len(c) for w, c in mine.values())
+            if moved * WHOLE > sum(len(engine.full[p]) for p in shape.reads):
+                changes.update(self._from_empty(engine, stratum))  # (as a counted one)
+                self.whole += 1
+                continue
             try:
                 changes.update(self._grouped(engine, stratum, shape, mine))
             except _Passed as e:
@@ -375,28 +380,25 @@ class LaterStrata:
 
     def _from_empty(self, engine: PythonEngine, stratum: Stratum,
                     went_came: Changes | None = None) -> Changes:
-        """Evaluate ``stratum`` again from empty and bring its relations, in place (their
-        journals and indexes go on), to the result; their changes. ``went_came``: what an
-        interrupted incremental pass already changed in place (to recover the old tuples)."""
+        """Evaluate ``stratum`` again from empty, into new relation objects (the old ones
+        keep the tuples from before the update, for :meth:`MaintainedEngine.changed_since`;
+        a new relation is built faster than an old one is rewritten); their changes.
+        ``went_came``: what an interrupted incremental pass already changed in place (undone
+        on the old objects)."""
         from reopt.evaluator.python_engine import Relation
 
-        held, old = {}, {}
+        old = {}
         for p in stratum.preds:
             went, came = (went_came or {}).get(p, (set(), set()))
-            held[p] = engine.full[p]
-            old[p] = (held[p].rows - came) | went
+            rel = engine.full[p]
+            if went or came:
+                rel.remove(list(came))
+                rel.add(went)
+            old[p] = rel.rows
             engine.full[p] = Relation()
-            self.derivations.pop(p, None)
         engine.run_stratum(stratum)
-        out: Changes = {}
-        for p, rel in held.items():
-            now = engine.full[p].rows
-            went, came = rel.rows - now, now - rel.rows
-            rel.remove(list(went))
-            rel.add(came)
-            engine.full[p] = rel
-            out[p] = (old[p] - now, now - old[p])
-        return out
+        return {p: (old[p] - engine.full[p].rows, engine.full[p].rows - old[p])
+                for p in stratum.preds}
 
     def _stale(self, engine: PythonEngine, shape: Shape,
                stale_of: Callable[[Iterable[tuple]], set[tuple]],
@@ -419,16 +421,17 @@ class LaterStrata:
         """Follow the changes by derivation counts: back to the state before the update,
         count off the removed tuples' derivations (old statistics), then the stale tuples'
         (old statistics) and on again (new ones) in the state both share, then count on the
-        added tuples' derivations. Counted again whole when the counts are not there (the
-        first update) or the changes reach a large part of what the stratum reads."""
+        added tuples' derivations. Evaluated from empty instead (the counts dropped) when
+        the changes reach a large part of what the stratum reads; counted anew when the
+        counts are not there (the first update, or after that)."""
         full, prog = engine.full, self.program
         own = set(stratum.preds)
         moved = (sum(len(w) + len(c) for w, c in changes.values())
                  + 2 * sum(len(t) for t in stale.values()))
-        if (not self._counting(engine, stratum)
-                or moved * WHOLE > sum(len(full[p]) for p in shape.reads)):
-            if self._counting(engine, stratum):
-                self.whole += 1
+        if moved * WHOLE > sum(len(full[p]) for p in shape.reads):
+            self.whole += 1
+            return self._from_empty(engine, stratum)
+        if not self._counting(engine, stratum):
             return self._recount(engine, stratum)
         counts = {p: self.derivations[p][1] for p in own}
         touched: dict[str, dict[tuple, int]] = {p: {} for p in own}
@@ -508,8 +511,9 @@ class LaterStrata:
         out: Changes = {p: (set(), set()) for p in stratum.preds}
         heap: list[int] = []
         pending: dict[int, set[tuple]] = {}
-        total = max(len(full[p]) for p in stratum.preds)  # (tuples: at least the groups)
+        total = max(len(full[p].index(cols)) for p in stratum.preds)  # groups
         queued = 0
+        tuples, moved = sum(len(full[p]) for p in stratum.preds), 0
 
         def rank(g: tuple) -> int:
             return sign * rank_fn(ctx, *g)[0][0]
@@ -558,6 +562,9 @@ class LaterStrata:
                     full[p].add(came)
                     gone, born = out[p]
                     out[p] = ((gone | (went - born)) - came, (born - went) | (came - gone))
+                    moved += len(went) + len(came)
+                    if moved * WHOLE > tuples:  # most tuples change: from empty costs less
+                        raise _Passed(out, True)
                     queue(self._reached(engine, shape, {p: (went, came)}), now, groups, step)
         return out
 

@@ -809,8 +809,9 @@ class MaintainedEngine(PythonEngine):
     # -- what an update touched ----------------------------------------------------------------
     def snapshot(self) -> dict[tuple[str, str], Relation]:
         """Where both layers stand, to tell afterwards what an update changed: the relations
-        start their journal (:meth:`Relation.changed`; an update changes them in place, the
-        later strata too, or replaces them: the seeds)."""
+        start their journal (:meth:`Relation.changed`); an update changes them in place, or
+        replaces them (the seeds; a later stratum evaluated from empty) and the old object
+        keeps what was."""
         out: dict[tuple[str, str], Relation] = {}
         for p in self._layer:
             rel = out[("complete", p)] = self.complete[p]
