@@ -39,7 +39,7 @@ def follow(program, q, cat, model: str, deltas: list[str], resave_at: int = -1
            ) -> tuple[Session, int]:
     """Optimize, apply ``deltas`` one at a time (saved and loaded again, pickled, before step
     ``resave_at``) and compare every relation with a from-scratch evaluation after each;
-    the session and how many updates it made."""
+    the session and how many updates changed its statistics."""
     m = cost_model(model)
     session = Session(program, [PlanSpace(q, cat, m)], "python")
     session.optimize()
@@ -52,8 +52,8 @@ def follow(program, q, cat, model: str, deltas: list[str], resave_at: int = -1
             continue
         if i == resave_at:
             session = pickle.loads(pickle.dumps(session))
+        updates += adj != session.ctx[0].adjustments  # (the same statistics: no engine work)
         session.update({0: adj})
-        updates += 1
         want = from_scratch(program, PlanSpace(q, cat, m, adj))
         got = session.evaluation.relations
         for pred, rows in want.items():
