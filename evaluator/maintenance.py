@@ -618,17 +618,15 @@ class MaintainedEngine(PythonEngine):
         """:func:`stale_keys` of ``keys``; for the update's own statistics change (from
         ``old``), what was asked and named is kept for the later strata (:meth:`stale_of`)."""
         stale = stale_keys(old, self.ctx, keys)
-        if old is self._old:
-            self._asked.append(keys)
+        if old is self._old:  # (a copy: an index's keys change as groups are re-derived)
+            self._asked.append(keys if isinstance(keys, (set, frozenset)) else set(keys))
             self._named |= stale
         return stale
 
     def stale_of(self, keys: Iterable[tuple]) -> set[tuple]:
         """Those of the groups ``keys`` that the update's statistics change made stale: as
         named for the maintained stratum, which asked about every group of the complete layer
-        (a dict's keys asked are seen as they are now: a group added since is not stale
-        unless asked again, and such a group holds no tuple that stayed), the others asked
-        now."""
+        before re-deriving it; the others asked now."""
         keys = list(keys)
         unknown = [g for g in keys if not any(g in a for a in self._asked)]
         if unknown:
