@@ -318,6 +318,11 @@ class LaterStrata:
         """Later strata evaluated again whole by updates because that was cheaper: they read
         few tuples (:data:`SMALL`) or the changes reached a large part of them (more than
         1/:data:`WHOLE`)."""
+        self.calm = {s.stratum for s in self.shapes if s.how != FROM_EMPTY}
+        """Strata whose last update changed little. Right after a large change another is
+        likely (a cost model naming most groups stale; a moved optimum moving most bounds):
+        the next update evaluates the stratum from empty (and it is calm again) rather than
+        count anew or start a pass that would stop midway, both costing more."""
         self.everything_from_empty = False
         """Re-derive every later stratum from empty (the reference behaviour: benchmarks
         compare against it)."""
@@ -325,12 +330,13 @@ class LaterStrata:
     # -- state ------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         return {"derivations": self.derivations, "from_empty": self.from_empty,
-                "whole": self.whole}
+                "whole": self.whole, "calm": self.calm}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.derivations = dict(state["derivations"])
         self.from_empty = state["from_empty"]
         self.whole = state["whole"]
+        self.calm = set(state["calm"])
 
     # -- an update ----------------------------------------------------------------------------
     def update(self, engine: PythonEngine, changes: Changes, old: Mapping[int, Any],
@@ -363,9 +369,12 @@ class LaterStrata:
                 went, came = mine.get(p, (set(), set()))
                 mine[p] = (went | again, came | again)
             moved = sum(len(w) + len(c) for w, c in mine.values())
-            if moved * WHOLE > sum(len(engine.full[p]) for p in shape.reads):
-                changes.update(self._from_empty(engine, stratum))  # (as a counted one)
+            if (moved * WHOLE > sum(len(engine.full[p]) for p in shape.reads)
+                    or shape.stratum not in self.calm):
+                # (as a counted one; and right after a pass that spread to most groups)
+                changes.update(self._from_empty(engine, stratum))
                 self.whole += 1
+                self.calm.add(shape.stratum)
                 continue
             try:
                 changes.update(self._grouped(engine, stratum, shape, mine))
@@ -373,6 +382,7 @@ class LaterStrata:
                 changes.update(self._from_empty(engine, stratum, e.args[0]))
                 if e.args[1]:
                     self.whole += 1
+                    self.calm.discard(shape.stratum)
                 else:
                     fresh += 1
         self.from_empty += fresh
@@ -423,15 +433,20 @@ class LaterStrata:
         (old statistics) and on again (new ones) in the state both share, then count on the
         added tuples' derivations. Evaluated from empty instead (the counts dropped) when
         the changes reach a large part of what the stratum reads; counted anew when the
-        counts are not there (the first update, or after that)."""
+        counts are not there (the first update; the second small one after a large one)."""
         full, prog = engine.full, self.program
         own = set(stratum.preds)
         moved = (sum(len(w) + len(c) for w, c in changes.values())
                  + 2 * sum(len(t) for t in stale.values()))
         if moved * WHOLE > sum(len(full[p]) for p in shape.reads):
             self.whole += 1
+            self.calm.discard(shape.stratum)
             return self._from_empty(engine, stratum)
         if not self._counting(engine, stratum):
+            if shape.stratum not in self.calm:  # right after a large change: maybe another
+                self.calm.add(shape.stratum)
+                self.whole += 1
+                return self._from_empty(engine, stratum)
             return self._recount(engine, stratum)
         counts = {p: self.derivations[p][1] for p in own}
         touched: dict[str, dict[tuple, int]] = {p: {} for p in own}
