@@ -11,8 +11,8 @@ the compiled program (nothing here names a rule or a relation), chooses how:
   the number of its derivations (Gupta, Mumick, Subrahmanian 1993). The relations below are
   set back to where they stood, the derivations lost to the removed tuples are counted off
   under the old statistics, then the added tuples' derivations counted on under the new
-  ones; a tuple is present while its count is positive. The counts are made at the first
-  update (from the old state) and kept for the relation object they count.
+  ones; a tuple is present while its count is positive. The counts are made by an update
+  that finds none (counting the stratum anew) and kept for the relation object they count.
 * **grouped** — a scheduled stratum (recursive through ``min``/``max`` or not) whose rank
   steps are a fixed sequence: the groups (the schedule's rank key) whose inputs changed are
   re-derived in schedule order, each from the tuples holding its key in one atom per rule;
@@ -20,7 +20,11 @@ the compiled program (nothing here names a rule or a relation), chooses how:
   same stops the propagation. This is what the maintained stratum's re-derivation does.
 * **from empty** — any other shape, or one of the above whose changes reach a rank the
   schedule has passed: the stratum is evaluated again from empty (counted in
-  :attr:`LaterStrata.from_empty`).
+  :attr:`LaterStrata.from_empty`). The other two are evaluated whole too when that costs
+  less (counted in :attr:`LaterStrata.whole`): a stratum reading few tuples
+  (:data:`SMALL`), changes reaching a large part of it (:data:`WHOLE`: following a changed
+  tuple costs several times deriving it), and the update right after such a change
+  (:attr:`LaterStrata.calm`).
 
 Built-ins marked ``statistics`` may answer differently after an update although their
 arguments did not change: a rule calling one must bind the call's leading arguments (the
@@ -69,9 +73,10 @@ again whole: one pass over a few tuples costs less than following their changes 
 under ``all``: 11 selected plans)."""
 
 WHOLE = 3
-"""A later stratum whose changes reach more than 1/WHOLE of what it reads (counted) or of
-its groups (grouped) is evaluated again whole: following a change costs a few times more per
-tuple than deriving it."""
+"""A later stratum whose changes reach more than 1/WHOLE of what it reads is evaluated again
+whole, and so is a grouped one whose pass queues more than 1/WHOLE of its groups or changes
+more than 1/WHOLE of its tuples (the pass stops there): following a change costs a few times
+more per tuple than deriving it (measured: BENCHMARKS.md, "Later strata of an update")."""
 
 Changes = dict[str, tuple[set[tuple], set[tuple]]]
 """Relation → (tuples removed, tuples added) by an update so far."""
