@@ -44,6 +44,7 @@ and a group whose inputs did not change comes out the same.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -361,22 +362,27 @@ class LaterStrata:
                 changes.update(self._from_empty(engine, stratum))
                 fresh += 1
                 continue
-            if sum(len(engine.full[p]) for p in shape.reads) < SMALL:
+            size = sum(len(engine.full[p]) for p in shape.reads)
+            mine = {p: c for p, c in changes.items() if p in shape.reads}
+            # following a change costs several times deriving it: the changes (a stale tuple
+            # goes and comes: twice) may reach 1/WHOLE of what the stratum reads
+            budget = ((size / WHOLE if WHOLE else math.inf)  # (WHOLE = 0: never whole)
+                      - sum(len(w) + len(c) for w, c in mine.values()))
+            stale = (self._stale(engine, shape, stale_of, mine, budget / 2)
+                     if size >= SMALL and budget >= 0 else None)
+            if stale is None:
                 changes.update(self._from_empty(engine, stratum))
                 self.whole += 1
+                if size >= SMALL:
+                    self.calm.discard(shape.stratum)
                 continue
-            mine = {p: c for p, c in changes.items() if p in shape.reads}
-            stale = self._stale(engine, shape, stale_of, mine)
             if shape.how == COUNTED:
                 changes.update(self._counted(engine, stratum, shape, mine, stale, old))
                 continue
             for p, again in stale.items():
                 went, came = mine.get(p, (set(), set()))
                 mine[p] = (went | again, came | again)
-            moved = sum(len(w) + len(c) for w, c in mine.values())
-            if (moved * WHOLE > sum(len(engine.full[p]) for p in shape.reads)
-                    or shape.stratum not in self.calm):
-                # (as a counted one; and right after a pass that spread to most groups)
+            if shape.stratum not in self.calm:  # right after a pass that spread to most groups
                 changes.update(self._from_empty(engine, stratum))
                 self.whole += 1
                 self.calm.add(shape.stratum)
@@ -417,15 +423,19 @@ class LaterStrata:
 
     def _stale(self, engine: PythonEngine, shape: Shape,
                stale_of: Callable[[Iterable[tuple]], set[tuple]],
-               changes: Changes) -> dict[str, set[tuple]]:
+               changes: Changes, budget: float) -> dict[str, set[tuple]] | None:
         """Per relation, its tuples that stayed but bind the arguments of a statistics
-        built-in of a stale group: their derivations may differ under the new statistics."""
+        built-in of a stale group: their derivations may differ under the new statistics.
+        None (before collecting them) if they are more than ``budget``."""
         out: dict[str, set[tuple]] = {}
         for pred, cols in shape.stale:
             idx = engine.full[pred].index(cols)
             groups = stale_of(idx)
+            budget -= sum(len(idx[g]) for g in groups)
+            if budget < 0:
+                return None
             came = changes.get(pred, (set(), set()))[1]
-            again = {t for g in groups for t in idx.get(g, ()) if t not in came}
+            again = {t for g in groups for t in idx[g] if t not in came}
             if again:
                 out.setdefault(pred, set()).update(again)
         return out
@@ -436,17 +446,10 @@ class LaterStrata:
         """Follow the changes by derivation counts: back to the state before the update,
         count off the removed tuples' derivations (old statistics), then the stale tuples'
         (old statistics) and on again (new ones) in the state both share, then count on the
-        added tuples' derivations. Evaluated from empty instead (the counts dropped) when
-        the changes reach a large part of what the stratum reads; counted anew when the
-        counts are not there (the first update; the second small one after a large one)."""
+        added tuples' derivations. Counted anew when the counts are not there (the first
+        update; the second small one after a large one, :attr:`calm`)."""
         full, prog = engine.full, self.program
         own = set(stratum.preds)
-        moved = (sum(len(w) + len(c) for w, c in changes.values())
-                 + 2 * sum(len(t) for t in stale.values()))
-        if moved * WHOLE > sum(len(full[p]) for p in shape.reads):
-            self.whole += 1
-            self.calm.discard(shape.stratum)
-            return self._from_empty(engine, stratum)
         if not self._counting(engine, stratum):
             if shape.stratum not in self.calm:  # right after a large change: maybe another
                 self.calm.add(shape.stratum)

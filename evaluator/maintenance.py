@@ -627,11 +627,13 @@ class MaintainedEngine(PythonEngine):
         """Those of the groups ``keys`` that the update's statistics change made stale: as
         named for the maintained stratum, which asked about every group of the complete layer
         before re-deriving it; the others asked now."""
-        keys = list(keys)
-        unknown = [g for g in keys if not any(g in a for a in self._asked)]
+        keys = set(keys)
+        unknown = keys
+        for asked in self._asked:
+            unknown = unknown - asked
         if unknown:
             self._named |= stale_keys(self._old, self.ctx, unknown)
-        return {g for g in keys if g in self._named}
+        return keys & self._named
 
     def _rederive_stale(self, stale: set[tuple], up: UpdateStats
                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
