@@ -357,7 +357,8 @@ class MaintainedEngine(PythonEngine):
         self.full, self.counts, self.stats = self.live, state["counts"], state["stats"]
         self._caps = state["caps"]
         self.fallbacks = state["fallbacks"]
-        self.later.restore(state["later"])
+        if "later" in state:  # (a state saved before the later strata kept any: counted anew)
+            self.later.restore(state["later"])
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
