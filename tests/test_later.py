@@ -125,3 +125,27 @@ def test_later_strata_a_user_adds_are_maintained_or_evaluated_again(tmp_path):
     assert how["Spread"] == later.COUNTED
     assert how["Cheapest"] == how["Unbounded"] == how["Rows"] == later.FROM_EMPTY
     assert session.engine.later.from_empty >= 3
+
+
+# A scheduled later stratum deriving across groups of the same rank: the OR node of a join's
+# right input from that of its left input when both rank alike (a from-scratch evaluation
+# releases both in one round). A change of one reaches the other within a rank the pass is
+# releasing: the stratum is evaluated from empty instead.
+SAME_RANK = """
+.schedule descending Fn_rank Peer.
+Peer(q, e, p, c) :- BestCost(q, e, p, c).
+Peer(q, e2, p, c) :- Peer(q, e1, p, c), SearchSpace(q, _, _, _, "join", _, e1, p, e2, p),
+    Fn_rank(q, e1, p, k), Fn_rank(q, e2, p, k).
+"""
+
+
+@pytest.mark.usefixtures("always_incremental")
+def test_a_change_reaching_the_rank_being_released_evaluates_the_stratum_again(tmp_path):
+    program = load_program(edited_rules(tmp_path, extra=SAME_RANK), pruning="evita")
+    q, cat = make_query("clique", 4, 3)
+    deltas = random_deltas(q, random.Random(3), 6, cost_model("cout").operators)
+    session, _ = follow(program, q, cat, "cout", deltas)
+    shape = next(s for s in session.engine.later.shapes
+                 if "Peer" in program.strata[s.stratum].preds)
+    assert shape.how == later.GROUPED
+    assert session.engine.later.from_empty > 0
