@@ -33,7 +33,9 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    re-derived too; when they do not, propagation stops there (lazy propagation).
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
-   it (undoing suppression, reference counts 0 → 1). The later strata follow.
+   it (undoing suppression, reference counts 0 → 1). The later strata follow the
+   changes of the live layer (:mod:`.later`: counting, or their groups re-derived in
+   schedule order; from empty where neither applies or pays).
 
 The seed bounds of ``.bound`` depend on the statistics: their strata (read by no rule, reading
 only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update,
@@ -55,7 +57,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -64,10 +66,11 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Var
+from reopt.evaluator.ast import Atom
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, distinct, group_best
+from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
 FRAME_PROBES = 64
@@ -87,6 +90,9 @@ class UpdateStats:
     """Groups whose selected tuples changed."""
     derived: dict[str, int] = field(default_factory=dict)
     """Candidate tuples produced per relation while re-deriving."""
+    from_empty: int = 0
+    """Later strata evaluated again from empty rather than followed incrementally
+    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank)."""
     fallback: bool = False
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
@@ -198,28 +204,9 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     if len(covered) != len(rules):
         raise ReoptError(f"incremental maintenance: every rule of {target} must read a "
                          f"relation of an earlier stratum holding the whole group key")
-    parents = tuple(_key_variant(v, key) for v in program.triggers.get(target, ())
+    parents = tuple(key_variant(v, key) for v in program.triggers.get(target, ())
                     if v.head_pred == target)
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed)
-
-
-def _key_variant(v: Variant, key: int) -> Variant:
-    """``v`` cut after the ops that bind its head's first ``key`` terms, projecting them."""
-    head = v.head[:key]
-    need = {t.name for t in head if isinstance(t, Var)}
-    bound: set[str] = set()
-    ops = []
-    for op in v.ops:
-        if need <= bound:
-            break
-        ops.append(op)
-        if isinstance(op, Scan) and not op.negated:
-            bound.update(t.name for t in op.args if isinstance(t, Var))
-        elif isinstance(op, Call):
-            bound.update(t.name for t in op.outputs if isinstance(t, Var))
-        else:
-            bound.update(t.name for t in (op.left, op.right) if isinstance(t, Var))
-    return replace(v, ops=tuple(ops), head=head, embeds=None)
 
 
 @dataclass(frozen=True)
@@ -333,6 +320,18 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
+        rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
+        self.later = LaterStrata(compiled, self.plan.stratum + 1,
+                                 compiled.builtins[rank].inputs, frozenset(
+                                     p for i in self.plan.reseed
+                                     for p in compiled.strata[i].preds))
+        """The later strata, followed incrementally by updates (:mod:`.later`)."""
+        self._old: Mapping[int, Any] = {}
+        """During an update: the plan spaces before it."""
+        self._asked: list[Collection[tuple]] = []
+        self._named: set[tuple] = set()
+        """During an update: the groups asked about for staleness and those named stale
+        (:meth:`stale_of`)."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -346,7 +345,8 @@ class MaintainedEngine(PythonEngine):
         return {"program": self.live_program, "ctx": self.ctx, "bounded": self.bounded,
                 "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
-                "caps": self._caps, "fallbacks": self.fallbacks}
+                "caps": self._caps, "fallbacks": self.fallbacks,
+                "later": self.later.__getstate__()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
@@ -357,6 +357,8 @@ class MaintainedEngine(PythonEngine):
         self.full, self.counts, self.stats = self.live, state["counts"], state["stats"]
         self._caps = state["caps"]
         self.fallbacks = state["fallbacks"]
+        if "later" in state:  # (a state saved before the later strata kept any: counted anew)
+            self.later.restore(state["later"])
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
@@ -510,7 +512,8 @@ class MaintainedEngine(PythonEngine):
         """Replace the queries' plan spaces (new statistics) and bring every relation to what
         a from-scratch evaluation under them gives."""
         t0 = time.perf_counter()
-        old = dict(self.ctx)
+        old = self._old = dict(self.ctx)
+        self._asked, self._named = [], set()
         self.ctx.clear()  # the compiled variants hold this very mapping
         self.ctx.update(spaces)
         self.stats = RunStats()
@@ -525,7 +528,7 @@ class MaintainedEngine(PythonEngine):
             changes = self._unbounded_changes(old, caps, up)
         self.full = self.live
         self.program = self.live_program
-        self._live_update(changes)
+        up.from_empty = self._live_update(changes, old)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
         return self.full, up
@@ -535,8 +538,8 @@ class MaintainedEngine(PythonEngine):
         """An unbounded complete layer's changed groups: every OR node is there, so the
         stale ones change, and the bounds move only what the live layer holds."""
         complete = self.complete
-        stale = stale_keys(old, self.ctx, list(
-            complete[self.plan.target].index(tuple(range(self.plan.key)))))
+        stale = self._stale_keys(old, complete[self.plan.target].index(
+            tuple(range(self.plan.key))).keys())
         up.stale = len(stale)
         changes = self._rederive_stale(stale, up)
         up.changed = len(changes)
@@ -584,11 +587,11 @@ class MaintainedEngine(PythonEngine):
         plan, complete = self.plan, self.complete
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         if not caps and not self._caps:
-            return stale_keys(old, self.ctx, list(by_key))  # unbounded: every group is there
+            return self._stale_keys(old, by_key.keys())  # unbounded: every group is there
         keys: set[tuple] = set()
         for source, cols, _ in plan.sources:
             keys.update(complete[source].index(cols))
-        stale = stale_keys(old, self.ctx, keys)
+        stale = self._stale_keys(old, keys)
         new = self._caps.get(plan.target, {})
         was = caps.get(plan.target, {})
         if not new and not was:
@@ -611,6 +614,27 @@ class MaintainedEngine(PythonEngine):
             else:
                 stale.update(g for g in by_key if g[:width] in fell)
         return stale
+
+    def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple]) -> set[tuple]:
+        """:func:`stale_keys` of ``keys``; for the update's own statistics change (from
+        ``old``), what was asked and named is kept for the later strata (:meth:`stale_of`)."""
+        stale = stale_keys(old, self.ctx, keys)
+        if old is self._old:  # (a copy: an index's keys change as groups are re-derived)
+            self._asked.append(keys if isinstance(keys, (set, frozenset)) else set(keys))
+            self._named |= stale
+        return stale
+
+    def stale_of(self, keys: Iterable[tuple]) -> set[tuple]:
+        """Those of the groups ``keys`` that the update's statistics change made stale: as
+        named for the maintained stratum, which asked about every group of the complete layer
+        before re-deriving it; the others asked now."""
+        keys = set(keys)
+        unknown = keys
+        for asked in self._asked:
+            unknown = unknown - asked
+        if unknown:
+            self._named |= stale_keys(self._old, self.ctx, unknown)
+        return keys & self._named
 
     def _rederive_stale(self, stale: set[tuple], up: UpdateStats
                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
@@ -784,25 +808,22 @@ class MaintainedEngine(PythonEngine):
             rel.add([(*g[:pos], x, *g[pos:])])
 
     # -- what an update touched ----------------------------------------------------------------
-    def snapshot(self) -> dict[tuple[str, str], Relation | set[tuple]]:
-        """Where both layers stand, to tell afterwards what an update changed: relations an
-        update changes in place start their journal (:meth:`Relation.changed`); those it
-        derives anew (the later strata) are copied."""
-        out: dict[tuple[str, str], Relation | set[tuple]] = {}
+    def snapshot(self) -> dict[tuple[str, str], Relation]:
+        """Where both layers stand, to tell afterwards what an update changed: the relations
+        start their journal (:meth:`Relation.changed`); an update changes them in place, or
+        replaces them (the seeds; a later stratum evaluated from empty) and the old object
+        keeps what was."""
+        out: dict[tuple[str, str], Relation] = {}
         for p in self._layer:
             rel = out[("complete", p)] = self.complete[p]
             rel.journal = {}
         for p in self.program.schemas:
             if p not in self.program.facts and p not in self.program.inputs:
-                rel = self.live[p]
-                if p in self._post:
-                    out[("live", p)] = set(rel.rows)
-                else:
-                    rel.journal = {}
-                    out[("live", p)] = rel
+                rel = out[("live", p)] = self.live[p]
+                rel.journal = {}
         return out
 
-    def changed_since(self, before: dict[tuple[str, str], Relation | set[tuple]]
+    def changed_since(self, before: dict[tuple[str, str], Relation]
                       ) -> dict[int, dict[str, int]]:
         """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
         source relation, or of a relation embedding it in front) some of whose tuples, in
@@ -813,9 +834,8 @@ class MaintainedEngine(PythonEngine):
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
         for (layer, p), then in before.items():
             rel = (self.complete if layer == "complete" else self.live)[p]
-            if isinstance(then, set):
-                diff: Iterable[tuple] = then ^ rel.rows
-            elif then is rel:
+            diff: Iterable[tuple]
+            if then is rel:
                 if id(rel) not in changed:
                     changed[id(rel)] = rel.changed()
                 diff = changed[id(rel)]
@@ -863,13 +883,18 @@ class MaintainedEngine(PythonEngine):
             if was != now:
                 changes[g] = (set(live.get(g, ())), set(by_key.get(g, ())))
 
-    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]]) -> None:
+    def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]],
+                     old: Mapping[int, Any]) -> int:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference
         counts fall), a newly selected plan has its source revived from the complete layer
-        (reference counts rise, subplans come back). Then the later strata are re-derived."""
+        (reference counts rise, subplans come back). Then the later strata follow what that
+        changed (:mod:`.later`; the plan spaces were ``old``); returns how many of them were
+        evaluated from empty."""
         prog, plan = self.program, self.plan
-        for pred in self._post:
+        marks = {p: watch(self.full[p]) for p in self.later.reads if p in self._layer}
+        post = {p: self.full[p] for p in self._post}
+        for pred in self._post:  # out of the deletions' cascades, which are the layer's
             self.full[pred] = Relation()
         target = plan.target
         source = prog.features.suppress.get(target)
@@ -895,8 +920,9 @@ class MaintainedEngine(PythonEngine):
             live[target].add(added)
             for agg in plan.aggregates:
                 self._set_group(live, agg, g)
-        for stratum in prog.strata[plan.stratum + 1:]:
-            self.run_stratum(stratum)
+        self.full.update(post)
+        moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
+        return self.later.update(self, moved, old, self.stale_of)
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
