@@ -157,6 +157,11 @@ class Adjustments:
         return dataclasses.replace(self, observed_supersets=observed_supersets)
 
 
+NO_ADJUSTMENTS = Adjustments()
+"""No delta: the catalog's statistics as they are (immutable, so one instance serves every
+estimator and plan space built without adjustments)."""
+
+
 def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:
     """The keys whose factor differs between ``a`` and ``b`` (a missing factor is 1.0)."""
     if a is b:
@@ -243,6 +248,22 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
 
 
+def _fraction_below(stats: ColumnStats, value: object) -> float | None:
+    """Fraction of a column's rows (``stats``) with ``column < value``; None when nothing
+    numeric is known."""
+    x = as_number(value)
+    if x is None:
+        return None
+    if stats.histogram is not None:
+        return stats.histogram.fraction_below(x)
+    lo, hi = stats.numeric_range
+    if lo is None or hi is None:
+        return None
+    if hi <= lo:
+        return 0.0 if x <= lo else 1.0
+    return _clamp01(share(x, lo, hi))
+
+
 class Estimator:
     """Cardinalities of relation sets of one query under given statistics (memoized)."""
 
@@ -253,7 +274,7 @@ class Estimator:
         so re-optimization after a delta recomputes only what the delta can move."""
         self.query = query
         self.catalog = catalog
-        self.adj = adjustments or Adjustments()
+        self.adj = adjustments or NO_ADJUSTMENTS
         self._card: dict[int, float] = {}
         derived = previous is not None and previous.query is query and previous.catalog is catalog
         self._tables: dict[str, TableStats] = previous._tables if derived else {}
@@ -369,17 +390,20 @@ class Estimator:
     # -- filter predicates -------------------------------------------------------------------
     def predicate_selectivity(self, p: Predicate) -> float:
         if isinstance(p, Compare):
-            self._check_literals(p.column, (p.value,))
-            return self._compare(p)
+            stats = self.column(p.column)  # (once per predicate: the check and the estimate)
+            self._check_literals(p.column, (p.value,), stats)
+            return self._compare(p, stats)
         if isinstance(p, Between):
-            self._check_literals(p.column, (p.low, p.high))
-            lo, hi = self._fraction_below(p.column, p.low), self._fraction_below(p.column, p.high)
+            stats = self.column(p.column)
+            self._check_literals(p.column, (p.low, p.high), stats)
+            lo, hi = _fraction_below(stats, p.low), _fraction_below(stats, p.high)
             if lo is None or hi is None:
                 return DEFAULT_BETWEEN
             return _clamp01(hi - lo)
         if isinstance(p, InList):
-            self._check_literals(p.column, p.values)
-            d = self.column(p.column).distinct
+            stats = self.column(p.column)
+            self._check_literals(p.column, p.values, stats)
+            d = stats.distinct
             k = len(set(p.values))
             return _clamp01(k / d if d else k * DEFAULT_EQ)
         if isinstance(p, Like):
@@ -403,42 +427,29 @@ class Estimator:
             return DEFAULT_OPAQUE
         raise TypeError(f"unknown predicate {p!r}")
 
-    def _check_literals(self, ref: ColumnRef, values: tuple[object, ...]) -> None:
-        """Literals compared with a date column must be ISO dates (:func:`not_a_date`). The
-        SQL front-end rejects them first, with their position; this covers queries built
-        otherwise, or estimated under another catalog."""
-        if not self._check_dates:
-            return
+    def _check_literals(self, ref: ColumnRef, values: tuple[object, ...],
+                        stats: ColumnStats) -> None:
+        """Literals compared with a date column (``stats``, the column's statistics) must be
+        ISO dates (:func:`not_a_date`). The SQL front-end rejects them first, with their
+        position; this covers queries built otherwise, or estimated under another catalog."""
+        if not self._check_dates or stats.kind != "date":
+            return  # (the statistics' kind first: cached, and most columns are not dates)
         table = self.query.table_of(ref.alias)
         for v in values:
-            why = not_a_date(v, ref, table, self.column(ref))
+            why = not_a_date(v, ref, table, stats)
             if why is not None:
                 raise QueryError(f"query {self.query.name}: {why}")
 
-    def _compare(self, p: Compare) -> float:
+    @staticmethod
+    def _compare(p: Compare, stats: ColumnStats) -> float:
         if p.op in ("=", "<>"):
-            d = self.column(p.column).distinct
+            d = stats.distinct
             eq = 1.0 / d if d else DEFAULT_EQ
             return _clamp01(eq if p.op == "=" else 1.0 - eq)
-        below = self._fraction_below(p.column, p.value)
+        below = _fraction_below(stats, p.value)
         if below is None:
             return DEFAULT_RANGE
         return below if p.op in ("<", "<=") else _clamp01(1.0 - below)
-
-    def _fraction_below(self, ref: ColumnRef, value: object) -> float | None:
-        """Fraction of rows with ``column < value``; None when nothing numeric is known."""
-        x = as_number(value)
-        if x is None:
-            return None
-        stats = self.column(ref)
-        if stats.histogram is not None:
-            return stats.histogram.fraction_below(x)
-        lo, hi = stats.numeric_range
-        if lo is None or hi is None:
-            return None
-        if hi <= lo:
-            return 0.0 if x <= lo else 1.0
-        return _clamp01(share(x, lo, hi))
 
     # -- joins -------------------------------------------------------------------------------
     def column_distinct(self, ref: ColumnRef) -> float:

@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
+from reopt.costmodel.cardinality import (
+    NO_ADJUSTMENTS,
+    Adjustments,
+    Estimator,
+    changed_factors,
+)
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
 from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph, bits
@@ -181,7 +186,7 @@ class PlanSpace:
         self.query = query
         self.catalog = catalog
         self.model = model
-        self.adjustments = adjustments or Adjustments()
+        self.adjustments = adjustments or NO_ADJUSTMENTS
         self.estimator = Estimator(query, catalog, self.adjustments)
         n = query.n
         self.all = query.all_mask
