@@ -314,6 +314,20 @@ class Estimator:
             assert previous is not None
             self._earlier, self._moved = previous._card, self.moved_masks(previous)
             self._moved_from = previous.adj
+        self._card.update(self._known_leaves())
+
+    def _known_leaves(self) -> dict[int, float]:
+        """The single relations whose estimate is known without computing it: a relation's
+        rows after its filters (``_leaf``) is :meth:`card` of its bit, bit for bit, unless an
+        observation or a correction is on it — :meth:`_plain_card` multiplies ``1.0`` by it,
+        no join predicate lies inside one relation, and it is within ``[1, rows before
+        filters]`` already. Entered in the memo up front: a plan asks for every leaf's
+        estimate, and under ``cout`` nothing else does."""
+        corrected = [t for t in self.adj.corrections if t & (t - 1) == 0]
+        if self._observed or 0 in corrected:
+            return {}
+        skip = sum(corrected)
+        return {1 << i: rows for i, rows in enumerate(self._leaf) if not skip >> i & 1}
 
     def _catalog_selectivities(self) -> tuple[list[float], list[float], list[float]]:
         """Each relation's rows before filters and filter selectivity, and each join

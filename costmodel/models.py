@@ -21,6 +21,7 @@ fixpoint all find the same optimum.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -135,6 +136,15 @@ class CostModel:
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         raise NotImplementedError
 
+    def costed_nodes(self, space: PlanSpace
+                     ) -> Iterator[tuple[tuple[int, str], AltColumns, list[float]]] | None:
+        """Every OR node's columns and local costs (before operator factors) — what
+        :meth:`node_columns` and :meth:`local_costs` answer node by node — in one pass, for
+        a model that knows them all more cheaply at once than through a chain of calls per
+        node; None (the default): node by node. A search from scratch asks for them first
+        (:meth:`PlanSpace.costed`); nodes it leaves out are asked for one by one."""
+        return None
+
     def local_costs_of(self, space: PlanSpace, alts: list[Alt]) -> list[float]:
         """:meth:`local_cost` of many alternatives of any OR nodes (the batch form)."""
         return [self.local_cost(space, a) for a in alts]
@@ -193,6 +203,20 @@ class CoutModel(CostModel):
         if expr & (expr - 1) == 0:
             return _COUT_SCAN
         return self.joins(space, expr, prop, "join", space.split_lefts(expr))
+
+    def costed_nodes(self, space):
+        # node_columns and local_costs of every OR node with an alternative: a leaf's scan
+        # costs 0, each join of an expression (one per split, from the splits grouped by
+        # union) its estimate; no call per node but the estimate
+        card = space.summary
+        for i in range(space.query.n):
+            yield (1 << i, ANY), _COUT_SCAN, [0.0]
+        for expr, lefts in space.graph.halves().items():
+            k = len(lefts)
+            joins, anys = ["join"] * k, [ANY] * k
+            cols = tuple.__new__(AltColumns, (lefts, joins, joins, lefts, anys,
+                                              [expr ^ left for left in lefts], anys))
+            yield (expr, ANY), cols, [card(expr)] * k
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         return 0.0 if alt.log_op == "scan" else space.summary(alt.expr)

@@ -215,8 +215,8 @@ class PlanSpace:
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
         self._prefetch = True
-        """Estimate every csg in one vectorized call before the first node's local costs
-        (:meth:`_prefetch_cards`): a search from scratch is about to ask for nearly all."""
+        """Cost every node in bulk before the first node's local costs (:meth:`_cost_in_bulk`):
+        a search from scratch is about to ask for nearly all."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -495,21 +495,46 @@ class PlanSpace:
         """The local cost of each of the OR node's :meth:`alternatives`, in their order
         (memoized per node): the batch form of :meth:`local_cost`, same values bit for bit,
         without a dictionary entry per alternative."""
+        return self.costed(expr, prop)[1]
+
+    def costed(self, expr: int, prop: str) -> tuple[AltColumns, list[float]]:
+        """:meth:`columns` and :meth:`local_costs` of an OR node in one call (memoized as
+        they are): what a search reads of every node it opens."""
         key = (expr, prop)
-        hit = self._node_local.get(key)
-        if hit is None:
-            if self._prefetch:
-                self._prefetch_cards()
-            cols = self.columns(expr, prop)
-            hit = self._node_local[key] = self._factored(
-                self.model.local_costs(self, expr, prop, cols), cols.phy_op)
-        return hit
+        costs = self._node_local.get(key)
+        if costs is not None:
+            return self._cols[key], costs
+        if self._prefetch:  # a search from scratch: it is about to ask for nearly all
+            self._prefetch = False
+            self._cost_in_bulk()
+            costs = self._node_local.get(key)
+            if costs is not None:
+                return self._cols[key], costs
+        cols = self.columns(expr, prop)
+        costs = self._node_local[key] = self._factored(
+            self.model.local_costs(self, expr, prop, cols), cols.phy_op)
+        return cols, costs
+
+    def _cost_in_bulk(self) -> None:
+        """Before a search from scratch asks for its first node: estimate the join graph's
+        csgs at once (:meth:`_prefetch_cards`), and enter every node's columns and local
+        costs where the model gives them in one pass
+        (:meth:`~reopt.costmodel.models.CostModel.costed_nodes`) — the same values the node
+        by node calls give, without their chain of calls per node (on a small query a good
+        part of the search's time)."""
+        self._prefetch_cards()
+        nodes = self.model.costed_nodes(self)
+        if nodes is None:
+            return
+        columns, local, factored = self._cols, self._node_local, self._factored
+        for key, cols, costs in nodes:
+            cols = columns.setdefault(key, cols)
+            local[key] = factored(costs, cols.phy_op)
 
     def _prefetch_cards(self) -> None:
         """Estimate the join graph's csgs at once (:meth:`Estimator.prefetch`) when there are
         at least :data:`PREFETCH_FROM` of them; below, numpy's fixed cost is more than the
         scalar estimates it saves."""
-        self._prefetch = False
         csgs = self.graph.csgs()
         if len(csgs) >= PREFETCH_FROM:
             self.estimator.prefetch(csgs)

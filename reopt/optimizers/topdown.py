@@ -93,12 +93,11 @@ class TopDown:
         space = self.space
         memo_get = self.memo.get
         bound, best = limit, None
-        cols = space.columns(*group)
+        cols, costs = space.costed(*group)
         if group not in self.memo:
-            self._ands += len(cols.index)
+            self._ands += len(costs)
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
-                cols.left, cols.left_prop, cols.right, cols.right_prop,
-                space.local_costs(*group), strict=True)):
+                cols.left, cols.left_prop, cols.right, cols.right_prop, costs, strict=True)):
             if local >= bound:
                 continue
             if not left:  # a scan
