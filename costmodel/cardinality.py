@@ -514,14 +514,12 @@ class Estimator:
         of any size, are checked one by one. The ceiling (the rows before filters) is a
         product of numbers at most ``MAX_ROWS``: ``inf`` or a subnormal clamp the same way
         as the exact product."""
-        c = base = 1.0
-        m, i, leaf, rows = mask, 0, self._leaf, self._base
-        while m:
-            if m & 1:
-                c *= leaf[i]
-                base *= rows[i]
-            m >>= 1
-            i += 1
+        c, base = self._leaf_products(mask)
+        return self._plain_rest(mask, c, base)
+
+    def _plain_rest(self, mask: int, c: float, base: float) -> float | None:
+        """:meth:`_plain_card` given the products of ``mask``'s leaf cards (``c``) and rows
+        before filters (``base``): the predicates, the corrections, the clamp."""
         if c == math.inf:
             return None
         for both, sel in self._preds:
@@ -535,6 +533,50 @@ class Estimator:
                 if not _TINY < c < _HUGE:
                     return None
         return min(max(c, 1.0), min(max(base, 1.0), MAX_ROWS))
+
+    def estimate_all(self, masks: Iterable[int]) -> None:
+        """:meth:`card` of every set in ``masks`` not estimated yet, into the memo: what a
+        search from scratch is about to ask for one by one (a plan space's csgs), without a
+        call chain per set and with the leaves' products shared. Sets are taken in ascending
+        order, so a set's prefix — the set without its highest relation, smaller — comes
+        first: the leaves' product of the set is the prefix's times the highest relation's,
+        the very multiplications of :meth:`_plain_card`'s ascending loop, so the same bits.
+        Where observations decide estimates, or a product leaves the normal range, each set
+        takes :meth:`card`."""
+        known = self._card
+        todo = sorted(m for m in masks if m not in known)
+        if self._observed:
+            for mask in todo:
+                self.card(mask)
+            return
+        leaf, rows, rest = self._leaf, self._base, self._plain_rest
+        products = {1 << i: pair for i, pair in enumerate(zip(leaf, rows, strict=True))}
+        for mask in todo:
+            top = mask.bit_length() - 1
+            below = mask ^ (1 << top)
+            hit = products.get(below) if below else (1.0, 1.0)
+            if hit is None:  # a prefix that is no csg: its products by the loop
+                hit = self._leaf_products(below)
+            c, base = hit[0] * leaf[top], hit[1] * rows[top]
+            products[mask] = (c, base)
+            card = rest(mask, c, base)
+            if card is None:
+                self.card(mask)  # (the exact path; it enters the memo)
+            else:
+                known[mask] = card
+
+    def _leaf_products(self, mask: int) -> tuple[float, float]:
+        """The products of ``mask``'s leaf cards and of its rows before filters, from
+        ``1.0``, the leaves in ascending order (:meth:`_plain_card`)."""
+        c = base = 1.0
+        m, leaf, rows = mask, self._leaf, self._base
+        while m:
+            low = m & -m
+            i = low.bit_length() - 1
+            c *= leaf[i]
+            base *= rows[i]
+            m ^= low
+        return c, base
 
     def cards(self, masks: np.ndarray) -> np.ndarray:
         """:meth:`card` of many relation sets at once (``int64`` bitsets): the batch form the

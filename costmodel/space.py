@@ -532,12 +532,15 @@ class PlanSpace:
             local[key] = factored(costs, cols.phy_op)
 
     def _prefetch_cards(self) -> None:
-        """Estimate the join graph's csgs at once (:meth:`Estimator.prefetch`) when there are
-        at least :data:`PREFETCH_FROM` of them; below, numpy's fixed cost is more than the
-        scalar estimates it saves."""
+        """Estimate the join graph's csgs at once: in one vectorized call
+        (:meth:`Estimator.prefetch`) when there are at least :data:`PREFETCH_FROM` of them,
+        else in one scalar pass (:meth:`Estimator.estimate_all`): below, numpy's fixed cost
+        is more than it saves."""
         csgs = self.graph.csgs()
         if len(csgs) >= PREFETCH_FROM:
             self.estimator.prefetch(csgs)
+        else:
+            self.estimator.estimate_all(csgs)
 
     def _factored(self, costs: list[float], ops: list[str]) -> list[float]:
         """Local costs times their operators' factors (``cost OP *F``), as
