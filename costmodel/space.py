@@ -304,10 +304,14 @@ class PlanSpace:
         if self.root[0] == self.top:
             exprs.append(self.top)
         out = []
+        interesting = self.model.interesting_props  # (bound once: called per expression)
         for e in exprs:
-            props = self.interesting_props(e)
+            props = interesting(self, e)
             assert props[0] == ANY
-            out += [(e, p) for p in props]
+            if len(props) == 1:
+                out.append((e, ANY))
+            else:
+                out += [(e, p) for p in props]
         return out
 
     # -- Fn_isleaf / Fn_split ---------------------------------------------------------------
@@ -526,10 +530,11 @@ class PlanSpace:
         nodes = self.model.costed_nodes(self)
         if nodes is None:
             return
-        columns, local, factored = self._cols, self._node_local, self._factored
+        columns, local = self._cols, self._node_local
+        factored = self._factored if self.adjustments.op_factors else None
         for key, cols, costs in nodes:
             cols = columns.setdefault(key, cols)
-            local[key] = factored(costs, cols.phy_op)
+            local[key] = factored(costs, cols.phy_op) if factored else costs
 
     def _prefetch_cards(self) -> None:
         """Estimate the join graph's csgs at once: in one vectorized call
