@@ -530,11 +530,13 @@ class PlanSpace:
         nodes = self.model.costed_nodes(self)
         if nodes is None:
             return
-        columns, local = self._cols, self._node_local
-        factored = self._factored if self.adjustments.op_factors else None
-        for key, cols, costs in nodes:
-            cols = columns.setdefault(key, cols)
-            local[key] = factored(costs, cols.phy_op) if factored else costs
+        columns, costs = nodes
+        if self._cols:  # (columns asked for before: keep those)
+            columns.update(self._cols)
+        self._cols.update(columns)
+        if self.adjustments.op_factors:
+            costs = {key: self._factored(c, columns[key].phy_op) for key, c in costs.items()}
+        self._node_local.update(costs)
 
     def _prefetch_cards(self) -> None:
         """Estimate the join graph's csgs at once: in one vectorized call

@@ -37,7 +37,9 @@ class DPTable:
         n = len(groups)
         self.absent = n
         """The node number of an absent child: its best cost is 0.0."""
-        cols = [space.columns(*g) for g in groups]
+        # (costed: a space from scratch then costs every node in one pass, as cost_nodes is
+        # about to ask; its columns are the same)
+        cols = [space.costed(*g)[0] for g in groups]
         counts = np.fromiter((c.count for c in cols), dtype=np.int64, count=n)
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=self.offsets[1:])
