@@ -104,10 +104,13 @@ class TopDown:
                 total = local
             else:
                 # a child's memo entry answers without a call unless the child was never
-                # explored or only knows it has no plan under a tighter limit (memo_answer)
+                # explored (searched at once: _optimize's first case) or only knows it has
+                # no plan under a tighter limit (memo_answer)
                 budget = bound - local
                 entry = memo_get((left, lprop))
-                if entry is None or (entry[1] is None and entry[0] < budget):
+                if entry is None:
+                    lc = self._search((left, lprop), budget)
+                elif entry[1] is None and entry[0] < budget:
                     lc = self._optimize((left, lprop), budget)
                 else:
                     lc = entry[0] if entry[1] is not None and entry[0] < budget else None
@@ -118,7 +121,9 @@ class TopDown:
                 else:
                     budget = bound - (local + lc)
                     entry = memo_get((right, rprop))
-                    if entry is None or (entry[1] is None and entry[0] < budget):
+                    if entry is None:
+                        rc = self._search((right, rprop), budget)
+                    elif entry[1] is None and entry[0] < budget:
                         rc = self._optimize((right, rprop), budget)
                     else:
                         rc = entry[0] if entry[1] is not None and entry[0] < budget else None
