@@ -180,3 +180,29 @@ def test_disconnected_query_uses_cross_products_only_between_components():
     root_join = r.plan
     assert root_join.alt.phy_op == "blocknl"  # the only io join without a predicate
     assert close(r.cost, bottomup(space).cost)
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+def test_an_optimization_leaves_no_reference_cycles(model):
+    """An optimization's space, memo and plan are freed by reference counting as soon as the
+    caller drops them: no reference cycle (a recursive closure building the plan was one)
+    keeps them for the cyclic collector, whose run a small query's optimization then pays."""
+    import gc
+
+    from reopt.optimizers.incremental import BottomUpInc, TopDownInc
+
+    q, cat = make_query("star", 6, 3, final=model == "io")
+    m = cost_model(model)
+    runs = [lambda: topdown(PlanSpace(q, cat, m)), lambda: bottomup(PlanSpace(q, cat, m)),
+            lambda: TopDownInc(PlanSpace(q, cat, m)).optimize(),
+            lambda: BottomUpInc(PlanSpace(q, cat, m)).optimize()]
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for run in runs:
+            run()
+            assert gc.collect() == 0, run
+    finally:
+        if was:
+            gc.enable()
