@@ -16,6 +16,7 @@ without a plan an infinite cost (costs are finite: estimates and factors are bou
 
 from __future__ import annotations
 
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
@@ -52,9 +53,6 @@ class DPTable:
         ranks = np.fromiter((space.rank(*g) for g in groups), dtype=np.int64, count=n)
         self.rank_of = ranks
         """Each node's rank (:meth:`PlanSpace.rank`)."""
-        cuts = np.flatnonzero(np.diff(ranks)) + 1
-        self.rank_nodes = np.split(np.arange(n, dtype=np.int64), cuts)
-        """Node numbers of each rank, ascending."""
         ops = {op: k for k, op in enumerate(space.model.operators)}
         self.op_code = np.fromiter(
             (ops.get(op, -1) for op in chain.from_iterable(c.phy_op for c in cols)),
@@ -66,6 +64,13 @@ class DPTable:
         self.best[absent] = 0.0
         self.winner = np.full(n, -1, dtype=np.int64)
         """Index (within its node) of each node's winning alternative; -1: no plan."""
+
+    @cached_property
+    def rank_nodes(self) -> list[np.ndarray]:
+        """Node numbers of each rank, ascending (made when first read: only a large table
+        settles a rank at a time)."""
+        cuts = np.flatnonzero(np.diff(self.rank_of)) + 1
+        return np.split(np.arange(self.absent, dtype=np.int64), cuts)
 
     @staticmethod
     def _children(cols, side: str, get, absent: int) -> np.ndarray:
