@@ -206,3 +206,24 @@ def test_an_optimization_leaves_no_reference_cycles(model):
     finally:
         if was:
             gc.enable()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 7), model=st.sampled_from(["cout", "io", "dist"]),
+       seed=st.integers(0, 2**31))
+def test_a_space_costed_in_bulk_is_the_space_costed_node_by_node(qc, model, seed):
+    """A space from scratch costs every node at once before its first node's local costs
+    (PlanSpace.costed: the model's costed_nodes, cout's one pass over the splits, and the csgs'
+    estimates in one pass): every node's columns and local costs are those a space asked node
+    by node gives (a derived space, which never costs in bulk), bit for bit — on any graph
+    (disconnected ones too), under card, sel, cost and observation deltas."""
+    q, cat = qc
+    m = cost_model(model)
+    texts = random_deltas(q, random.Random(seed), 3, m.operators, observe=True)
+    adj = apply_deltas(parse_deltas(texts), q, cat, Adjustments(), m.operators)
+    bulk = PlanSpace(q, cat, m, adj)
+    one_by_one = PlanSpace(q, cat, m).with_adjustments(adj)  # (derived: node by node)
+    for group in bulk.groups():
+        cols, costs = bulk.costed(*group)
+        assert cols == one_by_one.columns(*group), group
+        assert costs == one_by_one.local_costs(*group), group
