@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -32,7 +33,9 @@ class DPTable:
     """The layout (statistics-independent) and the DP state (local costs, winners)."""
 
     def __init__(self, space: PlanSpace):
-        groups = sorted(space.groups(), key=lambda g: space.rank(*g))
+        # bottom-up: by rank, and within a rank in the order of groups() (a stable sort)
+        ranked = sorted(((space.rank(*g), g) for g in space.groups()), key=itemgetter(0))
+        groups = [g for _, g in ranked]
         self.groups = groups
         self.index = {g: k for k, g in enumerate(groups)}
         n = len(groups)
@@ -50,7 +53,7 @@ class DPTable:
         self.right = self._children(cols, "right", get, absent)
         self.exprs = np.fromiter((e for e, _ in groups), dtype=np.int64, count=n)
         """Each node's expression."""
-        ranks = np.fromiter((space.rank(*g) for g in groups), dtype=np.int64, count=n)
+        ranks = np.fromiter((r for r, _ in ranked), dtype=np.int64, count=n)
         self.rank_of = ranks
         """Each node's rank (:meth:`PlanSpace.rank`)."""
         ops = {op: k for k, op in enumerate(space.model.operators)}
