@@ -157,6 +157,11 @@ class Adjustments:
         return dataclasses.replace(self, observed_supersets=observed_supersets)
 
 
+NO_ADJUSTMENTS = Adjustments()
+"""No delta: the catalog's statistics as they are (immutable, so one instance serves every
+estimator and plan space built without adjustments)."""
+
+
 def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:
     """The keys whose factor differs between ``a`` and ``b`` (a missing factor is 1.0)."""
     if a is b:
@@ -243,6 +248,22 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
 
 
+def _fraction_below(stats: ColumnStats, value: object) -> float | None:
+    """Fraction of a column's rows (``stats``) with ``column < value``; None when nothing
+    numeric is known."""
+    x = as_number(value)
+    if x is None:
+        return None
+    if stats.histogram is not None:
+        return stats.histogram.fraction_below(x)
+    lo, hi = stats.numeric_range
+    if lo is None or hi is None:
+        return None
+    if hi <= lo:
+        return 0.0 if x <= lo else 1.0
+    return _clamp01(share(x, lo, hi))
+
+
 class Estimator:
     """Cardinalities of relation sets of one query under given statistics (memoized)."""
 
@@ -253,7 +274,7 @@ class Estimator:
         so re-optimization after a delta recomputes only what the delta can move."""
         self.query = query
         self.catalog = catalog
-        self.adj = adjustments or Adjustments()
+        self.adj = adjustments or NO_ADJUSTMENTS
         self._card: dict[int, float] = {}
         derived = previous is not None and previous.query is query and previous.catalog is catalog
         self._tables: dict[str, TableStats] = previous._tables if derived else {}
@@ -293,6 +314,20 @@ class Estimator:
             assert previous is not None
             self._earlier, self._moved = previous._card, self.moved_masks(previous)
             self._moved_from = previous.adj
+        self._card.update(self._known_leaves())
+
+    def _known_leaves(self) -> dict[int, float]:
+        """The single relations whose estimate is known without computing it: a relation's
+        rows after its filters (``_leaf``) is :meth:`card` of its bit, bit for bit, unless an
+        observation or a correction is on it — :meth:`_plain_card` multiplies ``1.0`` by it,
+        no join predicate lies inside one relation, and it is within ``[1, rows before
+        filters]`` already. Entered in the memo up front: a plan asks for every leaf's
+        estimate, and under ``cout`` nothing else does."""
+        corrected = [t for t in self.adj.corrections if t & (t - 1) == 0]
+        if self._observed or 0 in corrected:
+            return {}
+        skip = sum(corrected)
+        return {1 << i: rows for i, rows in enumerate(self._leaf) if not skip >> i & 1}
 
     def _catalog_selectivities(self) -> tuple[list[float], list[float], list[float]]:
         """Each relation's rows before filters and filter selectivity, and each join
@@ -369,17 +404,20 @@ class Estimator:
     # -- filter predicates -------------------------------------------------------------------
     def predicate_selectivity(self, p: Predicate) -> float:
         if isinstance(p, Compare):
-            self._check_literals(p.column, (p.value,))
-            return self._compare(p)
+            stats = self.column(p.column)  # (once per predicate: the check and the estimate)
+            self._check_literals(p.column, (p.value,), stats)
+            return self._compare(p, stats)
         if isinstance(p, Between):
-            self._check_literals(p.column, (p.low, p.high))
-            lo, hi = self._fraction_below(p.column, p.low), self._fraction_below(p.column, p.high)
+            stats = self.column(p.column)
+            self._check_literals(p.column, (p.low, p.high), stats)
+            lo, hi = _fraction_below(stats, p.low), _fraction_below(stats, p.high)
             if lo is None or hi is None:
                 return DEFAULT_BETWEEN
             return _clamp01(hi - lo)
         if isinstance(p, InList):
-            self._check_literals(p.column, p.values)
-            d = self.column(p.column).distinct
+            stats = self.column(p.column)
+            self._check_literals(p.column, p.values, stats)
+            d = stats.distinct
             k = len(set(p.values))
             return _clamp01(k / d if d else k * DEFAULT_EQ)
         if isinstance(p, Like):
@@ -403,42 +441,29 @@ class Estimator:
             return DEFAULT_OPAQUE
         raise TypeError(f"unknown predicate {p!r}")
 
-    def _check_literals(self, ref: ColumnRef, values: tuple[object, ...]) -> None:
-        """Literals compared with a date column must be ISO dates (:func:`not_a_date`). The
-        SQL front-end rejects them first, with their position; this covers queries built
-        otherwise, or estimated under another catalog."""
-        if not self._check_dates:
-            return
+    def _check_literals(self, ref: ColumnRef, values: tuple[object, ...],
+                        stats: ColumnStats) -> None:
+        """Literals compared with a date column (``stats``, the column's statistics) must be
+        ISO dates (:func:`not_a_date`). The SQL front-end rejects them first, with their
+        position; this covers queries built otherwise, or estimated under another catalog."""
+        if not self._check_dates or stats.kind != "date":
+            return  # (the statistics' kind first: cached, and most columns are not dates)
         table = self.query.table_of(ref.alias)
         for v in values:
-            why = not_a_date(v, ref, table, self.column(ref))
+            why = not_a_date(v, ref, table, stats)
             if why is not None:
                 raise QueryError(f"query {self.query.name}: {why}")
 
-    def _compare(self, p: Compare) -> float:
+    @staticmethod
+    def _compare(p: Compare, stats: ColumnStats) -> float:
         if p.op in ("=", "<>"):
-            d = self.column(p.column).distinct
+            d = stats.distinct
             eq = 1.0 / d if d else DEFAULT_EQ
             return _clamp01(eq if p.op == "=" else 1.0 - eq)
-        below = self._fraction_below(p.column, p.value)
+        below = _fraction_below(stats, p.value)
         if below is None:
             return DEFAULT_RANGE
         return below if p.op in ("<", "<=") else _clamp01(1.0 - below)
-
-    def _fraction_below(self, ref: ColumnRef, value: object) -> float | None:
-        """Fraction of rows with ``column < value``; None when nothing numeric is known."""
-        x = as_number(value)
-        if x is None:
-            return None
-        stats = self.column(ref)
-        if stats.histogram is not None:
-            return stats.histogram.fraction_below(x)
-        lo, hi = stats.numeric_range
-        if lo is None or hi is None:
-            return None
-        if hi <= lo:
-            return 0.0 if x <= lo else 1.0
-        return _clamp01(share(x, lo, hi))
 
     # -- joins -------------------------------------------------------------------------------
     def column_distinct(self, ref: ColumnRef) -> float:
@@ -489,14 +514,12 @@ class Estimator:
         of any size, are checked one by one. The ceiling (the rows before filters) is a
         product of numbers at most ``MAX_ROWS``: ``inf`` or a subnormal clamp the same way
         as the exact product."""
-        c = base = 1.0
-        m, i, leaf, rows = mask, 0, self._leaf, self._base
-        while m:
-            if m & 1:
-                c *= leaf[i]
-                base *= rows[i]
-            m >>= 1
-            i += 1
+        c, base = self._leaf_products(mask)
+        return self._plain_rest(mask, c, base)
+
+    def _plain_rest(self, mask: int, c: float, base: float) -> float | None:
+        """:meth:`_plain_card` given the products of ``mask``'s leaf cards (``c``) and rows
+        before filters (``base``): the predicates, the corrections, the clamp."""
         if c == math.inf:
             return None
         for both, sel in self._preds:
@@ -510,6 +533,50 @@ class Estimator:
                 if not _TINY < c < _HUGE:
                     return None
         return min(max(c, 1.0), min(max(base, 1.0), MAX_ROWS))
+
+    def estimate_all(self, masks: Iterable[int]) -> None:
+        """:meth:`card` of every set in ``masks`` not estimated yet, into the memo: what a
+        search from scratch is about to ask for one by one (a plan space's csgs), without a
+        call chain per set and with the leaves' products shared. Sets are taken in ascending
+        order, so a set's prefix — the set without its highest relation, smaller — comes
+        first: the leaves' product of the set is the prefix's times the highest relation's,
+        the very multiplications of :meth:`_plain_card`'s ascending loop, so the same bits.
+        Where observations decide estimates, or a product leaves the normal range, each set
+        takes :meth:`card`."""
+        known = self._card
+        todo = sorted(m for m in masks if m not in known)
+        if self._observed:
+            for mask in todo:
+                self.card(mask)
+            return
+        leaf, rows, rest = self._leaf, self._base, self._plain_rest
+        products = {1 << i: pair for i, pair in enumerate(zip(leaf, rows, strict=True))}
+        for mask in todo:
+            top = mask.bit_length() - 1
+            below = mask ^ (1 << top)
+            hit = products.get(below) if below else (1.0, 1.0)
+            if hit is None:  # a prefix that is no csg: its products by the loop
+                hit = self._leaf_products(below)
+            c, base = hit[0] * leaf[top], hit[1] * rows[top]
+            products[mask] = (c, base)
+            card = rest(mask, c, base)
+            if card is None:
+                self.card(mask)  # (the exact path; it enters the memo)
+            else:
+                known[mask] = card
+
+    def _leaf_products(self, mask: int) -> tuple[float, float]:
+        """The products of ``mask``'s leaf cards and of its rows before filters, from
+        ``1.0``, the leaves in ascending order (:meth:`_plain_card`)."""
+        c = base = 1.0
+        m, leaf, rows = mask, self._leaf, self._base
+        while m:
+            low = m & -m
+            i = low.bit_length() - 1
+            c *= leaf[i]
+            base *= rows[i]
+            m ^= low
+        return c, base
 
     def cards(self, masks: np.ndarray) -> np.ndarray:
         """:meth:`card` of many relation sets at once (``int64`` bitsets): the batch form the

@@ -35,7 +35,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +61,10 @@ _ISO_DATE = re.compile(
 _DATE_LIKE = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}(?!\d)")
 """A string that starts like a date: meant as one, so it must be a valid ISO date."""
 
+LITERALS_CACHED = 4096
+"""How many strings :func:`iso_date` and :func:`as_number` remember their answer for (a
+query's filter literals, a catalog's date statistics)."""
+
 ValueKind = Literal["number", "date", "text", "boolean"]
 """What a statistic value holds."""
 
@@ -71,10 +75,17 @@ def iso_date(v: Any) -> _dt.date | None:
     Strict on purpose (unlike :func:`as_number`, which reads the first ten characters): it
     decides whether a value *is* a date, and ``1995-13-45`` or ``yesterday`` must not be one.
     """
-    if not isinstance(v, str) or not _ISO_DATE.fullmatch(v.strip()):
+    return _text_date(v) if isinstance(v, str) else None
+
+
+@lru_cache(maxsize=LITERALS_CACHED)
+def _text_date(text: str) -> _dt.date | None:
+    """:func:`iso_date` of a string. Memoized: a pure function of an immutable string, and
+    the estimator of every plan space of a query checks the same filter literals."""
+    if not _ISO_DATE.fullmatch(text.strip()):
         return None
     try:
-        return _dt.datetime.fromisoformat(v.strip()).date()
+        return _dt.datetime.fromisoformat(text.strip()).date()
     except ValueError:
         return None
 
@@ -102,14 +113,21 @@ def as_number(v: Any) -> float | None:
     if isinstance(v, (int, float)):
         return float(v) if is_finite_number(v) else None
     if isinstance(v, str):
-        try:
-            return float(_dt.date.fromisoformat(v.strip()[:10]).toordinal())
-        except ValueError:
-            try:
-                return parse_number(v)
-            except NumberError:
-                return None
+        return _text_number(v)
     return None
+
+
+@lru_cache(maxsize=LITERALS_CACHED)
+def _text_number(text: str) -> float | None:
+    """:func:`as_number` of a string. Memoized: a pure function of an immutable string, and
+    the estimator of every plan space of a query reads the same filter literals."""
+    try:
+        return float(_dt.date.fromisoformat(text.strip()[:10]).toordinal())
+    except ValueError:
+        try:
+            return parse_number(text)
+        except NumberError:
+            return None
 
 
 def share(x: float, lo: float, hi: float) -> float:

@@ -342,7 +342,8 @@ class JoinGraph:
         out = list(self.csgs())
         if len(self.components) > 1:
             out += self.component_unions()
-        out.sort(key=lambda m: (m.bit_count(), m))
+        out.sort()
+        out.sort(key=int.bit_count)  # (stable: by value within a size; no Python key call)
         return out
 
     def pair_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -39,7 +39,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
+from reopt.costmodel.cardinality import (
+    NO_ADJUSTMENTS,
+    Adjustments,
+    Estimator,
+    changed_factors,
+)
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
 from reopt.costmodel.joingraph import MAX_RELATIONS, JoinGraph, bits
@@ -181,7 +186,7 @@ class PlanSpace:
         self.query = query
         self.catalog = catalog
         self.model = model
-        self.adjustments = adjustments or Adjustments()
+        self.adjustments = adjustments or NO_ADJUSTMENTS
         self.estimator = Estimator(query, catalog, self.adjustments)
         n = query.n
         self.all = query.all_mask
@@ -210,8 +215,8 @@ class PlanSpace:
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
         self._prefetch = True
-        """Estimate every csg in one vectorized call before the first node's local costs
-        (:meth:`_prefetch_cards`): a search from scratch is about to ask for nearly all."""
+        """Cost every node in bulk before the first node's local costs (:meth:`_cost_in_bulk`):
+        a search from scratch is about to ask for nearly all."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -299,10 +304,14 @@ class PlanSpace:
         if self.root[0] == self.top:
             exprs.append(self.top)
         out = []
+        interesting = self.model.interesting_props  # (bound once: called per expression)
         for e in exprs:
-            props = self.interesting_props(e)
+            props = interesting(self, e)
             assert props[0] == ANY
-            out += [(e, p) for p in props]
+            if len(props) == 1:
+                out.append((e, ANY))
+            else:
+                out += [(e, p) for p in props]
         return out
 
     # -- Fn_isleaf / Fn_split ---------------------------------------------------------------
@@ -490,24 +499,55 @@ class PlanSpace:
         """The local cost of each of the OR node's :meth:`alternatives`, in their order
         (memoized per node): the batch form of :meth:`local_cost`, same values bit for bit,
         without a dictionary entry per alternative."""
+        return self.costed(expr, prop)[1]
+
+    def costed(self, expr: int, prop: str) -> tuple[AltColumns, list[float]]:
+        """:meth:`columns` and :meth:`local_costs` of an OR node in one call (memoized as
+        they are): what a search reads of every node it opens."""
         key = (expr, prop)
-        hit = self._node_local.get(key)
-        if hit is None:
-            if self._prefetch:
-                self._prefetch_cards()
-            cols = self.columns(expr, prop)
-            hit = self._node_local[key] = self._factored(
-                self.model.local_costs(self, expr, prop, cols), cols.phy_op)
-        return hit
+        costs = self._node_local.get(key)
+        if costs is not None:
+            return self._cols[key], costs
+        if self._prefetch:  # a search from scratch: it is about to ask for nearly all
+            self._prefetch = False
+            self._cost_in_bulk()
+            costs = self._node_local.get(key)
+            if costs is not None:
+                return self._cols[key], costs
+        cols = self.columns(expr, prop)
+        costs = self._node_local[key] = self._factored(
+            self.model.local_costs(self, expr, prop, cols), cols.phy_op)
+        return cols, costs
+
+    def _cost_in_bulk(self) -> None:
+        """Before a search from scratch asks for its first node: estimate the join graph's
+        csgs at once (:meth:`_prefetch_cards`), and enter every node's columns and local
+        costs where the model gives them in one pass
+        (:meth:`~reopt.costmodel.models.CostModel.costed_nodes`) — the same values the node
+        by node calls give, without their chain of calls per node (on a small query a good
+        part of the search's time)."""
+        self._prefetch_cards()
+        nodes = self.model.costed_nodes(self)
+        if nodes is None:
+            return
+        columns, costs = nodes
+        if self._cols:  # (columns asked for before: keep those)
+            columns.update(self._cols)
+        self._cols.update(columns)
+        if self.adjustments.op_factors:
+            costs = {key: self._factored(c, columns[key].phy_op) for key, c in costs.items()}
+        self._node_local.update(costs)
 
     def _prefetch_cards(self) -> None:
-        """Estimate the join graph's csgs at once (:meth:`Estimator.prefetch`) when there are
-        at least :data:`PREFETCH_FROM` of them; below, numpy's fixed cost is more than the
-        scalar estimates it saves."""
-        self._prefetch = False
+        """Estimate the join graph's csgs at once: in one vectorized call
+        (:meth:`Estimator.prefetch`) when there are at least :data:`PREFETCH_FROM` of them,
+        else in one scalar pass (:meth:`Estimator.estimate_all`): below, numpy's fixed cost
+        is more than it saves."""
         csgs = self.graph.csgs()
         if len(csgs) >= PREFETCH_FROM:
             self.estimator.prefetch(csgs)
+        else:
+            self.estimator.estimate_all(csgs)
 
     def _factored(self, costs: list[float], ops: list[str]) -> list[float]:
         """Local costs times their operators' factors (``cost OP *F``), as

@@ -84,22 +84,40 @@ def build_plan(
 def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
                     node: tuple[int, str] | None = None) -> PlanNode:
     """:func:`build_plan` given the index of every OR node's winning alternative, as the
-    procedural optimizers' memos hold it: the alternative is built alone from the node's
-    columns (:meth:`PlanSpace.alternative`), and its local cost read from the node's
-    memoized local costs when the search computed them (the same bits as
-    :meth:`PlanSpace.local_cost`, which answers otherwise)."""
-    node = node or space.root
-    i = winner(node)
+    procedural optimizers' memos hold it (:func:`_winner_node`)."""
+    return _Winners(space, winner)(node or space.root)
+
+
+class _Winners:
+    """Makes the plan node of an OR node from its winner, its children recursively (a
+    callable object, not a recursive closure: that is a reference cycle, which would keep
+    the space and the memo alive until the cyclic collector runs)."""
+
+    def __init__(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int]):
+        self.space = space
+        self.winner = winner
+
+    def __call__(self, node: tuple[int, str]) -> PlanNode:
+        return _winner_node(self.space, node, self.winner(node), self)
+
+
+def _winner_node(space: PlanSpace, node: tuple[int, str], i: int,
+                 build: Callable[[tuple[int, str]], PlanNode]) -> PlanNode:
+    """The plan node of OR node ``node`` whose winner is its alternative ``i``, its children
+    made by ``build``: the alternative is built alone from the node's columns
+    (:meth:`PlanSpace.alternative`), and its local cost read from the node's memoized local
+    costs when the search computed them (the same bits as :meth:`PlanSpace.local_cost`,
+    which answers otherwise); the costs added as :func:`plan_cost` adds them."""
     alt = space.alternative(node[0], node[1], i)
     local = space.chosen_local_cost(alt, i)
     if not alt.left:  # a scan: plan_cost(local) is local
         children, cost = [], local
     elif not alt.right:
-        child = plan_of_winners(space, winner, (alt.left, alt.left_prop))
+        child = build((alt.left, alt.left_prop))
         children, cost = [child], plan_cost(local, child.cost)
     else:
-        left = plan_of_winners(space, winner, (alt.left, alt.left_prop))
-        right = plan_of_winners(space, winner, (alt.right, alt.right_prop))
+        left = build((alt.left, alt.left_prop))
+        right = build((alt.right, alt.right_prop))
         children, cost = [left, right], plan_cost(local, left.cost, right.cost)
     return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
 
@@ -124,26 +142,34 @@ class PlanCache:
         """:func:`plan_of_winners`, reusing the last plan's subtrees whose expression is
         ``unchanged`` (None: nothing is reused, as after an operator's cost factor changed or
         without a last plan)."""
-        old = self.nodes if unchanged is not None else {}
-        new: dict[tuple[int, str], tuple[int, PlanNode]] = {}
-
-        def build(node: tuple[int, str]) -> PlanNode:
-            i = winner(node)
-            hit = old.get(node)
-            if hit is not None and hit[0] == i and unchanged(node[0]):
-                for below in hit[1].walk():
-                    key = (below.alt.expr, below.alt.prop)
-                    new[key] = old[key]
-                return hit[1]
-            alt = space.alternative(node[0], node[1], i)
-            children = [build(child) for child in alt.children]
-            local = space.chosen_local_cost(alt, i)
-            cost = plan_cost(local, *(c.cost for c in children))
-            out = PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost,
-                           children)
-            new[node] = (i, out)
-            return out
-
+        build = _Reusing(space, winner, self.nodes if unchanged is not None else {},
+                         unchanged)
         root = build(space.root)
-        self.nodes = new
+        self.nodes = build.new
         return root
+
+
+class _Reusing(_Winners):
+    """:class:`_Winners` that takes a last plan's subtree where :class:`PlanCache` may, and
+    records every node of the new plan (``new``)."""
+
+    def __init__(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int],
+                 old: dict[tuple[int, str], tuple[int, PlanNode]],
+                 unchanged: Callable[[int], bool] | None):
+        super().__init__(space, winner)
+        self.old = old
+        self.unchanged = unchanged
+        self.new: dict[tuple[int, str], tuple[int, PlanNode]] = {}
+
+    def __call__(self, node: tuple[int, str]) -> PlanNode:
+        i = self.winner(node)
+        hit = self.old.get(node)
+        if hit is not None and hit[0] == i and self.unchanged(node[0]):
+            old, new = self.old, self.new
+            for below in hit[1].walk():
+                key = (below.alt.expr, below.alt.prop)
+                new[key] = old[key]
+            return hit[1]
+        out = _winner_node(self.space, node, i, self)
+        self.new[node] = (i, out)
+        return out

@@ -166,7 +166,8 @@ def failing_costs(monkeypatch):
 
         monkeypatch.setattr(PlanSpace, name, cost)
 
-    for name in ("local_cost", "local_costs"):  # one alternative's, one node's (the batch)
+    # one alternative's, one node's (the batch), one node's with its columns (the searches)
+    for name in ("local_cost", "local_costs", "costed"):
         failing(name)
 
 

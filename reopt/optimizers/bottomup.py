@@ -38,12 +38,11 @@ class BottomUp:
     def settle(self, group: Group) -> None:
         """Compute the group's entry from its children's (all ranked lower, so settled)."""
         space, best_get = self.space, self.best.get
-        cols = space.columns(*group)
-        self.costed += cols.count
+        cols, costs = space.costed(*group)
+        self.costed += len(costs)
         winner: tuple[float, int] | None = None
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
-                cols.left, cols.left_prop, cols.right, cols.right_prop,
-                space.local_costs(*group), strict=True)):
+                cols.left, cols.left_prop, cols.right, cols.right_prop, costs, strict=True)):
             if not left:  # a scan
                 total = local
             else:

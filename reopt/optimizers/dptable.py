@@ -16,7 +16,9 @@ without a plan an infinite cost (costs are finite: estimates and factors are bou
 
 from __future__ import annotations
 
+from functools import cached_property
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -31,13 +33,17 @@ class DPTable:
     """The layout (statistics-independent) and the DP state (local costs, winners)."""
 
     def __init__(self, space: PlanSpace):
-        groups = sorted(space.groups(), key=lambda g: space.rank(*g))
+        # bottom-up: by rank, and within a rank in the order of groups() (a stable sort)
+        ranked = sorted(((space.rank(*g), g) for g in space.groups()), key=itemgetter(0))
+        groups = [g for _, g in ranked]
         self.groups = groups
         self.index = {g: k for k, g in enumerate(groups)}
         n = len(groups)
         self.absent = n
         """The node number of an absent child: its best cost is 0.0."""
-        cols = [space.columns(*g) for g in groups]
+        # (costed: a space from scratch then costs every node in one pass, as cost_nodes is
+        # about to ask; its columns are the same)
+        cols = [space.costed(*g)[0] for g in groups]
         counts = np.fromiter((c.count for c in cols), dtype=np.int64, count=n)
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=self.offsets[1:])
@@ -47,12 +53,9 @@ class DPTable:
         self.right = self._children(cols, "right", get, absent)
         self.exprs = np.fromiter((e for e, _ in groups), dtype=np.int64, count=n)
         """Each node's expression."""
-        ranks = np.fromiter((space.rank(*g) for g in groups), dtype=np.int64, count=n)
+        ranks = np.fromiter((r for r, _ in ranked), dtype=np.int64, count=n)
         self.rank_of = ranks
         """Each node's rank (:meth:`PlanSpace.rank`)."""
-        cuts = np.flatnonzero(np.diff(ranks)) + 1
-        self.rank_nodes = np.split(np.arange(n, dtype=np.int64), cuts)
-        """Node numbers of each rank, ascending."""
         ops = {op: k for k, op in enumerate(space.model.operators)}
         self.op_code = np.fromiter(
             (ops.get(op, -1) for op in chain.from_iterable(c.phy_op for c in cols)),
@@ -64,6 +67,13 @@ class DPTable:
         self.best[absent] = 0.0
         self.winner = np.full(n, -1, dtype=np.int64)
         """Index (within its node) of each node's winning alternative; -1: no plan."""
+
+    @cached_property
+    def rank_nodes(self) -> list[np.ndarray]:
+        """Node numbers of each rank, ascending (made when first read: only a large table
+        settles a rank at a time)."""
+        cuts = np.flatnonzero(np.diff(self.rank_of)) + 1
+        return np.split(np.arange(self.absent, dtype=np.int64), cuts)
 
     @staticmethod
     def _children(cols, side: str, get, absent: int) -> np.ndarray:

@@ -161,7 +161,8 @@ class BottomUpInc(Incremental):
         root = table.entry(space.root)
         if root is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        plan = self.plans.build(space, lambda g: table.entry(g)[1], self._unchanged)
+        winners, index = table.winner.tolist(), table.index  # (read as a list: per plan node)
+        plan = self.plans.build(space, lambda g: winners[index[g]], self._unchanged)
         return Result(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
 
 

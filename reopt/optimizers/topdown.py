@@ -93,22 +93,24 @@ class TopDown:
         space = self.space
         memo_get = self.memo.get
         bound, best = limit, None
-        cols = space.columns(*group)
+        cols, costs = space.costed(*group)
         if group not in self.memo:
-            self._ands += len(cols.index)
+            self._ands += len(costs)
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
-                cols.left, cols.left_prop, cols.right, cols.right_prop,
-                space.local_costs(*group), strict=True)):
+                cols.left, cols.left_prop, cols.right, cols.right_prop, costs, strict=True)):
             if local >= bound:
                 continue
             if not left:  # a scan
                 total = local
             else:
                 # a child's memo entry answers without a call unless the child was never
-                # explored or only knows it has no plan under a tighter limit (memo_answer)
+                # explored (searched at once: _optimize's first case) or only knows it has
+                # no plan under a tighter limit (memo_answer)
                 budget = bound - local
                 entry = memo_get((left, lprop))
-                if entry is None or (entry[1] is None and entry[0] < budget):
+                if entry is None:
+                    lc = self._search((left, lprop), budget)
+                elif entry[1] is None and entry[0] < budget:
                     lc = self._optimize((left, lprop), budget)
                 else:
                     lc = entry[0] if entry[1] is not None and entry[0] < budget else None
@@ -119,7 +121,9 @@ class TopDown:
                 else:
                     budget = bound - (local + lc)
                     entry = memo_get((right, rprop))
-                    if entry is None or (entry[1] is None and entry[0] < budget):
+                    if entry is None:
+                        rc = self._search((right, rprop), budget)
+                    elif entry[1] is None and entry[0] < budget:
                         rc = self._optimize((right, rprop), budget)
                     else:
                         rc = entry[0] if entry[1] is not None and entry[0] < budget else None
