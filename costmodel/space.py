@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from reopt.costmodel import widths
 from reopt.costmodel.cardinality import Adjustments, Estimator, changed_factors
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.errors import OptimizerError, QueryError
@@ -236,6 +237,16 @@ class PlanSpace:
     def classes(self) -> dict[ColumnRef, str]:
         """Each join column → its equivalence class, named by its smallest member."""
         return self._column_classes()
+
+    @cached_property
+    def relation_bytes(self) -> list[float]:
+        """Per relation, the bytes its columns take in a row above the scan
+        (:func:`~reopt.costmodel.widths.relation_bytes`; statistics-independent)."""
+        return widths.relation_bytes(self.query, self.catalog)
+
+    def row_bytes(self, expr: int) -> float:
+        """Bytes of one row of ``expr`` as Spark estimates it (:mod:`reopt.costmodel.widths`)."""
+        return widths.row_bytes(self.relation_bytes, expr)
 
     @cached_property
     def predicates(self) -> list[CrossingPredicate]:
