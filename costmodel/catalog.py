@@ -192,6 +192,9 @@ class ColumnStats:
         return None
 
 
+TEXT_OVERHEAD = 12.0
+"""Bytes a text value takes in a row besides its characters: Spark's row-size estimate
+(``EstimationUtils.getSizePerRow``) adds 8 + 4 to a string column's mean length."""
 _DEFAULT_BYTES = {"number": 8.0, "date": 4.0, "boolean": 1.0, "text": 20.0}
 """A value's bytes by kind when the catalog gives no ``width`` (:meth:`ColumnStats.bytes`)."""
 

@@ -87,7 +87,7 @@ import functools
 import math
 from typing import Any
 
-from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.catalog import TEXT_OVERHEAD, Catalog
 from reopt.costmodel.errors import CatalogError, QueryError
 from reopt.costmodel.numeric import MAX_ROWS, compact, is_finite_number
 
@@ -134,9 +134,6 @@ TEXT_LENGTH: dict[str, float] = {
 }
 #: Columns stored as 32-bit integers (module doc, "Widths").
 INT32_COLUMNS = frozenset({"p_size", "ps_availqty", "o_shippriority", "l_linenumber"})
-TEXT_OVERHEAD = 12.0
-"""Bytes a text value takes in a row besides its characters: Spark's row-size estimate
-(``EstimationUtils.getSizePerRow``) adds 8 + 4 to a string column's mean length."""
 
 #: Table -> its leading primary-key column (indexed, and the order dbgen writes rows in).
 PRIMARY_KEY: dict[str, str] = {
