@@ -14,9 +14,9 @@ Spark itself could pick, in the order reopt's statistics say is best:
   equi-join predicate it is Spark's broadcast nested-loop join: ``PAIR·l·r`` instead of the
   probe. A right input above ``BROADCAST_BYTES`` bytes (its rows times the bytes of one of
   them, :meth:`~reopt.costmodel.space.PlanSpace.row_bytes`) also pays ``OVERSIZE_ROW`` per row
-  beyond the rows that fit (the driver collects it whole; it may run out of room and lose the
-  task results, as Q8Join's 800,000 rows of part ⋈ partsupp ⋈ supplier ⋈ nation ⋈ region
-  did at SF 1), a smooth penalty rather than a missing alternative, so the set of
+  beyond the rows that fit (the driver collects it whole and every task holds it; at SF 1
+  Q8Join's 800,000 rows of part ⋈ partsupp ⋈ supplier ⋈ nation ⋈ region take about 150 MB),
+  a smooth penalty rather than a missing alternative, so the set of
   alternatives never depends on estimates and incremental maintenance only ever re-costs.
 * ``shuffle`` — both inputs are hash-partitioned on the join key and joined by sort-merge:
   ``SHUFFLE_ROW·(l + r) + OUT_ROW·out``; it needs an equi-join predicate.
