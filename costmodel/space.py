@@ -207,6 +207,7 @@ class PlanSpace:
         self._indexed: set[tuple[int, str]] = set()
         """OR nodes entered in ``_readers``."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
+        self._row_bytes: dict[int, float] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
@@ -245,8 +246,12 @@ class PlanSpace:
         return widths.relation_bytes(self.query, self.catalog)
 
     def row_bytes(self, expr: int) -> float:
-        """Bytes of one row of ``expr`` as Spark estimates it (:mod:`reopt.costmodel.widths`)."""
-        return widths.row_bytes(self.relation_bytes, expr)
+        """Bytes of one row of ``expr`` as Spark estimates it (:mod:`reopt.costmodel.widths`;
+        memoized, and shared with the spaces of with_adjustments(): it is structure)."""
+        out = self._row_bytes.get(expr)
+        if out is None:
+            out = self._row_bytes[expr] = widths.row_bytes(self.relation_bytes, expr)
+        return out
 
     @cached_property
     def predicates(self) -> list[CrossingPredicate]:
