@@ -16,8 +16,8 @@ Spark itself could pick, in the order reopt's statistics say is best:
   them, :meth:`~reopt.costmodel.space.PlanSpace.row_bytes`) also pays ``OVERSIZE_ROW`` per row
   beyond the rows that fit (the driver collects it whole and every task holds it; at SF 1
   Q8Join's 800,000 rows of part ⋈ partsupp ⋈ supplier ⋈ nation ⋈ region take about 150 MB),
-  a smooth penalty rather than a missing alternative, so the set of
-  alternatives never depends on estimates and incremental maintenance only ever re-costs.
+  a smooth penalty rather than a missing alternative, so the set of alternatives never
+  depends on estimates and incremental maintenance only ever re-costs.
 * ``shuffle`` — both inputs are hash-partitioned on the join key and joined by sort-merge:
   ``SHUFFLE_ROW·(l + r) + OUT_ROW·out``; it needs an equi-join predicate.
 
