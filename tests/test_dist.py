@@ -161,3 +161,24 @@ def test_declarative_equals_topdown(qc):
     got = Optimizer(q, cat, cost_model="dist", optimizer="declarative",
                     engine="python").optimize().cost
     assert math.isclose(got, want, rel_tol=1e-9)
+
+
+def test_q8join_at_sf1_broadcasts_nothing_above_the_limit():
+    # issue 20: under the former 1e6-row limit, q8join's plan on one of 8 splits of lineitem
+    # broadcast 750,000 rows; part-partsupp-supplier-nation-region (800,000 rows) carries
+    # 8 + (8 + 12 + 32.8) + (8 + 8 + 4) + (8 + 8 + 12 + 18) + (8 + 8 + 12 + 7.1) + (8 + 12 + 6.8)
+    # = 188.7 bytes a row (join keys, p_name, ps_availqty, s_name, n_name, r_name), 151 MB
+    from reopt.api import load_catalog
+
+    o = Optimizer("tpch:q8join", load_catalog(None, 1.0), cost_model="dist",
+                  optimizer="topdown-inc")
+    o.optimize()
+    step = o.update(["card lineitem *0.125"])
+    space = PlanSpace(o.query, o.catalog, cost_model("dist"))
+    side = o.query.mask(("part", "partsupp", "supplier", "nation", "region"))
+    assert math.isclose(space.row_bytes(side), 188.7, rel_tol=1e-12)
+    broadcasts = [n for n in step.plan.walk() if n.op == "broadcast"]
+    assert broadcasts
+    for n in broadcasts:
+        right = n.children[1]
+        assert right.rows * space.row_bytes(o.query.mask(right.relations)) <= D.BROADCAST_BYTES
