@@ -93,6 +93,9 @@ def test_row_bytes_count_the_columns_a_row_carries():
     star = PlanSpace(Optimizer("SELECT * FROM f, d WHERE f.k = d.k", cat).query, cat,
                      cost_model("dist"))
     assert star.row_bytes(d) == 216
+    one_star = PlanSpace(Optimizer("SELECT d.* FROM f, d WHERE f.k = d.k", cat).query, cat,
+                         cost_model("dist"))
+    assert (one_star.row_bytes(d), one_star.row_bytes(f)) == (216, 16)
 
 
 @pytest.mark.parametrize("optimizer", ["topdown", "bottomup", "exhaustive", "declarative"])
