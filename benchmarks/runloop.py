@@ -2,21 +2,28 @@
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
 [--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
-[--cost-model io|cout|dist] [--strategies static,adaptive,...]``
+[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
 strategy is not counted (the JVM and the file cache), then each strategy runs once: its
 total execution time over the splits, its total re-optimization time, how often the plan
 changed, and whether its answer digests as the others'. Session start-up and the ``spark``
-strategy's writing and ``ANALYZE`` of its tables are excluded. With ``--per-subset KEY`` the
-splits are per-subset ones (``reopt run --per-subset``) and ``adaptive`` (one session per
-subset) is followed by ``adaptive-one``: the same splits with one session for all of them.
+strategy's writing and ``ANALYZE`` of its tables are excluded. With ``--mirrored`` the
+strategies run twice, in their order and then in reverse (A B C D D C B A), and each row is
+the mean of a strategy's two runs (plan changes: both, ``first/second``): on this machine a
+strategy run later is measured faster whatever its plan (the JVM keeps warming up after the
+warm-up run), and the mirror cancels that drift as far as it is linear. With
+``--per-subset KEY`` the splits are per-subset ones (``reopt run --per-subset``) and
+``adaptive`` (one session per subset) is followed by ``adaptive-one``: the same splits with
+one session for all of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 
 from harness import geometric_mean
@@ -39,6 +46,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
+    ap.add_argument("--mirrored", action="store_true")
     args = ap.parse_args(argv)
     by, column = args.split_by, args.split_column
     if args.per_subset:
@@ -64,20 +72,26 @@ def main(argv: list[str]) -> int:
         off = max(max(max(n.estimated, 1) / max(n.observed, 1),
                       max(n.observed, 1) / max(n.estimated, 1))
                   for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
-        totals = {}
         runs = [(name, name, True) for name in args.strategies.split(",")]
         if args.per_subset:
             runs.insert(2, ("adaptive-one", "adaptive", False))
-        for strategy, name, per_subset in runs:
+        done: dict[str, list[dict]] = {}
+        for strategy, name, per_subset in runs + (runs[::-1] if args.mirrored else []):
             run = loop.run(name, per_subset=per_subset)
             doc = run.to_json()
-            same = run.answer_digest == reference
-            totals[strategy] = (doc["execution_seconds"] + doc["reopt_seconds"],
-                                 doc["execution_cpu_seconds"] or float("nan"))
-            print(f"| {q} | {off:.3g}× | {strategy} | {doc['execution_seconds']:.2f} | "
-                  f"{totals[strategy][1]:.1f} | "
-                  f"{doc['reopt_seconds']:.3f} | {doc['plan_changes']} | {len(run.rows)} | "
-                  f"{'yes' if same else 'NO'} |", flush=True)
+            doc["same"] = run.answer_digest == reference
+            done.setdefault(strategy, []).append(doc)
+        totals = {}
+        for strategy, _, _ in runs:
+            docs = done[strategy]
+            execution = statistics.mean(d["execution_seconds"] for d in docs)
+            reopt = statistics.mean(d["reopt_seconds"] for d in docs)
+            cpu = statistics.mean(d["execution_cpu_seconds"] or math.nan for d in docs)
+            changes = "/".join(str(d["plan_changes"]) for d in docs)
+            totals[strategy] = (execution + reopt, cpu)
+            print(f"| {q} | {off:.3g}× | {strategy} | {execution:.2f} | {cpu:.1f} | "
+                  f"{reopt:.3f} | {changes} | {docs[0]['result_rows']} | "
+                  f"{'yes' if all(d['same'] for d in docs) else 'NO'} |", flush=True)
         loop.close()
         if "adaptive" in totals:
             ratios[q] = [(b, totals["adaptive"][0] / totals[b][0],

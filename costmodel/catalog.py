@@ -24,7 +24,9 @@ so two tables (or two columns of a table) whose names differ only in case are an
 Counts (rows, distinct, histogram counts) are finite, ``>= 0`` and at most
 :data:`~reopt.costmodel.numeric.MAX_ROWS`; numbers no float holds are errors naming where
 (:func:`~reopt.costmodel.numeric.load_json`). ``"histogram": null`` and ``{}`` both mean none.
-Files are UTF-8 (a leading byte-order mark is dropped, :func:`decode_utf8`).
+Files are UTF-8 (a leading byte-order mark is dropped, :func:`decode_utf8`). A column's optional
+``width`` (``> 0``) is the average bytes a value takes in a row as Spark holds it
+(:attr:`ColumnStats.width`); only the ``dist`` model's broadcast limit reads it.
 """
 
 from __future__ import annotations
@@ -173,6 +175,20 @@ class ColumnStats:
     min: Any = None
     max: Any = None
     histogram: Histogram | None = None
+    width: float | None = None
+    """Average bytes a value of the column takes in a row as Spark holds it (a fixed-size
+    type's size; text: 12 bytes of offset and length plus its average UTF-8 length), None
+    when the catalog does not say: :meth:`bytes` then guesses from the values' kind."""
+
+    @property
+    def bytes(self) -> float:
+        """:attr:`width`, or Spark's own default size for the values' kind (its
+        ``DataType.defaultSize``: 8 for a number, 4 for a date, 1 for a boolean, 20 for text),
+        8 when the column has no values to tell. What the ``dist`` model's broadcast limit
+        reads (:func:`reopt.costmodel.widths.row_bytes`)."""
+        if self.width is not None:
+            return self.width
+        return _DEFAULT_BYTES.get(self.kind, 8.0)
 
     @cached_property
     def numeric_range(self) -> tuple[float | None, float | None]:
@@ -192,6 +208,13 @@ class ColumnStats:
             if kind is not None:
                 return kind
         return None
+
+
+TEXT_OVERHEAD = 12.0
+"""Bytes a text value takes in a row besides its characters: Spark's row-size estimate
+(``EstimationUtils.getSizePerRow``) adds 8 + 4 to a string column's mean length."""
+_DEFAULT_BYTES = {"number": 8.0, "date": 4.0, "boolean": 1.0, "text": 20.0}
+"""A value's bytes by kind when the catalog gives no ``width`` (:meth:`ColumnStats.bytes`)."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +305,8 @@ class Catalog:
                         cd["min"] = c.min
                     if c.max is not None:
                         cd["max"] = c.max
+                    if c.width is not None:
+                        cd["width"] = c.width
                     if c.histogram is not None:
                         cd["histogram"] = {
                             "bounds": list(c.histogram.written or c.histogram.bounds),
@@ -420,7 +445,7 @@ def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:
     where = f"column '{table}.{name}'"
     if not isinstance(s, dict):
         raise CatalogError(f"{source}: {where} must be an object")
-    unknown = set(s) - {"distinct", "min", "max", "histogram"}
+    unknown = set(s) - {"distinct", "min", "max", "histogram", "width"}
     if unknown:
         raise CatalogError(f"{source}: {where} has unknown key '{sorted(unknown)[0]}'")
     distinct = None
@@ -431,7 +456,10 @@ def _parse_column(source: str, table: str, name: str, s: Any) -> ColumnStats:
     hist = None
     if s.get("histogram") not in (None, {}):  # null and {} alike: no histogram
         hist = _parse_histogram(source, where, s["histogram"], kind)
-    return ColumnStats(distinct, lo, hi, hist)
+    width = None
+    if s.get("width") is not None:
+        width = _positive(source, f"{where} width", s["width"], allow_zero=False)
+    return ColumnStats(distinct, lo, hi, hist, width)
 
 
 _A_KIND = {"number": "a number", "date": "a date", "text": "text", "boolean": "a boolean"}

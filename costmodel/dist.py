@@ -12,10 +12,12 @@ Spark itself could pick, in the order reopt's statistics say is best:
 * ``broadcast`` — the right input is collected and sent whole to every task, which hashes it
   and streams the left input through: ``BUILD_ROW·r + PROBE_ROW·l + OUT_ROW·out``. Without an
   equi-join predicate it is Spark's broadcast nested-loop join: ``PAIR·l·r`` instead of the
-  probe. A right input above ``BROADCAST_ROWS`` rows also pays ``OVERSIZE_ROW`` per row (the
-  driver collects it; executors may spill or fail), a smooth penalty rather than a missing
-  alternative, so the set of alternatives never depends on estimates and incremental
-  maintenance only ever re-costs.
+  probe. A right input above ``BROADCAST_BYTES`` bytes (its rows times the bytes of one of
+  them, :meth:`~reopt.costmodel.space.PlanSpace.row_bytes`) also pays ``OVERSIZE_ROW`` per row
+  beyond the rows that fit (the driver collects it whole and every task holds it; at SF 1
+  Q8Join's 800,000 rows of part ⋈ partsupp ⋈ supplier ⋈ nation ⋈ region take about 150 MB),
+  a smooth penalty rather than a missing alternative, so the set of alternatives never
+  depends on estimates and incremental maintenance only ever re-costs.
 * ``shuffle`` — both inputs are hash-partitioned on the join key and joined by sort-merge:
   ``SHUFFLE_ROW·(l + r) + OUT_ROW·out``; it needs an equi-join predicate.
 
@@ -24,8 +26,9 @@ the query's aggregate and ORDER BY cost the same under every join order. Local c
 only on the estimated rows of the expressions involved (the principle of optimality holds: the
 DP optimizers, branch-and-bound and the rules' fixpoint find the same optimum). The constants
 are set by reasoning about what each operator does, not fitted to measurements (there is no
-calibration benchmark yet), and :data:`BROADCAST_ROWS` counts rows, not bytes; only their
-ratios matter.
+calibration benchmark yet); only their ratios matter. Row widths depend on the query and the
+catalog only (:mod:`reopt.costmodel.widths`), so a local cost still moves only with an
+estimate.
 """
 
 from __future__ import annotations
@@ -49,11 +52,15 @@ OUT_ROW = 0.3
 """Producing one output row of a join."""
 PAIR = 0.01
 """Comparing one pair of rows in a nested-loop join."""
-BROADCAST_ROWS = 1_000_000.0
-"""Spark's broadcast is meant for small inputs (its own threshold is 10 MB, a few hundred
-thousand to a million narrow rows): above this many rows a broadcast also pays
-:data:`OVERSIZE_ROW` per row beyond it."""
+BROADCAST_BYTES = 10 * 1024 * 1024.0
+"""Spark's own broadcast threshold (``spark.sql.autoBroadcastJoinThreshold``, 10 MB by
+default), compared, as Spark does, with rows × estimated row bytes: a right input above it
+also pays :data:`OVERSIZE_ROW` per row beyond the ``BROADCAST_BYTES / row bytes`` rows that
+fit. Spark's value, so that reopt broadcasts what Spark itself would with the same estimates."""
 OVERSIZE_ROW = 100.0
+"""The penalty per row of a broadcast beyond :data:`BROADCAST_BYTES`: a hundred times a
+shuffled row, so an oversized broadcast loses to a shuffle unless the other side is far
+larger still."""
 
 
 class DistModel:
@@ -84,5 +91,11 @@ class DistModel:
             return SHUFFLE_ROW * (lrows + rrows) + out
         probe = (PROBE_ROW * lrows if space.crossing(alt.left, alt.right)
                  else PAIR * lrows * rrows)
-        oversize = OVERSIZE_ROW * (rrows - BROADCAST_ROWS) if rrows > BROADCAST_ROWS else 0.0
-        return BUILD_ROW * rrows + probe + out + oversize
+        return BUILD_ROW * rrows + probe + out + oversize(rrows, space.row_bytes(alt.right))
+
+
+def oversize(rows: float, row_bytes: float) -> float:
+    """A broadcast's penalty for ``rows`` rows of ``row_bytes`` bytes each: :data:`OVERSIZE_ROW`
+    per row beyond the :data:`BROADCAST_BYTES` that fit, 0 within them (continuous)."""
+    fit = BROADCAST_BYTES / row_bytes
+    return OVERSIZE_ROW * (rows - fit) if rows > fit else 0.0

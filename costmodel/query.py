@@ -157,6 +157,10 @@ class Query:
     windows: tuple[tuple[str, float], ...] = ()
     """``(alias, seconds)`` for each FROM item written with a window clause
     (``FROM bids [RANGE 30 SECONDS] b``); a stream without one uses its catalog window."""
+    output_columns: tuple[ColumnRef, ...] = field(default=(), compare=False)
+    """The columns the select list, GROUP BY and ORDER BY read: with the join columns, what
+    a join's rows carry above the scans (:meth:`carried_columns`). Empty for a query built
+    without SQL."""
     sql: str = field(default="", compare=False)
 
     # -- addressing --------------------------------------------------------------------------
@@ -218,6 +222,22 @@ class Query:
 
     def filters_of(self, alias: str) -> tuple[Predicate, ...]:
         return self._filters_by_alias.get(alias, ())
+
+    @cached_property
+    def _carried(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, dict[str, None]] = {a: {} for a in self.aliases}
+        for p in self.joins:
+            out[p.left.alias][p.left.column] = None
+            out[p.right.alias][p.right.column] = None
+        for c in self.output_columns:
+            out[c.alias][c.column] = None
+        return {a: tuple(cols) for a, cols in out.items()}
+
+    def carried_columns(self, alias: str) -> tuple[str, ...]:
+        """The columns of relation ``alias`` a row carries above its scan: its join columns
+        and the columns the query's output reads (a column only its filters read is dropped
+        after them, as Spark prunes it)."""
+        return self._carried[alias]
 
     @cached_property
     def window_of(self) -> dict[str, float]:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from reopt.costmodel import widths
 from reopt.costmodel.cardinality import (
     NO_ADJUSTMENTS,
     Adjustments,
@@ -211,6 +212,7 @@ class PlanSpace:
         self._indexed: set[tuple[int, str]] = set()
         """OR nodes entered in ``_readers``."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
+        self._row_bytes: dict[int, float] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
@@ -241,6 +243,20 @@ class PlanSpace:
     def classes(self) -> dict[ColumnRef, str]:
         """Each join column → its equivalence class, named by its smallest member."""
         return self._column_classes()
+
+    @cached_property
+    def relation_bytes(self) -> list[float]:
+        """Per relation, the bytes its columns take in a row above the scan
+        (:func:`~reopt.costmodel.widths.relation_bytes`; statistics-independent)."""
+        return widths.relation_bytes(self.query, self.catalog)
+
+    def row_bytes(self, expr: int) -> float:
+        """Bytes of one row of ``expr`` as Spark estimates it (:mod:`reopt.costmodel.widths`;
+        memoized, and shared with the spaces of with_adjustments(): it is structure)."""
+        out = self._row_bytes.get(expr)
+        if out is None:
+            out = self._row_bytes[expr] = widths.row_bytes(self.relation_bytes, expr)
+        return out
 
     @cached_property
     def predicates(self) -> list[CrossingPredicate]:

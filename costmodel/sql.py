@@ -242,6 +242,9 @@ class _Parser:
         self.by_alias: dict[str, Relation] = {}
         self.items: list[exp.Expression] = []  # select list, aliases stripped
         self.outputs: dict[str, exp.Expression] = {}  # select-list alias -> expression
+        self.output_columns: list[ColumnRef] = []
+        """Columns the select list, GROUP BY and ORDER BY read (``*`` and ``x.*``: every
+        column of the relations): :attr:`~reopt.costmodel.query.Query.output_columns`."""
 
     def parse(self) -> Query:
         root = self._parse_statement()
@@ -267,6 +270,7 @@ class _Parser:
             aggregates=aggregates or order_aggregates,
             order_by=tuple(_unique(order_by)),
             windows=tuple(self.windows),
+            output_columns=tuple(_unique(self.output_columns)),
             sql=self.text,
         )
 
@@ -656,6 +660,17 @@ class _Parser:
             refs.append(self._resolve(column))
         return refs
 
+    def _starred(self, e: exp.Expression) -> list[ColumnRef]:
+        """Every column ``*`` (all relations) or ``x.*`` (relation ``x``) in ``e`` stands for,
+        in FROM and catalog order."""
+        if isinstance(e, exp.Star):
+            relations = self.relations
+        else:
+            relations = [self.by_alias[c.table.lower()] for c in e.find_all(exp.Column)
+                         if isinstance(c.this, exp.Star)]
+        return [ColumnRef(r.alias, c) for r in relations
+                for c in self.catalog.tables[r.table].columns]
+
     # -- WHERE / ON --------------------------------------------------------------------------
     def _read_conditions(
         self, conditions: list[tuple[str, exp.Expression]]
@@ -794,7 +809,7 @@ class _Parser:
             e = item.this if isinstance(item, exp.Alias) else item
             if isinstance(item, exp.Alias):
                 self.outputs.setdefault(item.alias.lower(), e)
-            self._refs(e)
+            self.output_columns += self._refs(e) + self._starred(e)
             aggregates = aggregates or e.find(exp.AggFunc) is not None
             self.items.append(e)
         return aggregates
@@ -835,6 +850,7 @@ class _Parser:
             if target is not None:
                 self._reject_aggregate(target, "GROUP BY")
                 refs.extend(self._refs(target))
+        self.output_columns += refs
         return refs
 
     def _read_order_by(self, select: exp.Select) -> tuple[list[ColumnRef], bool]:
@@ -847,6 +863,7 @@ class _Parser:
             if target is None:
                 continue
             columns = self._refs(target)
+            self.output_columns += columns
             if target.find(exp.AggFunc) is not None:
                 aggregates = True
             else:

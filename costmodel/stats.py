@@ -37,6 +37,10 @@ the row count and per column:
 * ``min`` / ``max``: numbers as JSON numbers, strings and booleans as such, dates as ISO
   strings ``"YYYY-MM-DD"``, timestamps as ISO strings ``"YYYY-MM-DDTHH:MM:SS[.ffffff]"``
   in UTC (the catalog reads both at day granularity).  NaN and infinities are ignored.
+* ``width``: bytes a value takes in a row as Spark estimates it (what the ``dist`` model's
+  broadcast limit reads): a fixed-size type's ``defaultSize`` (8 for a long, double or
+  decimal of up to 18 digits, 4 for an int or a date, 1 for a boolean), for text 12 + the
+  mean UTF-8 length of its non-null values (omitted for an all-null text column).
 * ``histogram`` (numeric, date and timestamp columns, restricted to ``histogram_columns`` if
   given): equi-depth, bounds at the ``0, 1/buckets, ..., 1`` quantiles computed by
   ``percentile_approx`` (relative rank error at most 1/10000; the first and last bounds are
@@ -62,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reopt.cliargs import UsageParser, positive_int
-from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.catalog import TEXT_OVERHEAD, Catalog
 from reopt.costmodel.errors import CatalogError
 
 if TYPE_CHECKING:
@@ -278,6 +282,19 @@ def _kind(dtype: Any) -> str:
     return "none"
 
 
+def _type_size(dtype: Any) -> float | None:
+    """Bytes a value of a fixed-size type takes in a row (Spark's ``DataType.defaultSize``,
+    which PySpark does not expose); None for text (measured) and other types."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.DecimalType):
+        return 8.0 if dtype.precision <= 18 else 16.0
+    sizes = ((T.BooleanType, 1.0), (T.ByteType, 1.0), (T.ShortType, 2.0),
+             (T.IntegerType, 4.0), (T.DateType, 4.0), (T.FloatType, 4.0), (T.LongType, 8.0),
+             (T.DoubleType, 8.0), (T.TimestampType, 8.0), (T.TimestampNTZType, 8.0))
+    return next((size for t, size in sizes if isinstance(dtype, t)), None)
+
+
 def _value_expr(name: str, kind: str) -> Column:
     """The column on the numeric axis used for min/max/quantiles (NaN/inf -> null)."""
     from pyspark.sql import functions as F
@@ -344,6 +361,10 @@ class _Plan:
     histogram: bool
     stats: dict[str, Any] = field(default_factory=dict)
     bounds: list[Any] | None = None
+    size: float | None = None
+    """A fixed-size type's bytes in a row (:func:`_type_size`); None for text, whose width is
+    measured (12 + its mean UTF-8 length, Spark's row-size estimate), and other types."""
+    text: bool = False
 
 
 def _table_stats(
@@ -362,6 +383,8 @@ def _table_stats(
             F.min(v).alias(f"lo{i}"),
             F.max(v).alias(f"hi{i}"),
         ]
+        if p.size is None and p.text:
+            aggs.append(F.avg(F.octet_length(_col(p.name))).alias(f"w{i}"))
         if p.histogram:
             aggs.append(F.percentile_approx(v, probs, _ACCURACY).alias(f"q{i}"))
     try:
@@ -374,6 +397,10 @@ def _table_stats(
             lo, hi = row[f"lo{i}"], row[f"hi{i}"]
             if row[f"d{i}"]:
                 p.stats["distinct"] = int(row[f"d{i}"])
+            if p.size is not None:
+                p.stats["width"] = p.size
+            elif p.text and row[f"w{i}"] is not None:  # (None: every value is NULL)
+                p.stats["width"] = round(TEXT_OVERHEAD + float(row[f"w{i}"]), 2)
             if lo is not None:
                 p.stats["min"] = _to_json(lo, p.kind, p.integral)
                 p.stats["max"] = _to_json(hi, p.kind, p.integral)
@@ -410,6 +437,8 @@ def compute_catalog_dict(
     sorted_on: dict | None = None,
 ) -> dict[str, Any]:
     """Like :func:`compute_catalog`, but the catalog JSON object (dates as ISO strings)."""
+    from pyspark.sql import types as T
+
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")
     wanted = None
@@ -431,7 +460,9 @@ def compute_catalog_dict(
             if hist and wanted is not None:
                 used |= {f.name, f"{src.name}.{f.name}"} & wanted
             integral = kind == "num" and getattr(f.dataType, "scale", 0) == 0
-            plans.append(_Plan(f.name, kind, integral, hist))
+            text = isinstance(f.dataType, (T.StringType, T.CharType, T.VarcharType))
+            plans.append(_Plan(f.name, kind, integral, hist, size=_type_size(f.dataType),
+                               text=text))
         frames.append((src, df, plans))
     if wanted is not None:
         for h in sorted(wanted - used):

@@ -46,6 +46,13 @@ columns are the schema a query may reference). Every number comes from the TPC-H
 * **o_totalprice** has no closed form (a sum over the order's lines); its range 857.71 ..
   555285.16 is what dbgen produces at SF 1 (it hardly depends on SF) and distinct = rows.
 
+* **Widths** (bytes a value takes in a row, what the ``dist`` model's broadcast limit reads):
+  text is 12 bytes plus its mean length (:data:`TEXT_LENGTH`: the mean UTF-8 length in
+  ``tpchgen-cli``'s SF 1 data; where clause 4.2.3 gives a length range — comments, addresses,
+  e.g. ``c_comment`` 29..116 characters — it is the range's midpoint to 0.1), 32-bit integers
+  (:data:`INT32_COLUMNS`) 4; other numbers (64-bit keys, decimals) 8 and dates 4 are the
+  catalog's defaults by kind.
+
 Every distinct count is capped at the table's rows (tiny scale factors). No histograms: dbgen
 draws uniformly, so estimation interpolates on min/max. Each table has an index on its leading
 primary-key column (partsupp: ``ps_partkey``, lineitem: ``l_orderkey``) and is ``sorted_on`` it,
@@ -80,7 +87,7 @@ import functools
 import math
 from typing import Any
 
-from reopt.costmodel.catalog import Catalog
+from reopt.costmodel.catalog import TEXT_OVERHEAD, Catalog
 from reopt.costmodel.errors import CatalogError, QueryError
 from reopt.costmodel.numeric import MAX_ROWS, compact, is_finite_number
 
@@ -114,6 +121,19 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "nation": ("n_nationkey", "n_name", "n_regionkey", "n_comment"),
     "region": ("r_regionkey", "r_name", "r_comment"),
 }
+
+#: Text column -> its average length in bytes (module doc, "Widths").
+TEXT_LENGTH: dict[str, float] = {
+    "p_name": 32.8, "p_mfgr": 14.0, "p_brand": 8.0, "p_type": 20.6, "p_container": 7.6,
+    "p_comment": 13.5, "s_name": 18.0, "s_address": 25.0, "s_phone": 15.0,
+    "s_comment": 62.5, "ps_comment": 123.5, "c_name": 18.0, "c_address": 25.0,
+    "c_phone": 15.0, "c_mktsegment": 9.0, "c_comment": 72.5, "o_orderstatus": 1.0,
+    "o_orderpriority": 8.4, "o_clerk": 15.0, "o_comment": 48.5, "l_returnflag": 1.0,
+    "l_linestatus": 1.0, "l_shipinstruct": 12.0, "l_shipmode": 4.3, "l_comment": 26.5,
+    "n_name": 7.1, "n_comment": 74.3, "r_name": 6.8, "r_comment": 66.0,
+}
+#: Columns stored as 32-bit integers (module doc, "Widths").
+INT32_COLUMNS = frozenset({"p_size", "ps_availqty", "o_shippriority", "l_linenumber"})
 
 #: Table -> its leading primary-key column (indexed, and the order dbgen writes rows in).
 PRIMARY_KEY: dict[str, str] = {
@@ -297,9 +317,13 @@ def tpch_catalog(sf: float = 1.0) -> Catalog:
     for table, names in SCHEMA.items():
         cols = columns[table]
         assert tuple(cols) == names, table  # the schema above is the single source of truth
-        for c in cols.values():
+        for name, c in cols.items():
             if "distinct" in c:
                 c["distinct"] = min(c["distinct"], rows[table])
+            if name in TEXT_LENGTH:
+                c["width"] = TEXT_OVERHEAD + TEXT_LENGTH[name]
+            elif name in INT32_COLUMNS:
+                c["width"] = 4.0
         tables[table] = {
             "rows": rows[table],
             "columns": cols,

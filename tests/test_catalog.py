@@ -177,3 +177,23 @@ def test_builtin_tpch_catalog_round_trips() -> None:
     cat = tpch_catalog(1)
     assert Catalog.from_dict(cat.to_dict()).tables == cat.tables
     assert cat.tables["orders"].columns["o_orderdate"].kind == "date"
+
+
+@pytest.mark.parametrize(
+    ("width", "message"),
+    [(0, "width must be > 0, got 0"), (-4, "width must be > 0, got -4"),
+     ("8", "width must be a finite number, got '8'")],
+)
+def test_bad_width_is_rejected(width: object, message: str) -> None:
+    assert rejection(column(width=width)) == f"{WHERE} {message}"
+
+
+def test_width_loads_saves_and_defaults_by_kind() -> None:
+    got = Catalog.from_dict(column(width=37.5)).tables["orders"].columns["o_date"]
+    assert got.width == 37.5 and got.bytes == 37.5
+    assert Catalog.from_dict(column(width=37.5)).to_dict()["tables"]["orders"]["columns"][
+        "o_date"]["width"] == 37.5
+    # without a width: Spark's DataType.defaultSize for the values' kind, 8 with no values
+    assert [ColumnStats(min=v, max=v).bytes for v in (3, "1995-01-01", "x", True)] == \
+        [8.0, 4.0, 20.0, 1.0]
+    assert ColumnStats().bytes == 8.0

@@ -19,6 +19,7 @@ from test_optimizers import agree
 
 from reopt.api import Optimizer
 from reopt.costmodel import dist as D
+from reopt.costmodel import widths as W
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
@@ -56,16 +57,63 @@ def test_small_side_is_broadcast(optimizer):
 
 
 def test_two_large_sides_are_shuffled():
-    # both sides above BROADCAST_ROWS: a broadcast pays OVERSIZE_ROW for every row above it
-    n = 4 * D.BROADCAST_ROWS
+    # both sides above BROADCAST_BYTES: a row carries k (8 bytes: no kind, the default) plus
+    # ROW_BYTES = 16 bytes, so 10 MiB hold 10 * 2**20 / 16 = 655,360 rows; a broadcast pays
+    # OVERSIZE_ROW for every row beyond them
+    n, fit = 4e6, 655_360
+    assert D.BROADCAST_BYTES == 10 * 2**20 and W.ROW_BYTES == 8
     step = Optimizer(SQL, catalog(n, n), cost_model="dist", optimizer="topdown").optimize()
     out = n * n / 1000
     shuffle = D.SHUFFLE_ROW * 2 * n + D.OUT_ROW * out
     bcast = (D.BUILD_ROW * n + D.PROBE_ROW * n + D.OUT_ROW * out
-             + D.OVERSIZE_ROW * (n - D.BROADCAST_ROWS))
+             + D.OVERSIZE_ROW * (n - fit))
     assert shuffle < bcast
     assert step.plan.op == "shuffle"
     assert math.isclose(step.cost, 2 * D.SCAN_ROW * n + shuffle, rel_tol=1e-12)
+
+
+def wide_catalog() -> Catalog:
+    """``f`` (1e6 rows, key ``k``) and ``d`` (1e5 rows, key ``k`` and a 200-byte ``c``)."""
+    return Catalog.from_dict({"tables": {
+        "f": {"rows": 1e6, "columns": {"k": {"distinct": 1e5}}},
+        "d": {"rows": 1e5, "columns": {"k": {"distinct": 1e5}, "c": {"width": 200}}}}})
+
+
+def test_row_bytes_count_the_columns_a_row_carries():
+    cat = wide_catalog()
+    f, d = 1, 2  # relation bits in FROM order
+    carried = PlanSpace(Optimizer("SELECT f.k, d.c FROM f, d WHERE f.k = d.k", cat).query,
+                        cat, cost_model("dist"))
+    assert carried.row_bytes(d) == 8 + 8 + 200 and carried.row_bytes(f) == 8 + 8
+    assert carried.row_bytes(f | d) == 8 + 8 + 8 + 200
+    # c read only by a filter: Spark drops it after the filter, the row carries k alone
+    filtered = PlanSpace(Optimizer("SELECT f.k FROM f, d WHERE f.k = d.k AND d.c > 0",
+                                   cat).query, cat, cost_model("dist"))
+    assert filtered.row_bytes(d) == 16
+    star = PlanSpace(Optimizer("SELECT * FROM f, d WHERE f.k = d.k", cat).query, cat,
+                     cost_model("dist"))
+    assert star.row_bytes(d) == 216
+    one_star = PlanSpace(Optimizer("SELECT d.* FROM f, d WHERE f.k = d.k", cat).query, cat,
+                         cost_model("dist"))
+    assert (one_star.row_bytes(d), one_star.row_bytes(f)) == (216, 16)
+
+
+@pytest.mark.parametrize("optimizer", ["topdown", "bottomup", "exhaustive", "declarative"])
+def test_wide_rows_are_shuffled_where_narrow_ones_are_broadcast(optimizer):
+    # out = 1e6 * 1e5 / 1e5 = 1e6 rows. d's rows: narrow (k, 16 bytes) 1.6 MB, broadcast;
+    # wide (k and c, 216 bytes) 21.6 MB: 10 MiB hold 10 * 2**20 / 216 = 48,545.2 rows
+    cat, f, d, out = wide_catalog(), 1e6, 1e5, 1e6
+    narrow = Optimizer("SELECT f.k FROM f, d WHERE f.k = d.k", cat, cost_model="dist",
+                       optimizer=optimizer, engine="python").optimize()
+    bcast_d = D.BUILD_ROW * d + D.PROBE_ROW * f + D.OUT_ROW * out
+    assert narrow.plan.op == "broadcast" and narrow.plan.children[1].relations == ("d",)
+    assert math.isclose(narrow.cost, D.SCAN_ROW * (f + d) + bcast_d, rel_tol=1e-12)
+    wide = Optimizer("SELECT f.k, d.c FROM f, d WHERE f.k = d.k", cat, cost_model="dist",
+                     optimizer=optimizer, engine="python").optimize()
+    shuffle = D.SHUFFLE_ROW * (f + d) + D.OUT_ROW * out
+    assert shuffle < bcast_d + D.OVERSIZE_ROW * (d - 10 * 2**20 / 216)
+    assert wide.plan.op == "shuffle"
+    assert math.isclose(wide.cost, D.SCAN_ROW * (f + d) + shuffle, rel_tol=1e-12)
 
 
 def test_cross_product_is_a_broadcast_nested_loop():
@@ -116,3 +164,24 @@ def test_declarative_equals_topdown(qc):
     got = Optimizer(q, cat, cost_model="dist", optimizer="declarative",
                     engine="python").optimize().cost
     assert math.isclose(got, want, rel_tol=1e-9)
+
+
+def test_q8join_at_sf1_broadcasts_nothing_above_the_limit():
+    # issue 20: under the former 1e6-row limit, q8join's plan on one of 8 splits of lineitem
+    # broadcast 750,000 rows; part-partsupp-supplier-nation-region (800,000 rows) carries
+    # 8 + (8 + 12 + 32.8) + (8 + 8 + 4) + (8 + 8 + 12 + 18) + (8 + 8 + 12 + 7.1) + (8 + 12 + 6.8)
+    # = 188.7 bytes a row (join keys, p_name, ps_availqty, s_name, n_name, r_name), 151 MB
+    from reopt.api import load_catalog
+
+    o = Optimizer("tpch:q8join", load_catalog(None, 1.0), cost_model="dist",
+                  optimizer="topdown-inc")
+    o.optimize()
+    step = o.update(["card lineitem *0.125"])
+    space = PlanSpace(o.query, o.catalog, cost_model("dist"))
+    side = o.query.mask(("part", "partsupp", "supplier", "nation", "region"))
+    assert math.isclose(space.row_bytes(side), 188.7, rel_tol=1e-12)
+    broadcasts = [n for n in step.plan.walk() if n.op == "broadcast"]
+    assert broadcasts
+    for n in broadcasts:
+        right = n.children[1]
+        assert right.rows * space.row_bytes(o.query.mask(right.relations)) <= D.BROADCAST_BYTES

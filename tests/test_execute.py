@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 
 CATALOG = load_catalog(None, 0.01)
 FORCED = ["cost hashjoin *1000", "cost sortmerge *1000"]  # index and nested-loop joins
-BIG = ["card customer *10000", "card orders *1000"]  # above dist.BROADCAST_ROWS: shuffled
+BIG = ["card customer *10000", "card orders *1000"]  # above dist.BROADCAST_BYTES: shuffled
 PLANS = {  # (cost model, deltas): the io optimum, the cout optimum, other operators and orders
     "q3": [("io", []), ("cout", []), ("io", FORCED),  # FORCED: indexnl and blocknl
            ("dist", []), ("dist", BIG)],  # dist: broadcast joins; BIG: a shuffle join too

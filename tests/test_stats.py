@@ -174,6 +174,20 @@ def test_rows_distinct_min_max(computed, frames):
 
 
 @pytest.mark.spark
+def test_widths_are_type_sizes_and_mean_text_lengths(computed):
+    t = computed["tables"]
+    o, c = t["orders"]["columns"], t["customer"]["columns"]
+    # text: 12 + the mean UTF-8 length ('F'/'O'/'P'; 'Customer#' and six digits)
+    assert o["o_status"]["width"] == 12 + 1
+    assert c["c_name"]["width"] == 12 + len("Customer#000001")
+    # fixed-size types: Spark's defaultSize (int64 and double 8, date 4, CSV's inferred int 4)
+    assert (o["o_orderkey"]["width"], o["o_price"]["width"], o["o_orderdate"]["width"]) == \
+        (8, 8, 4)
+    assert c["c_custkey"]["width"] == 4
+    assert t["lineitem"]["columns"]["l_shiptime"]["width"] == 8
+
+
+@pytest.mark.spark
 def test_histograms_well_formed(computed, frames):
     cat = Catalog.from_dict(computed)
     n_hist = 0
