@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from reopt.costmodel.joingraph import bits
+
 if TYPE_CHECKING:
     from reopt.costmodel.catalog import Catalog
     from reopt.costmodel.query import Query
@@ -38,10 +40,4 @@ def relation_bytes(query: Query, catalog: Catalog) -> list[float]:
 def row_bytes(per_relation: list[float], expr: int) -> float:
     """Bytes of one row of expression ``expr`` (a bitmask of relations), given
     :func:`relation_bytes`."""
-    total, i = ROW_BYTES, 0
-    while expr:
-        if expr & 1:
-            total += per_relation[i]
-        expr >>= 1
-        i += 1
-    return total
+    return sum((per_relation[i] for i in bits(expr)), ROW_BYTES)
