@@ -614,12 +614,17 @@ class PlanSpace:
 
     def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
                     ) -> set[tuple[int, str]]:
-        """The OR nodes among ``nodes`` whose summary or some alternative's local cost may
-        differ between ``old`` (the same query under earlier statistics) and this space.
+        """The OR nodes among ``nodes`` whose summary or some alternative's local cost differs
+        between ``old`` (the same query under earlier statistics) and this space.
 
-        A node is stale when its expression, a child's expression or one of its alternatives'
-        operators is among :meth:`changed_inputs`."""
-        moved, ops = self.changed_inputs(old)
+        The candidates are the nodes whose expression, a child's expression or one of whose
+        alternatives' operators is among :meth:`changed_inputs` (read off the deltas, a
+        superset); of those, only the ones whose answers actually differ are stale
+        (:meth:`answers_differ`): a moved input often leaves a node's own numbers as they were
+        — under ``cout`` a join costs its own expression's rows, whatever its children's; an
+        estimate clamped at one row stays there — and re-deriving such a node would give back
+        exactly what it holds (its children's changes reach it as a parent's do)."""
+        _, ops = self.changed_inputs(old)
         nodes = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
         readers, indexed = self._readers, self._indexed
         for node in nodes - indexed:
@@ -631,10 +636,43 @@ class PlanSpace:
         # each expression and operator once (a node's inputs overlap its neighbours'), then
         # the nodes reading the ones that moved
         reached: set[tuple[int, str]] = set()
-        for x, by in readers.items():
-            if x in ops if isinstance(x, str) else moved(x):
-                reached |= by
-        return reached & nodes
+        for x in ops:
+            reached |= readers.get(x, set())
+        exprs = [x for x in readers if not isinstance(x, str)]
+        hit = self.moved_exprs(old, np.asarray(exprs, dtype=np.int64)).tolist()
+        for x, on in zip(exprs, hit, strict=True):
+            if on:
+                reached |= readers[x]
+        return self.answers_differ(old, reached & nodes)
+
+    def answers_differ(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
+                       ) -> set[tuple[int, str]]:
+        """Those of ``nodes`` for which a ``statistics`` built-in answers differently here
+        than under ``old``: the node's summary (its expression's estimated rows, estimated in
+        one vectorized call per space) or the local cost of one of its alternatives
+        (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
+        itself: such a node counts as stale)."""
+        nodes = sorted(nodes)
+        if not nodes:
+            return set()
+        masks = sorted({e & self.all for e, _ in nodes})
+        self.estimator.prefetch(masks)  # one vectorized call per space, into the memos
+        old.estimator.prefetch(masks)
+        return {node for node in nodes
+                if self.summary(node[0]) != old.summary(node[0])
+                or self.node_costs(*node) != old.node_costs(*node)}
+
+    def node_costs(self, expr: int, prop: str) -> list[float]:
+        """:meth:`local_costs` of one OR node without costing every node first (memoized as
+        they are): what comparing a few nodes' costs across two spaces needs, where the bulk
+        pass a search from scratch starts with (:meth:`costed`) would cost the whole space."""
+        key = (expr, prop)
+        costs = self._node_local.get(key)
+        if costs is None:
+            cols = self.columns(expr, prop)
+            costs = self._node_local[key] = self._factored(
+                self.model.local_costs(self, expr, prop, cols), cols.phy_op)
+        return costs
 
     def relations(self, expr: int) -> tuple[str, ...]:
         return self.query.aliases_of(expr & self.all)

@@ -170,10 +170,13 @@ class Evaluation:
 
     def best_plan(self, q: int) -> PlanNode:
         """The best plan tree from BestPlan (ties broken by the smallest alternative)."""
-        chosen: dict[tuple[int, str], Alt] = {}
-        for r in sorted(self.rows("BestPlan")):
-            if r[0] == q and (r[1], r[2]) not in chosen:
-                chosen[(r[1], r[2])] = Alt(*r[1:10])
+        first: dict[tuple[int, str], tuple] = {}  # per OR node its smallest tuple (one pass)
+        for r in self.rows("BestPlan"):
+            if r[0] == q:
+                had = first.setdefault((r[1], r[2]), r)
+                if r < had:
+                    first[(r[1], r[2])] = r
+        chosen = {node: Alt(*r[1:10]) for node, r in first.items()}
         space = self.spaces[q]
 
         def choose(node: tuple[int, str]) -> Alt:
