@@ -53,7 +53,6 @@ a program outside this shape is rejected with a clear error.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections import deque
@@ -61,15 +60,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom
+from reopt.evaluator.ast import Atom, Var
 from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
-from reopt.evaluator.frames import Frame, concat, distinct, group_best
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
@@ -122,6 +118,11 @@ class MaintenancePlan:
     """Strata before the maintained one that no rule reads and that read only inputs and
     facts (the seed bounds of ``.bound``, which depend on statistics): evaluated again, whole,
     on every update."""
+    reach: tuple[tuple[str, Variant], ...] = ()
+    """Per variant of ``parents``: its rule's source relation and the variant cut once it has
+    bound the source atom, projecting the source tuple — the parents' source tuples (their
+    alternatives) that read changed ``target`` tuples. Empty when some rule's source atom is
+    not all distinct variables, or appears twice: parents are then re-derived whole."""
 
 
 def caps_within(caps: Mapping[tuple, Any], key: tuple, value: Any) -> bool:
@@ -204,9 +205,30 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     if len(covered) != len(rules):
         raise ReoptError(f"incremental maintenance: every rule of {target} must read a "
                          f"relation of an earlier stratum holding the whole group key")
-    parents = tuple(key_variant(v, key) for v in program.triggers.get(target, ())
-                    if v.head_pred == target)
-    return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed)
+    readers = [v for v in program.triggers.get(target, ()) if v.head_pred == target]
+    parents = tuple(key_variant(v, key) for v in readers)
+    source_of = {id(v.rule): pred for pred, _, v in sources}
+    reach = tuple(r for r in (source_variant(v, source_of[id(v.rule)]) for v in readers)
+                  if r is not None)
+    return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed,
+                           reach if len(reach) == len(readers) else ())
+
+
+def source_variant(v: Variant, source: str) -> tuple[str, Variant] | None:
+    """``v`` (a rule of the maintained relation, triggered by it) cut after the scan of its
+    rule's ``source`` atom, projecting that atom's columns: the source tuples whose
+    derivations read ``v``'s delta. None when the atom is not all distinct variables or the
+    rule reads ``source`` more than once (a source tuple could not be told from the
+    bindings)."""
+    atoms = [a for a in v.rule.body if isinstance(a, Atom) and a.pred == source]
+    scans = [i for i, op in enumerate(v.ops)
+             if isinstance(op, Scan) and op.pred == source and not op.negated]
+    if len(atoms) != 1 or len(scans) != 1:
+        return None
+    args = v.ops[scans[0]].args
+    if not all(isinstance(t, Var) for t in args) or len({t.name for t in args}) != len(args):
+        return None
+    return source, replace(v, ops=v.ops[:scans[0] + 1], head=args, embeds=None)
 
 
 @dataclass(frozen=True)
@@ -311,7 +333,7 @@ class MaintainedEngine(PythonEngine):
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
         self._frames: columnar.Maintained | None = None
-        """The complete layer on frames, for updates of large layers (:meth:`_on_frames`)."""
+        """The complete layer on frames after an evaluation, for revival (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
         """Lookups of the complete layer made on frames, per relation and columns: revival
         looks a large layer up on its frames (one probe per batch) instead of building a hash
@@ -638,141 +660,127 @@ class MaintainedEngine(PythonEngine):
 
     def _rederive_stale(self, stale: set[tuple], up: UpdateStats
                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
-        """Re-derive ``stale`` and the parents they reach, in rank order, on frames for large
-        layers; returns each changed group's selected tuples that went and that came."""
-        frames = self._on_frames()
-        if frames is not None:
-            return self._update_on_frames(frames, stale, up)
-        return self._update_on_tuples(stale, up)
+        """Re-derive the ``stale`` groups and the parents they reach, in rank order, a rank
+        at a time (:meth:`_rederive_groups`); returns each changed group's selected tuples
+        that went and that came.
 
-    def _update_on_tuples(self, stale: set[tuple], up: UpdateStats
-                          ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
-        """Re-derive the stale groups and the parents they reach, group by group in rank
-        order; returns each changed group's selected tuples that went and that came."""
+        A parent reached only through changed children (not stale itself: its built-ins
+        answer as before) is re-derived from the source tuples that read a changed child and
+        those of its selected tuples (:attr:`MaintenancePlan.reach`), not from all of them:
+        every other source tuple derives what it did, which was worse than the selected ones
+        (or above the bound), so unless the selected ones got worse (then the group is
+        re-derived whole), the best of those few is the group's best."""
         plan, complete = self.plan, self.complete
-        heap = [(self._rank(self.ctx, *g)[0][0], g) for g in stale]
-        heapq.heapify(heap)
+        self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
+        cols_of = {pred: cols for pred, cols, _ in plan.sources}
+        partial: dict[tuple, dict[str, set[tuple]]] | None = (
+            {} if plan.reach and self._sel is not None else None)
+        pending: dict[int, set[tuple]] = {}
+        for g in stale:
+            pending.setdefault(self._rank(self.ctx, *g)[0][0], set()).add(g)
         queued = set(stale)
         changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
-        while heap:
-            _, g = heapq.heappop(heap)
-            up.rederived += 1
-            removed, added = self._rederive(g, up)
-            if not removed and not added:
-                continue
-            changes[g] = (removed, added)
-            delta = {plan.target: Relation(removed | added)}
-            for v in plan.parents:
-                for parent in set(self.run_variant(v, complete, delta)):
-                    if parent not in queued:
-                        queued.add(parent)
-                        heapq.heappush(heap, (self._rank(self.ctx, *parent)[0][0], parent))
-        return changes
 
-    def _on_frames(self) -> columnar.Maintained | None:
-        """The complete layer's frames when updates run on them (large layers; see
-        :func:`~.columnar.maintains_on_frames`), made at the first such update."""
-        if not columnar.maintains_on_frames(len(self.complete[self.plan.target])):
-            self._frames = None  # the tuples change alone from here: the frames would lag
-            return None
-        if self._frames is None:
-            # what updates scan, and what revival looks up: the layer's relations but its
-            # aggregates (which change group by group on tuples only)
-            plan = self.plan
-            preds = {plan.target} | {op.pred for _, _, v in plan.sources for op in v.ops
-                                     if isinstance(op, Scan)}
-            preds |= {op.pred for v in plan.parents for op in v.ops if isinstance(op, Scan)}
-            preds |= set(self._layer) - set(plan.aggregates) - {
-                p for i in plan.reseed for p in self.program.strata[i].preds}  # replaced
-            self._frames = columnar.Maintained(self, self.complete, preds)
-        self._frames.stats = self.stats
-        return self._frames
+        def queue(parent: tuple) -> None:
+            if parent not in queued:
+                queued.add(parent)
+                pending.setdefault(self._rank(self.ctx, *parent)[0][0], set()).add(parent)
 
-    def _update_on_frames(self, frames: columnar.Maintained, stale: set[tuple],
-                          up: UpdateStats) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
-        """As :meth:`_update_on_tuples`, a rank at a time: a group's sources read only lower
-        ranks, so one rank's groups are independent and re-derived together on frames."""
-        plan = self.plan
-        rank = self.program.builtins[self.program.strata[plan.stratum].schedule.rank]
-        pending: dict[int, set[tuple]] = {}
-
-        def queue(keys: Frame) -> None:
-            keys = distinct(keys)  # a parent reads many of a rank's changed children
-            if not keys.height:
-                return
-            row, ks = rank.batch(self.ctx, *(keys.python(c) for c in columnar.names(plan.key)))
-            ks = np.asarray(ks, dtype=np.int64)[np.argsort(np.asarray(row), kind="stable")]
-            for g, k in zip(keys.rows(columnar.names(plan.key)), ks.tolist(), strict=True):
-                if g not in queued:
-                    queued.add(g)
-                    pending.setdefault(k, set()).add(g)
-
-        queued: set[tuple] = set()
-        queue(frames.key_frame(plan.target, stale, plan.key))
-        changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
         while pending:
             groups = sorted(pending.pop(min(pending)))
             up.rederived += len(groups)
-            changed, went_came = self._rederive_rank(frames, groups, up)
-            if not changed.height:
+            changed = self._rederive_groups(groups, up, partial or {})
+            if not changed:
                 continue
-            changes.update(went_came)
-            for v in plan.parents:
-                queue(frames.run_variant(v, {plan.target: changed}))
+            changes.update(changed)
+            delta = {plan.target: Relation(t for went, came in changed.values()
+                                           for t in (*went, *came))}
+            if partial is None:
+                for v in plan.parents:
+                    for parent in self.run_variant(v, complete, delta):
+                        queue(parent)
+                continue
+            for source, v in plan.reach:
+                key = key_of(cols_of[source])
+                for row in self.run_variant(v, complete, delta):
+                    parent = key(row)
+                    if parent not in stale:
+                        partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+                    queue(parent)
         return changes
 
-    def _rederive_rank(self, frames: columnar.Maintained, groups: list[tuple],
-                       up: UpdateStats
-                       ) -> tuple[Frame, dict[tuple, tuple[set[tuple], set[tuple]]]]:
-        """Re-derive one rank's ``groups`` on frames and put the result in place (tuples and
-        frames); returns the selected tuples that went or came, as a frame, and each changed
-        group's that went and that came."""
-        plan, target = self.plan, self.plan.target
-        width = len(self.program.schemas[target])
-        cols = columnar.names(width)
-        keys = frames.key_frame(target, groups, plan.key)
-        found = []
-        for source, at, v in plan.sources:
-            rows, _ = frames.rows_with(source, at, keys)
-            if rows.height:
-                found.append(frames.run_variant(v, {source: rows}))
-        cands = concat(found) if found else frames.frame(target, ())
-        up.derived[target] = up.derived.get(target, 0) + cands.height
-        if self._sel is not None and cands.height:
-            ids, best = group_best(cands, cols[:plan.key], cols[self._sel.value],
-                                   self._sel.func)
-            cands = cands.filter(cands.cols[cols[self._sel.value]] == best[ids])
-        by_group: dict[tuple, list[tuple]] = {g: [] for g in groups}
-        for r in cands.rows(cols):
-            by_group[r[:plan.key]].append(r)
-        old, rids = frames.rows_with(target, tuple(range(plan.key)), keys)
-        rid_of = dict(zip(old.rows(cols), rids.tolist(), strict=True))
-        changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
-        dead: list[int] = []
-        gone: list[tuple] = []
-        born: list[tuple] = []
-        for g in groups:
-            removed, added = self._settle(g, by_group[g])
-            if removed or added:
-                changes[g] = (removed, added)
-                dead += [rid_of[r] for r in removed]
-                gone += removed
-                born += added
-        frames.kill(target, np.asarray(dead, dtype=np.int64))
-        frames.append(target, frames.frame(target, born))
-        return frames.frame(target, gone + born), changes
-
-    def _rederive(self, g: tuple, up: UpdateStats) -> tuple[set[tuple], set[tuple]]:
-        """Re-derive group ``g`` of the maintained relation from its source tuples; returns
-        the selected tuples that went and those that came (both empty if nothing changed)."""
+    def _rederive_groups(self, groups: list[tuple], up: UpdateStats,
+                         partial: Mapping[tuple, Mapping[str, set[tuple]]]
+                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
+        """Re-derive ``groups`` (all of one rank) of the maintained relation, each rule run
+        once over all their source tuples: a group's sources read only lower ranks, so one
+        rank's groups are independent. A group in ``partial`` is re-derived from the source
+        tuples given there and those of its selected tuples, and from the rest of its source
+        tuples too only when its selected tuples got worse (:meth:`_rederive_stale`).
+        Returns each changed group's selected tuples that went and that came."""
         plan, complete = self.plan, self.complete
-        cands: list[tuple] = []
-        for source, cols, v in plan.sources:
-            rows = complete[source].index(cols).get(g)
+        selected = complete[plan.target].index(tuple(range(plan.key)))
+        cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
+        used: dict[tuple[tuple, int], set[tuple]] = {}  # (partial group, rule) -> sources run
+
+        def derive(rows: list[tuple], source: str, v: Variant) -> None:
             if rows:
-                cands.extend(self.run_variant(v, complete, {source: Relation(rows)}))
-        up.derived[plan.target] = up.derived.get(plan.target, 0) + len(cands)
-        return self._settle(g, cands)
+                for t in self.run_variant(v, complete, {source: Relation(rows)}):
+                    cands[t[:plan.key]].append(t)
+
+        for k, (source, cols, v) in enumerate(plan.sources):
+            idx = complete[source].index(cols)
+            rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
+            have = complete[source].rows
+            for g in groups:
+                if g in partial:
+                    mine = used[(g, k)] = set(partial[g].get(source, ()))
+                    mine.update(r for t in selected.get(g, ())
+                                if (r := tuple(t[h] for h in v.embeds)) in have)
+                    rows += mine
+            derive(rows, source, v)
+        worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
+        for k, (source, cols, v) in enumerate(plan.sources if worse else ()):
+            idx = complete[source].index(cols)
+            derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
+                   source, v)
+        up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
+                                                                           cands.values()))
+        out = {}
+        for g in groups:
+            if cands[g] or g in selected:
+                removed, added = self._settle(g, cands[g])
+                if removed or added:
+                    out[g] = (removed, added)
+        return out
+
+    def _got_worse(self, g: tuple, cands: list[tuple]) -> bool:
+        """Whether group ``g`` holds selected tuples and the best of ``cands`` (within the
+        bound) is worse than they are, or there is none."""
+        sel, target = self._sel, self.plan.target
+        old = self.complete[target].index(tuple(range(self.plan.key))).get(g)
+        if not old or sel is None:
+            return bool(old)
+        kept = self._within(target, cands) if self.bounded else cands
+        if not kept:
+            return True
+        was = next(iter(old))[sel.value]
+        if sel.func == "min":
+            return min(r[sel.value] for r in kept) > was
+        return max(r[sel.value] for r in kept) < was
+
+    def _on_frames(self) -> None:
+        """After an evaluation from scratch, the complete layer's frames for a large layer
+        (:func:`~.columnar.maintains_on_frames`), which the live layer's revival looks up
+        (:meth:`_probing`) instead of building hash indexes over all of it; none for a small
+        one. Updates run on tuples and drop them (:meth:`_rederive_stale`)."""
+        self._frames = None
+        if columnar.maintains_on_frames(len(self.complete[self.plan.target])):
+            plan = self.plan
+            preds = set(self._layer) - set(plan.aggregates) - {
+                p for i in plan.reseed for p in self.program.strata[i].preds}  # replaced
+            self._frames = columnar.Maintained(self, self.complete, preds)
+            self._frames.stats = self.stats
 
     def _settle(self, g: tuple, cands: list[tuple]) -> tuple[set[tuple], set[tuple]]:
         """Put group ``g``'s best re-derived candidates in place of its selected tuples;
