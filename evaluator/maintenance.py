@@ -64,7 +64,7 @@ from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
 from reopt.evaluator.ast import Atom, Var
-from reopt.evaluator.compiler import Call, CompiledProgram, Scan, Variant
+from reopt.evaluator.compiler import Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
@@ -123,6 +123,11 @@ class MaintenancePlan:
     bound the source atom, projecting the source tuple — the parents' source tuples (their
     alternatives) that read changed ``target`` tuples. Empty when some rule's source atom is
     not all distinct variables, or appears twice: parents are then re-derived whole."""
+    enter: tuple[tuple[str, Variant], ...] = ()
+    """As :attr:`reach`, cut later: after every scan and comparison before the first
+    built-in call, so that with all present ``target`` tuples as the delta it yields the
+    source tuples all of whose ``target`` atoms match present tuples (empty with
+    :attr:`reach`)."""
 
 
 def caps_within(caps: Mapping[tuple, Any], key: tuple, value: Any) -> bool:
@@ -208,18 +213,22 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     readers = [v for v in program.triggers.get(target, ()) if v.head_pred == target]
     parents = tuple(key_variant(v, key) for v in readers)
     source_of = {id(v.rule): pred for pred, _, v in sources}
-    reach = tuple(r for r in (source_variant(v, source_of[id(v.rule)]) for v in readers)
-                  if r is not None)
+    reach = [source_variant(v, source_of[id(v.rule)]) for v in readers]
+    enter = [source_variant(v, source_of[id(v.rule)], joined=True) for v in readers]
+    if any(r is None for r in (*reach, *enter)):
+        reach = enter = []
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed,
-                           reach if len(reach) == len(readers) else ())
+                           tuple(reach), tuple(enter))  # type: ignore[arg-type]
 
 
-def source_variant(v: Variant, source: str) -> tuple[str, Variant] | None:
+def source_variant(v: Variant, source: str, *, joined: bool = False
+                   ) -> tuple[str, Variant] | None:
     """``v`` (a rule of the maintained relation, triggered by it) cut after the scan of its
-    rule's ``source`` atom, projecting that atom's columns: the source tuples whose
-    derivations read ``v``'s delta. None when the atom is not all distinct variables or the
-    rule reads ``source`` more than once (a source tuple could not be told from the
-    bindings)."""
+    rule's ``source`` atom — ``joined``: also after the scans and comparisons that follow it
+    up to the first built-in call — projecting that atom's columns: the source tuples whose
+    derivations read ``v``'s delta (and match the other atoms scanned). None when the atom
+    is not all distinct variables or the rule reads ``source`` more than once (a source
+    tuple could not be told from the bindings)."""
     atoms = [a for a in v.rule.body if isinstance(a, Atom) and a.pred == source]
     scans = [i for i, op in enumerate(v.ops)
              if isinstance(op, Scan) and op.pred == source and not op.negated]
@@ -228,7 +237,11 @@ def source_variant(v: Variant, source: str) -> tuple[str, Variant] | None:
     args = v.ops[scans[0]].args
     if not all(isinstance(t, Var) for t in args) or len({t.name for t in args}) != len(args):
         return None
-    return source, replace(v, ops=v.ops[:scans[0] + 1], head=args, embeds=None)
+    end = scans[0] + 1
+    while joined and end < len(v.ops) and (isinstance(v.ops[end], Filter) or (
+            isinstance(v.ops[end], Scan) and not v.ops[end].negated)):
+        end += 1
+    return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
 
 
 @dataclass(frozen=True)
@@ -321,6 +334,10 @@ class MaintainedEngine(PythonEngine):
         """Evaluations and updates whose complete layer was re-derived without bounds."""
         st = compiled.strata[self.plan.stratum]
         self._sel = compiled.features.aggsel.get(self.plan.target)
+        self._reads_target = [any(isinstance(op, Scan) and op.pred == self.plan.target
+                                   for op in v.ops) for _, _, v in self.plan.sources]
+        """Per rule of the maintained relation (:attr:`MaintenancePlan.sources`): whether it
+        reads that relation (a child's plans), or only its source and built-ins."""
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
         self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
         self._seeds = shape.seeds
@@ -577,9 +594,9 @@ class MaintainedEngine(PythonEngine):
         some query's optimum."""
         if caps or self.program.features.bound:
             self._caps = self._seed_caps()  # the complete layer's bounds from here
-        stale = self._stale(old, caps)
-        up.stale = len(stale)
-        changes = self._rederive_stale(stale, up)
+        stale, entering = self._stale(old, caps)
+        up.stale = len(stale | entering)
+        changes = self._rederive_stale(stale, up, entering)
         if self.program.features.bound and not self._bound_caps():
             # the new seed is below some query's optimum (rules whose space lacks the greedy
             # plan): the layer is completed without bounds, as a from-scratch evaluation falls
@@ -587,18 +604,21 @@ class MaintainedEngine(PythonEngine):
             self.fallbacks += 1
             up.fallback = True
             bounded, self._caps = self._caps, {}
-            again = self._stale(self.ctx, bounded)
-            up.stale += len(again)
-            for g, (removed, added) in self._rederive_stale(again, up).items():
+            again, entering = self._stale(self.ctx, bounded)
+            up.stale += len(again | entering)
+            for g, (removed, added) in self._rederive_stale(again, up, entering).items():
                 went, came = changes.get(g, (set(), set()))
                 went, came = went | (removed - came), (came - removed) | added
                 changes[g] = (went - came, came - went)
         up.changed = len(changes)
         return changes
 
-    def _stale(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]]) -> set[tuple]:
+    def _stale(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]]
+               ) -> tuple[set[tuple], set[tuple]]:
         """The groups to re-derive after the plan spaces ``old`` became ``self.ctx`` and the
-        complete layer's bounds ``caps`` became ``self._caps``.
+        complete layer's bounds ``caps`` became ``self._caps``: those to re-derive whole, and
+        those absent under a bound that rose (built-ins answering as before), which may enter
+        (:meth:`_rederive_stale`).
 
         The complete layer holds exactly the groups whose best plan does not exceed their
         bound (a plan's inputs cost no more than it: an OR node above the bound has no plan
@@ -608,8 +628,8 @@ class MaintainedEngine(PythonEngine):
         absent under it (Section 5.3: a bound that rises re-introduces plans)."""
         plan, complete = self.plan, self.complete
         by_key = complete[plan.target].index(tuple(range(plan.key)))
-        if not caps and not self._caps:
-            return self._stale_keys(old, by_key.keys())  # unbounded: every group is there
+        if not caps and not self._caps:  # unbounded: every group is there
+            return self._stale_keys(old, by_key.keys()), set()
         keys: set[tuple] = set()
         for source, cols, _ in plan.sources:
             keys.update(complete[source].index(cols))
@@ -617,14 +637,13 @@ class MaintainedEngine(PythonEngine):
         new = self._caps.get(plan.target, {})
         was = caps.get(plan.target, {})
         if not new and not was:
-            return stale
+            return stale, set()
         width = len(next(iter(new or was)))
         # (no bound for a key: unbounded, above every bound)
         rose = {k for k in set(new) | set(was)
                 if (c := new.get(k)) is None or ((w := was.get(k)) is not None and c > w)}
         fell = {k for k in new if (w := was.get(k)) is None or new[k] < w}
-        if rose:
-            stale.update(g for g in keys if g[:width] in rose and not by_key.get(g))
+        entering = {g for g in keys if g[:width] in rose and not by_key.get(g)} - stale
         if fell:
             agg = next(iter(plan.aggregates), None)
             if agg is not None:
@@ -635,7 +654,7 @@ class MaintainedEngine(PythonEngine):
                         stale.add(g)
             else:
                 stale.update(g for g in by_key if g[:width] in fell)
-        return stale
+        return stale, entering
 
     def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple]) -> set[tuple]:
         """:func:`stale_keys` of ``keys``; for the update's own statistics change (from
@@ -658,27 +677,44 @@ class MaintainedEngine(PythonEngine):
             self._named |= stale_keys(self._old, self.ctx, unknown)
         return keys & self._named
 
-    def _rederive_stale(self, stale: set[tuple], up: UpdateStats
+    def _rederive_stale(self, stale: set[tuple], up: UpdateStats,
+                        entering: set[tuple] = frozenset()  # type: ignore[assignment]
                         ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
-        """Re-derive the ``stale`` groups and the parents they reach, in rank order, a rank
-        at a time (:meth:`_rederive_groups`); returns each changed group's selected tuples
-        that went and that came.
+        """Re-derive the ``stale`` groups, the ``entering`` ones (absent under a bound that
+        rose, their built-ins answering as before) and the parents they reach, in rank order,
+        a rank at a time (:meth:`_rederive_groups`); returns each changed group's selected
+        tuples that went and that came.
 
         A parent reached only through changed children (not stale itself: its built-ins
         answer as before) is re-derived from the source tuples that read a changed child and
         those of its selected tuples (:attr:`MaintenancePlan.reach`), not from all of them:
         every other source tuple derives what it did, which was worse than the selected ones
         (or above the bound), so unless the selected ones got worse (then the group is
-        re-derived whole), the best of those few is the group's best."""
+        re-derived whole), the best of those few is the group's best. Likewise an entering
+        group is derived from its source tuples whose children are all present
+        (:attr:`MaintenancePlan.enter`; any other reads a child absent before, which comes
+        back, if at all, as a changed child) and those of rules reading no child
+        (:meth:`_rederive_groups`)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
         cols_of = {pred: cols for pred, cols, _ in plan.sources}
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
             {} if plan.reach and self._sel is not None else None)
+        if partial is None:
+            stale = stale | entering  # (no way to tell their alternatives: whole)
+        elif entering:
+            present = {plan.target: Relation(complete[plan.target].rows)}
+            for source, v in plan.enter:
+                key = key_of(cols_of[source])
+                for row in set(self.run_variant(v, complete, present)):
+                    if (g := key(row)) in entering:
+                        partial.setdefault(g, {}).setdefault(source, set()).add(row)
+            for g in entering:
+                partial.setdefault(g, {})
         pending: dict[int, set[tuple]] = {}
-        for g in stale:
+        for g in stale | entering:
             pending.setdefault(self._rank(self.ctx, *g)[0][0], set()).add(g)
-        queued = set(stale)
+        queued = stale | entering
         changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
 
         def queue(parent: tuple) -> None:
@@ -730,10 +766,11 @@ class MaintainedEngine(PythonEngine):
 
         for k, (source, cols, v) in enumerate(plan.sources):
             idx = complete[source].index(cols)
-            rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
+            whole = [g for g in groups if g not in partial or not self._reads_target[k]]
+            rows = [r for g in whole for r in idx.get(g, ())]
             have = complete[source].rows
             for g in groups:
-                if g in partial:
+                if g in partial and self._reads_target[k]:
                     mine = used[(g, k)] = set(partial[g].get(source, ()))
                     mine.update(r for t in selected.get(g, ())
                                 if (r := tuple(t[h] for h in v.embeds)) in have)
@@ -742,8 +779,9 @@ class MaintainedEngine(PythonEngine):
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for k, (source, cols, v) in enumerate(plan.sources if worse else ()):
             idx = complete[source].index(cols)
-            derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
-                   source, v)
+            if self._reads_target[k]:
+                derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
+                       source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
         out = {}
