@@ -77,8 +77,9 @@ MIN_TUPLES = 10_000
 many tuples (measured on the workload under ``cout``: at about 10,000 csg-cmp pairs frames and
 tuples break even; below, a frame operation's fixed cost outweighs its loop)."""
 MIN_SELECTED = 1_000
-"""``auto``: incremental maintenance keeps the complete layer on frames when it holds at least
-this many selected tuples (:func:`maintains_on_frames`)."""
+"""``auto``: a maintained evaluation keeps its complete layer on frames after an evaluation
+from scratch, for revival's lookups, when it holds at least this many selected tuples
+(:func:`maintains_on_frames`)."""
 MIN_DELTA = 2_000
 """``auto``: a recursive stratum the tuple engine began goes on on frames once one iteration
 derives this many tuples."""
@@ -552,45 +553,17 @@ class ColumnarStratum:
 
 
 class Maintained(ColumnarStratum):
-    """Frames of a maintained evaluation's complete layer (:mod:`.maintenance`), kept in
-    step with its tuples across updates: a deleted row is marked dead, an inserted one
-    appended (indexes grow, probes skip the dead). An update re-derives a whole rank of
-    groups with one run of each rule — one call of each built-in — instead of group by
-    group, tuple by tuple."""
+    """Frames of a maintained evaluation's complete layer (:mod:`.maintenance`) right after
+    an evaluation from scratch, for the live layer's revival to look a large layer up on —
+    one probe for many keys — instead of building hash indexes over all of it. Updates run
+    on tuples and drop these frames (they would lag)."""
 
     def __init__(self, engine: PythonEngine, rels: Mapping[str, Any], preds: Iterable[str]):
         self._frames_of(engine, rels, preds)
-        self.alive = {p: np.ones(f.height, dtype=bool) for p, f in self.full.items()}
-
-    def _whole(self, pred: str) -> Frame:
-        return self.full[pred].filter(self.alive[pred])
-
-    def _probe(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
-               below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        li, ri = super()._probe(pred, cols, values, below)
-        live = self.alive[pred][ri]
-        return li[live], ri[live]
-
-    def rows_with(self, pred: str, cols: tuple[int, ...], keys: Frame) -> tuple[Frame, np.ndarray]:
-        """The live rows of ``pred`` whose columns ``cols`` equal a row of ``keys`` (its
-        columns in that order), and their row ids."""
-        _, ri = self._probe(pred, cols, list(keys.cols.values()))
-        ri = np.unique(ri)
-        return self.full[pred].take(ri), ri
-
-    def kill(self, pred: str, rids: np.ndarray) -> None:
-        self.alive[pred][rids] = False
-
-    def append(self, pred: str, rows: Frame) -> None:
-        self.alive[pred] = np.concatenate((self.alive[pred], np.ones(rows.height, bool)))
-        super().append(pred, rows)
-
-    def frame(self, pred: str, rows: Iterable[tuple]) -> Frame:
-        return self._frame_of(rows, pred)
 
     def lookup(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                ) -> tuple[list[int], list[tuple]]:
-        """The live rows of ``pred`` whose columns ``cols`` equal one of ``keys``: for each
+        """The rows of ``pred`` whose columns ``cols`` equal one of ``keys``: for each
         match, the key's position and the row (as a tuple)."""
         if not keys:
             return [], []
@@ -600,15 +573,10 @@ class Maintained(ColumnarStratum):
         rows = self.full[pred].take(ri).rows(names(len(types)))
         return li.tolist(), rows
 
-    def key_frame(self, pred: str, keys: Iterable[tuple], width: int) -> Frame:
-        """Group keys (the leading ``width`` columns of ``pred``) as a frame."""
-        types = self.types[pred][:width]
-        return Frame.from_rows(keys, names(width), types)
-
 
 def maintains_on_frames(tuples: int) -> bool:
-    """Whether incremental maintenance over a complete layer of ``tuples`` selected tuples
-    keeps it on frames (:class:`Maintained`)."""
+    """Whether a maintained evaluation whose complete layer holds ``tuples`` selected tuples
+    keeps it on frames after an evaluation from scratch, for revival (:class:`Maintained`)."""
     how = mode()
     return how == "always" or (how == "auto" and tuples >= MIN_SELECTED)
 

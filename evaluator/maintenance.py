@@ -24,13 +24,18 @@ pruning mode. The engine keeps two layers between evaluations:
 An update (Section 5.1's cases, at the granularity of OR nodes):
 
 1. The costmodel names the *stale* groups (:func:`reopt.costmodel.builtins.stale_keys`): those
-   whose built-in results may have changed.
+   for which a ``statistics`` built-in answers differently (compared value for value among
+   the groups whose inputs the deltas moved).
 2. Groups are re-derived in the maintained stratum's schedule order (ascending rank: children
-   before parents). Re-deriving a group runs the rules of the selected relation for the
-   group's source tuples only (for the optimizer: R6–R8 for the OR node's SearchSpace
-   tuples), selects the best, and re-aggregates. When a group's selected tuples change —
-   insertion, deletion, or cost update — the groups whose rules read them (parents) are
-   re-derived too; when they do not, propagation stops there (lazy propagation).
+   before parents), a rank at a time: one rank's groups read only lower ranks, so each rule
+   runs once over all their source tuples. Re-deriving a group runs the rules of the
+   selected relation for the group's source tuples (for the optimizer: R6–R8 for the OR
+   node's SearchSpace tuples), selects the best, and re-aggregates. When a group's selected
+   tuples change — insertion, deletion, or cost update — the groups whose rules read them
+   (parents) are re-derived too; when they do not, propagation stops there (lazy
+   propagation). A parent that is not stale itself is re-derived from the source tuples
+   reading a changed child and those of its selected tuples only — every other one derives
+   what it did, worse than the selected — and whole only if its selected tuples got worse.
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
    it (undoing suppression, reference counts 0 → 1). The later strata follow the
@@ -41,10 +46,12 @@ The seed bounds of ``.bound`` depend on the statistics: their strata (read by no
 only inputs and facts: :attr:`MaintenancePlan.reseed`) are evaluated again on every update,
 and the complete layer follows them (Section 5.3): a bound that falls re-derives the groups
 above it (they leave, their parents with them), one that rises re-derives every group absent
-under it (bounds that rise re-introduce plans), and a stale group is re-derived whether it is
-present or not (a cheaper one may come within the bound). If the new seed leaves some query
-without its root's plans, the groups the bounds kept out are derived too, unbounded
-(:attr:`UpdateStats.fallback`). The live layer then takes the changed groups as in step 3.
+under it (bounds that rise re-introduce plans: from its source tuples whose children are all
+present, the others coming back through changed children), and a stale group is re-derived
+whether it is present or not (a cheaper one may come within the bound). If the new seed
+leaves some query without its root's plans, the groups the bounds kept out are derived too,
+unbounded (:attr:`UpdateStats.fallback`). The live layer then takes the changed groups as in
+step 3.
 
 Nothing here is specific to one rule: the maintained stratum, its source relation, its group
 key (the schedule's rank inputs) and the parents' rules are read off the compiled program, and
@@ -59,6 +66,8 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
@@ -339,6 +348,7 @@ class MaintainedEngine(PythonEngine):
         """Per rule of the maintained relation (:attr:`MaintenancePlan.sources`): whether it
         reads that relation (a child's plans), or only its source and built-ins."""
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
+        self._rank_batch = compiled.builtins[st.schedule.rank].batch  # type: ignore[union-attr]
         self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
         self._seeds = shape.seeds
         self._suppressing = shape.suppressing
@@ -712,16 +722,16 @@ class MaintainedEngine(PythonEngine):
             for g in entering:
                 partial.setdefault(g, {})
         pending: dict[int, set[tuple]] = {}
-        for g in stale | entering:
-            pending.setdefault(self._rank(self.ctx, *g)[0][0], set()).add(g)
-        queued = stale | entering
+        queued: set[tuple] = set()
+
+        def queue(groups: set[tuple]) -> None:
+            groups -= queued
+            queued.update(groups)
+            for g, k in zip(groups, self._ranks(groups), strict=True):
+                pending.setdefault(k, set()).add(g)
+
+        queue(stale | entering)
         changes: dict[tuple, tuple[set[tuple], set[tuple]]] = {}
-
-        def queue(parent: tuple) -> None:
-            if parent not in queued:
-                queued.add(parent)
-                pending.setdefault(self._rank(self.ctx, *parent)[0][0], set()).add(parent)
-
         while pending:
             groups = sorted(pending.pop(min(pending)))
             up.rederived += len(groups)
@@ -731,19 +741,30 @@ class MaintainedEngine(PythonEngine):
             changes.update(changed)
             delta = {plan.target: Relation(t for went, came in changed.values()
                                            for t in (*went, *came))}
+            parents: set[tuple] = set()
             if partial is None:
                 for v in plan.parents:
-                    for parent in self.run_variant(v, complete, delta):
-                        queue(parent)
-                continue
-            for source, v in plan.reach:
+                    parents.update(self.run_variant(v, complete, delta))
+            for source, v in plan.reach if partial is not None else ():
                 key = key_of(cols_of[source])
                 for row in self.run_variant(v, complete, delta):
                     parent = key(row)
+                    parents.add(parent)
                     if parent not in stale:
                         partial.setdefault(parent, {}).setdefault(source, set()).add(row)
-                    queue(parent)
+            queue(parents)
         return changes
+
+    def _ranks(self, groups: Collection[tuple]) -> list[int]:
+        """The schedule's rank of each of ``groups`` (in their iteration order), from one
+        call of the rank built-in's batch form (where it has one)."""
+        if not groups:
+            return []
+        if self._rank_batch is None:
+            return [self._rank(self.ctx, *g)[0][0] for g in groups]
+        row, ks = self._rank_batch(self.ctx, *zip(*groups, strict=True))
+        return np.asarray(ks, dtype=np.int64)[np.argsort(np.asarray(row), kind="stable")
+                                               ].tolist()
 
     def _rederive_groups(self, groups: list[tuple], up: UpdateStats,
                          partial: Mapping[tuple, Mapping[str, set[tuple]]]
