@@ -60,6 +60,7 @@ a program outside this shape is rejected with a clear error.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import deque
@@ -347,6 +348,8 @@ class MaintainedEngine(PythonEngine):
                                    for op in v.ops) for _, _, v in self.plan.sources]
         """Per rule of the maintained relation (:attr:`MaintenancePlan.sources`): whether it
         reads that relation (a child's plans), or only its source and built-ins."""
+        self._leaf_groups: set[tuple] | None | bool = False
+        """:meth:`_leaves`, once computed (False: not yet)."""
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
         self._rank_batch = compiled.builtins[st.schedule.rank].batch  # type: ignore[union-attr]
         self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
@@ -416,6 +419,7 @@ class MaintainedEngine(PythonEngine):
         t0 = time.perf_counter()
         self.program = self.complete_program
         self._frames = None
+        self._leaf_groups = False
         self._probes = {}
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
@@ -700,27 +704,41 @@ class MaintainedEngine(PythonEngine):
         those of its selected tuples (:attr:`MaintenancePlan.reach`), not from all of them:
         every other source tuple derives what it did, which was worse than the selected ones
         (or above the bound), so unless the selected ones got worse (then the group is
-        re-derived whole), the best of those few is the group's best. Likewise an entering
-        group is derived from its source tuples whose children are all present
+        re-derived whole), the best of those few is the group's best. A group without
+        selected tuples — entering, or stale and absent: its built-ins may answer otherwise,
+        but a plan needs its children's — is derived from its source tuples whose children
+        are all present
         (:attr:`MaintenancePlan.enter`; any other reads a child absent before, which comes
-        back, if at all, as a changed child) and those of rules reading no child
-        (:meth:`_rederive_groups`)."""
+        back, if at all, as a changed child) and, for one a rule reading no child can derive
+        (:meth:`_leaves`), all of them; an entering group with neither is not queued. An
+        unbounded layer (``bounded=False``, the Spark twin's shape) re-derives every group it
+        queues whole, as the Spark twin does (their update metrics are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
         cols_of = {pred: cols for pred, cols, _ in plan.sources}
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
-            {} if plan.reach and self._sel is not None else None)
+            {} if plan.reach and self._sel is not None and self.bounded else None)
         if partial is None:
             stale = stale | entering  # (no way to tell their alternatives: whole)
-        elif entering:
+        else:  # an absent group derives only from present children, stale or not
+            selected = complete[plan.target].index(tuple(range(plan.key)))
+            absent = {g for g in stale if not selected.get(g)}
+            stale, entering = stale - absent, entering | absent
+        if partial is not None and entering:
             present = {plan.target: Relation(complete[plan.target].rows)}
             for source, v in plan.enter:
                 key = key_of(cols_of[source])
                 for row in set(self.run_variant(v, complete, present)):
                     if (g := key(row)) in entering:
                         partial.setdefault(g, {}).setdefault(source, set()).add(row)
-            for g in entering:
-                partial.setdefault(g, {})
+            leaves = self._leaves()
+            for g in entering if leaves is None else entering & leaves:
+                mine = partial.setdefault(g, {})
+                for k, (source, cols, _) in enumerate(plan.sources):
+                    if not self._reads_target[k]:
+                        mine.setdefault(source, set()).update(
+                            complete[source].index(cols).get(g, ()))
+            entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
         queued: set[tuple] = set()
 
@@ -787,11 +805,10 @@ class MaintainedEngine(PythonEngine):
 
         for k, (source, cols, v) in enumerate(plan.sources):
             idx = complete[source].index(cols)
-            whole = [g for g in groups if g not in partial or not self._reads_target[k]]
-            rows = [r for g in whole for r in idx.get(g, ())]
+            rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
             have = complete[source].rows
             for g in groups:
-                if g in partial and self._reads_target[k]:
+                if g in partial:
                     mine = used[(g, k)] = set(partial[g].get(source, ()))
                     mine.update(r for t in selected.get(g, ())
                                 if (r := tuple(t[h] for h in v.embeds)) in have)
@@ -800,9 +817,8 @@ class MaintainedEngine(PythonEngine):
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for k, (source, cols, v) in enumerate(plan.sources if worse else ()):
             idx = complete[source].index(cols)
-            if self._reads_target[k]:
-                derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
-                       source, v)
+            derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
+                   source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
         out = {}
@@ -812,6 +828,31 @@ class MaintainedEngine(PythonEngine):
                 if removed or added:
                     out[g] = (removed, added)
         return out
+
+    def _leaves(self) -> set[tuple] | None:
+        """The groups with a source tuple that a rule reading no tuple of the maintained
+        relation keeps up to its first built-in call: those whose plans need no other
+        group's (for the optimizer, the leaves' scans). What those ops read — the source
+        relation, facts, relations of earlier strata — no update changes (no statistics
+        built-in runs before the maintained stratum), so it is computed once per evaluation.
+        None when such a rule binds its group key only in a call: every group may be one."""
+        if self._leaf_groups is False:
+            plan, out = self.plan, set()
+            for k, (source, _, v) in enumerate(plan.sources):
+                if self._reads_target[k]:
+                    continue
+                cut = list(itertools.takewhile(lambda op: not isinstance(op, Call), v.ops))
+                bound = {t.name for op in cut if isinstance(op, Scan) and not op.negated
+                         for t in op.args if isinstance(t, Var)}
+                head = v.head[:plan.key]
+                if not all(isinstance(t, Var) and t.name in bound for t in head):
+                    self._leaf_groups = None
+                    return None
+                out.update(self.run_variant(
+                    replace(v, ops=tuple(cut), head=head, embeds=None), self.complete,
+                    {source: self.complete[source]}))
+            self._leaf_groups = out
+        return self._leaf_groups  # type: ignore[return-value]
 
     def _got_worse(self, g: tuple, cands: list[tuple]) -> bool:
         """Whether group ``g`` holds selected tuples and the best of ``cands`` (within the

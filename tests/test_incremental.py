@@ -165,7 +165,9 @@ def test_api_update_is_incremental_and_exact():
         assert m["incremental"] is True
         assert 0 < m["updated"]["or_nodes"] <= m["search_space"]["or_nodes"]
         assert m["update_ratio"]["or"] == m["updated"]["or_nodes"] / 100
-        assert m["rederived"]["or_nodes"] >= m["rederived"]["stale"] > 0
+        # (a stale OR node without plans none of whose alternatives has all its inputs'
+        # plans is named but not re-derived: nothing could derive it)
+        assert m["rederived"]["stale"] > 0 and m["rederived"]["or_nodes"] > 0
     # Q5 groups (hashagg/sortagg): no plan uses topsort, so scaling it touches nothing
     step = opt.update("cost topsort *2")
     assert step.metrics["updated"] == {"or_nodes": 0, "and_nodes": 0}
