@@ -60,7 +60,6 @@ a program outside this shape is rejected with a clear error.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections import deque
@@ -134,10 +133,10 @@ class MaintenancePlan:
     alternatives) that read changed ``target`` tuples. Empty when some rule's source atom is
     not all distinct variables, or appears twice: parents are then re-derived whole."""
     enter: tuple[tuple[str, Variant], ...] = ()
-    """As :attr:`reach`, cut later: after every scan and comparison before the first
-    built-in call, so that with all present ``target`` tuples as the delta it yields the
-    source tuples all of whose ``target`` atoms match present tuples (empty with
-    :attr:`reach`)."""
+    """Per entry of ``sources``: the variant reading a group's source tuples cut before its
+    first built-in call, projecting the source tuple — the source tuples whose scans and
+    comparisons hold, every ``target`` atom matching a present tuple: those that can derive
+    anything (empty with :attr:`reach`)."""
 
 
 def caps_within(caps: Mapping[tuple, Any], key: tuple, value: Any) -> bool:
@@ -224,7 +223,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     parents = tuple(key_variant(v, key) for v in readers)
     source_of = {id(v.rule): pred for pred, _, v in sources}
     reach = [source_variant(v, source_of[id(v.rule)]) for v in readers]
-    enter = [source_variant(v, source_of[id(v.rule)], joined=True) for v in readers]
+    enter = [source_variant(v, pred, joined=True) for pred, _, v in sources]
     if any(r is None for r in (*reach, *enter)):
         reach = enter = []
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed,
@@ -344,12 +343,6 @@ class MaintainedEngine(PythonEngine):
         """Evaluations and updates whose complete layer was re-derived without bounds."""
         st = compiled.strata[self.plan.stratum]
         self._sel = compiled.features.aggsel.get(self.plan.target)
-        self._reads_target = [any(isinstance(op, Scan) and op.pred == self.plan.target
-                                   for op in v.ops) for _, _, v in self.plan.sources]
-        """Per rule of the maintained relation (:attr:`MaintenancePlan.sources`): whether it
-        reads that relation (a child's plans), or only its source and built-ins."""
-        self._leaf_groups: set[tuple] | None | bool = False
-        """:meth:`_leaves`, once computed (False: not yet)."""
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
         self._rank_batch = compiled.builtins[st.schedule.rank].batch  # type: ignore[union-attr]
         self._layer, self._post, self._kept = shape.layer, shape.post, shape.kept
@@ -419,7 +412,6 @@ class MaintainedEngine(PythonEngine):
         t0 = time.perf_counter()
         self.program = self.complete_program
         self._frames = None
-        self._leaf_groups = False
         self._probes = {}
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
@@ -707,12 +699,11 @@ class MaintainedEngine(PythonEngine):
         re-derived whole), the best of those few is the group's best. A group without
         selected tuples — entering, or stale and absent: its built-ins may answer otherwise,
         but a plan needs its children's — is derived from its source tuples whose children
-        are all present
-        (:attr:`MaintenancePlan.enter`; any other reads a child absent before, which comes
-        back, if at all, as a changed child) and, for one a rule reading no child can derive
-        (:meth:`_leaves`), all of them; an entering group with neither is not queued. An
-        unbounded layer (``bounded=False``, the Spark twin's shape) re-derives every group it
-        queues whole, as the Spark twin does (their update metrics are compared)."""
+        are all present, or that read none (:attr:`MaintenancePlan.enter`; any other reads a
+        child absent before, which comes back, if at all, as a changed child); one with none
+        is not queued. An unbounded layer (``bounded=False``, the Spark twin's shape)
+        re-derives every group it queues whole, as the Spark twin does (their update metrics
+        are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
         cols_of = {pred: cols for pred, cols, _ in plan.sources}
@@ -725,19 +716,12 @@ class MaintainedEngine(PythonEngine):
             absent = {g for g in stale if not selected.get(g)}
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
-            present = {plan.target: Relation(complete[plan.target].rows)}
-            for source, v in plan.enter:
-                key = key_of(cols_of[source])
-                for row in set(self.run_variant(v, complete, present)):
-                    if (g := key(row)) in entering:
-                        partial.setdefault(g, {}).setdefault(source, set()).add(row)
-            leaves = self._leaves()
-            for g in entering if leaves is None else entering & leaves:
-                mine = partial.setdefault(g, {})
-                for k, (source, cols, _) in enumerate(plan.sources):
-                    if not self._reads_target[k]:
-                        mine.setdefault(source, set()).update(
-                            complete[source].index(cols).get(g, ()))
+            for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
+                idx, key = complete[source].index(cols), key_of(cols)
+                rows = [r for g in entering for r in idx.get(g, ())]
+                for row in set(self.run_variant(v, complete, {source: Relation(rows)})
+                               if rows else ()):
+                    partial.setdefault(key(row), {}).setdefault(source, set()).add(row)
             entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
         queued: set[tuple] = set()
@@ -828,31 +812,6 @@ class MaintainedEngine(PythonEngine):
                 if removed or added:
                     out[g] = (removed, added)
         return out
-
-    def _leaves(self) -> set[tuple] | None:
-        """The groups with a source tuple that a rule reading no tuple of the maintained
-        relation keeps up to its first built-in call: those whose plans need no other
-        group's (for the optimizer, the leaves' scans). What those ops read — the source
-        relation, facts, relations of earlier strata — no update changes (no statistics
-        built-in runs before the maintained stratum), so it is computed once per evaluation.
-        None when such a rule binds its group key only in a call: every group may be one."""
-        if self._leaf_groups is False:
-            plan, out = self.plan, set()
-            for k, (source, _, v) in enumerate(plan.sources):
-                if self._reads_target[k]:
-                    continue
-                cut = list(itertools.takewhile(lambda op: not isinstance(op, Call), v.ops))
-                bound = {t.name for op in cut if isinstance(op, Scan) and not op.negated
-                         for t in op.args if isinstance(t, Var)}
-                head = v.head[:plan.key]
-                if not all(isinstance(t, Var) and t.name in bound for t in head):
-                    self._leaf_groups = None
-                    return None
-                out.update(self.run_variant(
-                    replace(v, ops=tuple(cut), head=head, embeds=None), self.complete,
-                    {source: self.complete[source]}))
-            self._leaf_groups = out
-        return self._leaf_groups  # type: ignore[return-value]
 
     def _got_worse(self, g: tuple, cands: list[tuple]) -> bool:
         """Whether group ``g`` holds selected tuples and the best of ``cands`` (within the
