@@ -649,15 +649,16 @@ class PlanSpace:
                        ) -> set[tuple[int, str]]:
         """Those of ``nodes`` for which a ``statistics`` built-in answers differently here
         than under ``old``: the node's summary (its expression's estimated rows, estimated in
-        one vectorized call per space) or the local cost of one of its alternatives
+        one vectorized call per space for many nodes) or the local cost of one of its alternatives
         (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
         itself: such a node counts as stale)."""
         nodes = sorted(nodes)
         if not nodes:
             return set()
         masks = sorted({e & self.all for e, _ in nodes})
-        self.estimator.prefetch(masks)  # one vectorized call per space, into the memos
-        old.estimator.prefetch(masks)
+        if len(masks) >= PREFETCH_FROM:  # one vectorized call per space, into the memos
+            self.estimator.prefetch(masks)  # (below, numpy's fixed cost is more than it saves)
+            old.estimator.prefetch(masks)
         return {node for node in nodes
                 if self.summary(node[0]) != old.summary(node[0])
                 or self.node_costs(*node) != old.node_costs(*node)}

@@ -78,6 +78,10 @@ from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 
+BATCH_RANKS_FROM = 64
+"""Groups whose ranks one call of the rank built-in's batch form gives (below, numpy's fixed
+cost is more than the calls one by one cost: :meth:`MaintainedEngine._ranks`)."""
+
 FRAME_PROBES = 64
 """Lookups of one complete-layer relation made on its frames before a hash index of its
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
@@ -759,10 +763,10 @@ class MaintainedEngine(PythonEngine):
 
     def _ranks(self, groups: Collection[tuple]) -> list[int]:
         """The schedule's rank of each of ``groups`` (in their iteration order), from one
-        call of the rank built-in's batch form (where it has one)."""
+        call of the rank built-in's batch form (where it has one, for many groups)."""
         if not groups:
             return []
-        if self._rank_batch is None:
+        if self._rank_batch is None or len(groups) < BATCH_RANKS_FROM:
             return [self._rank(self.ctx, *g)[0][0] for g in groups]
         row, ks = self._rank_batch(self.ctx, *zip(*groups, strict=True))
         return np.asarray(ks, dtype=np.int64)[np.argsort(np.asarray(row), kind="stable")
