@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reopt.cliargs import positive_int
+
 HERE = Path(__file__).resolve().parent.parent
 
 RUNNER = r"""
@@ -81,7 +83,8 @@ def run(root: str | None, subject: str, model: str) -> dict:
                           str(HERE / "benchmarks")], capture_output=True, text=True, cwd="/",
                          check=False)
     if out.returncode:
-        raise SystemExit(f"update_ab: {subject} ({root or 'here'}) failed:\n{out.stderr}")
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"update_ab: {subject} ({root or 'this checkout'}): {last}")
     return json.loads(out.stdout)
 
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("subjects", nargs="+")
     ap.add_argument("--old-root", required=True, help="the other checkout's source tree")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=positive_int, default=2)
     ap.add_argument("--tpch-model", default="cout")
     args = ap.parse_args(argv)
     print("| subject | from scratch ms | old update ms | new update ms | old / new "
