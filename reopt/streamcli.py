@@ -171,7 +171,10 @@ def main(argv: list[str]) -> int:
     migration = args.migration or "moving"
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
     replanner = Replanner(opt, every, migration, args.batch_seconds, args.max_state)
-    cq = make_query(args.executor, opt.query, opt.catalog, args.data, None,
+    # the eddy and Spark's own join need only the executor's checks and windows here
+    executor = args.executor if args.strategy in ("adaptive", "static", "hindsight") \
+        else "spark"
+    cq = make_query(executor, opt.query, opt.catalog, args.data, None,
                     args.batch_seconds, opt.adjustments, state=state,
                     migration="moving" if migration == "auto" else migration)
     # bad input fails above, before Spark starts
