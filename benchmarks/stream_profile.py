@@ -10,8 +10,10 @@ Py4J — not the JVM's executors), the Spark jobs it started (counted with a job
 batch through ``SparkContext.statusTracker``), and the wall time inside each of the batch's
 parts: reading the files, building DataFrames from pandas (``createDataFrame``: window
 buffers, arrivals and kept states), collecting a stateful join's new results to the driver
-(``_rows``), and the final answer (constant conditions, SELECT list, collect). The rest
-(``other``) is planning the DataFrames and sliding the windows. Prints one table of means.
+(``_rows``), the joins (on Spark only building the DataFrame plans: the work runs in the
+collects), the final answer (constant conditions, SELECT list, collect), sliding the windows
+and the observations (``rate``/``sel`` deltas). The rest (``other``) is the delta
+bookkeeping, state expiry and migration. Prints one table of means.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from reopt.streamgen import generate_stream
 from reopt.streamlocal import make_query
 
 PARTS = {"_read": "read", "_frame": "createDataFrame", "_state_frame": "createDataFrame",
-         "_rows": "collect states", "_answer": "answer"}
+         "_rows": "collect states", "_join": "joins", "_answer": "answer",
+         "_slide": "slide", "observed": "observe"}
 
 
 def profile(executor: str, root: Path, spark, batch_seconds: int) -> dict[str, float]:

@@ -10,7 +10,10 @@ split small enough that a join runs in several; and what it refuses.
 
 from __future__ import annotations
 
+import json
 import random
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,11 +21,14 @@ from test_eddy import SEGTOLLS_ORACLE
 from test_stream import QUERY
 
 from reopt.api import Optimizer
+from reopt.costmodel.errors import ReoptError
 from reopt.execute import answer_digest
 from reopt.optimizers.exhaustive import all_plans
 from reopt.stream import StreamError
 from reopt.streamgen import generate_stream
 from reopt.streamlocal import make_query
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 @pytest.mark.spark
@@ -71,3 +77,31 @@ def test_local_executor_refuses_what_it_cannot_evaluate(tmp_path):
     opt = Optimizer(QUERY, catalog, cost_model="rate", optimizer="topdown")
     with pytest.raises(StreamError, match="unknown executor 'gpu'"):
         make_query("gpu", opt.query, opt.catalog, root, None)
+
+
+# -- the generator's presets ------------------------------------------------------------------
+def test_presets_are_phases_and_unknown_names_are_one_line_errors(tmp_path):
+    """``--phases drift``: thirds of ``--seconds`` with the preset's rates (the catalog the
+    first phase's); ``steady`` the same rates throughout; an unknown name is refused."""
+    m = generate_stream("nexmark", tmp_path / "d", seconds=6, phases="drift")
+    assert [p["rates"]["bids"] for p in m["phase_list"]] == [8, 80, 800]
+    assert all(p["seconds"] == 2 and p["keys"] == 200 for p in m["phase_list"])
+    assert json.loads((tmp_path / "d" / "catalog.json").read_text())["tables"]["bids"][
+        "rate"] == 8
+    m = generate_stream("segtolls", tmp_path / "s", seconds=3, phases="steady")
+    assert {p["rates"]["segstats"] for p in m["phase_list"]} == {50}
+    with pytest.raises(ReoptError, match="linearroad has no such preset"):
+        generate_stream("linearroad", tmp_path / "l", seconds=3, phases="drift")
+
+
+@pytest.mark.parametrize("workload, least", [("nexmark", 2.0), ("segtolls", 3.0)])
+def test_drift_preset_makes_the_first_plan_bad_and_steady_does_not(workload, least):
+    """By the rate model: in every later phase of ``drift`` the first phase's best plan has
+    at least ``least`` times the phase's best load (so plan choice can matter); under
+    ``steady`` it stays the best."""
+    from stream_drift import phase_loads
+
+    rows = phase_loads(workload, "drift", 3)
+    assert all(r["static_load"] >= least * r["best_load"] for r in rows[1:]), rows
+    rows = phase_loads(workload, "steady", 3)
+    assert all(r["static"] == r["best"] for r in rows), rows
