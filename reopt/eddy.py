@@ -41,8 +41,9 @@ after ``k`` without (only what the buffers held before the batch). Equal timesta
 rule of their own: the batch, not the time order inside it, decides what is new.
 
 The eddy runs in process on the driver (pandas), not on Spark: its wall times are those of
-in-memory hash joins, not comparable one for one with the Spark executor's, whose batches are
-dominated by Spark's per-job overhead. :attr:`EddyBatch.probed` counts the partial results
+in-memory hash joins, comparable with the in-process executor's (:mod:`reopt.streamlocal`),
+not one for one with the Spark executor's, whose batches are dominated by Spark's per-job
+overhead. :attr:`EddyBatch.probed` counts the partial results
 every probe returned, a machine-independent measure of the work the routing caused.
 """
 

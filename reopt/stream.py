@@ -1,5 +1,8 @@
 """A continuous-query executor on Spark: windowed stream joins in micro-batches, each result
-exactly once, under a plan tree that may change between micro-batches.
+exactly once, under a plan tree that may change between micro-batches. The operations on
+frames (building a leaf, a join, a union, collecting a state's rows, the final answer) are
+methods of their own, which :mod:`reopt.streamlocal` overrides to run the same executor in
+process on pandas (``--executor local``, the default; everything else here is shared).
 
 Input is a folder as ``reopt data stream`` writes it: ``STREAM/SSSSSS.parquet``, the records
 of one stream with event time ``ts`` in stream second ``[S, S+1)``. A micro-batch is
