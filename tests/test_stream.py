@@ -11,6 +11,7 @@ brute-force count of matching pairs over the windows' contents.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -179,8 +180,8 @@ def batch_answer(spark, data: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path, executor):
+def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
+    """Both executors (Spark, in process), one oracle."""
     root = tmp_path / "nx"
     generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
     (root / "persons" / "000003.parquet").write_bytes(b"not parquet")  # a malformed file
@@ -206,7 +207,8 @@ def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path, e
     # plans, and the plan changes after every batch, both ways (the switch moves no state)
     orders = {"bushy first": (bushy, left_deep, bushy),
               "left-deep first": (left_deep, bushy, left_deep)}
-    for name, order in orders.items():
+    for executor, (name, order) in itertools.product(EXECUTORS, orders.items()):
+        name = f"{executor}, {name}"
         cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=2,
                         state="windows")  # intermediate: tests/test_stream_migration.py
         batches = list(cq.run(lambda last, order=order: order[0 if last is None

@@ -105,3 +105,34 @@ def test_drift_preset_makes_the_first_plan_bad_and_steady_does_not(workload, lea
     assert all(r["static_load"] >= least * r["best_load"] for r in rows[1:]), rows
     rows = phase_loads(workload, "steady", 3)
     assert all(r["static"] == r["best"] for r in rows), rows
+
+
+@pytest.mark.spark
+def test_adaptive_strategy_switches_in_process_and_equals_batch_sql(spark, tmp_path):
+    """``run_strategy("adaptive")`` on the local executor, re-planning after every batch
+    (the Replanner's ``(plan, migration)`` reaches the executor): persons 10x faster halfway
+    makes it switch, by each migration (``auto`` moves state), and every batch's results
+    equal the batch Spark SQL oracle's."""
+    from test_stream import ORACLE, per_batch, stream_tuples
+
+    from reopt.streamrun import Strategy, run_strategy
+
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seed=7, phases="3:keys=6;3:persons=60,keys=6")
+    for s, df in stream_tuples(root).items():
+        spark.createDataFrame(df).createOrReplaceTempView(s)
+    try:
+        expected, sizes = per_batch(spark.sql(ORACLE.format(B=1)).toPandas())
+    finally:
+        for s in ("persons", "auctions", "bids"):
+            spark.catalog.dropTempView(s)
+    for migration, how in (("moving", "moving"), ("parallel", "parallel"), ("auto", "moving")):
+        record = Strategy("adaptive")
+        opt = Optimizer(QUERY, str(root / "catalog.json"), cost_model="rate",
+                        optimizer="topdown-inc")
+        batches = list(run_strategy("adaptive", opt, root, 1, 1, None, strategy=record,
+                                    executor="local", migration=migration))
+        assert record.switches >= 1 and how in {b.migration for b in batches}, migration
+        for b in batches:
+            assert len(b.rows) == sizes.get(b.index, 0), (migration, b.index)
+            assert answer_digest(b.rows) == expected.get(b.index), (migration, b.index)
