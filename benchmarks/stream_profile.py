@@ -1,9 +1,10 @@
 """Where a continuous-query micro-batch's time goes, per executor (issue 21's speed piece).
 
 Run: ``.venv/bin/python benchmarks/stream_profile.py [--workload nexmark] [--seconds 12]
-[--seed 0] [--executors spark,local] [--batch-seconds 1]`` (generates the workload's default
-drifting phases into a temporary folder; the rate model's plan from the catalog, never
-changed; intermediate state; the first batch is a warm-up and not counted).
+[--seed 0] [--executors spark,local] [--batch-seconds 1] [--phases P]`` (generates the
+workload's default phases, or ``--phases``, into a temporary folder; the rate model's plan
+from the catalog, never changed; intermediate state; the first batch is a warm-up and not
+counted).
 
 Per batch: wall time, the driver process's CPU time (``time.process_time``: Python, pandas,
 Py4J — not the JVM's executors), the Spark jobs it started (counted with a job group per
@@ -86,16 +87,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-seconds", type=int, default=1)
     ap.add_argument("--executors", default="spark,local")
+    ap.add_argument("--phases", default=None, help="generator phases or preset (default: its own)")
     args = ap.parse_args(argv)
     executors = args.executors.split(",")
     spark = get_spark() if "spark" in executors else None
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / args.workload
-        generate_stream(args.workload, root, args.seconds, args.seed)
+        generate_stream(args.workload, root, args.seconds, args.seed, args.phases)
         out = {e: profile(e, root, spark if e == "spark" else None, args.batch_seconds)
                for e in executors}
     keys = list(next(iter(out.values())))
-    print(f"{args.workload}, {args.seconds} s, seed {args.seed}, batches of "
+    print(f"{args.workload}, {args.seconds} s, phases {args.phases or 'default'}, seed "
+          f"{args.seed}, batches of "
           f"{args.batch_seconds} s; means per batch over batches 1-{args.seconds - 1}")
     print("| executor | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
