@@ -8,7 +8,9 @@ Run: ``.venv/bin/python benchmarks/stream_baselines.py [--workloads nexmark,segt
 workload with its default drifting phases, or ``--phases``, into a temporary folder;
 adaptive, static and hindsight join in process by default, :mod:`reopt.streamlocal`). Before
 the measured runs, one executor batch and one short Spark streaming query warm the JVM up.
-Per strategy: total of its batches' wall times, its whole wall time (``wall``: with its set-up
+Per strategy: total of its batches' wall times, their driver CPU time (``cpu``: the work of
+the in-process strategies, less disturbed by a loaded machine; on Spark it misses the JVM's
+work), its whole wall time (``wall``: with its set-up
 — the dry pass of static and hindsight, the start of Spark's streaming query), median and
 maximum batch time, plan switches, optimizer time, results, largest state (window-buffer
 records summed over streams; for Spark, the rows in its join state) and, for the eddy, the
@@ -68,6 +70,7 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
     return {"strategy": name, "total": sum(times), "wall": wall,
+            "cpu": sum(b.cpu_seconds for b in batches),
             "median": statistics.median(times), "max": max(times), "switches": switches,
             "optimizer": record.replan_seconds,
             "results": sum(len(b.rows) for b in batches),
@@ -107,11 +110,11 @@ def main(argv: list[str]) -> int:
                   f"{args.batch_seconds} s, re-plan every {args.plan_every} s, executor "
                   f"{args.executor}, adaptive migration {args.migration}, phases "
                   f"{args.phases or 'default'}")
-            print(f"{'strategy':10} {'total s':>8} {'wall s':>8} {'median':>7} {'max':>7} "
-                  f"{'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} {'join st':>7} "
-                  f"{'probed':>8}")
+            print(f"{'strategy':10} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
+                  f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
+                  f"{'join st':>7} {'probed':>8}")
             for r in rows:
-                print(f"{r['strategy']:10} {r['total']:8.3f} {r['wall']:8.2f} "
+                print(f"{r['strategy']:10} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
                       f"{r['median']:7.3f} {r['max']:7.3f} {r['switches']:6} "
                       f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
                       f"{r['join_state']:7} {r['probed'] or '':>8}")

@@ -216,7 +216,7 @@ class Eddy(ContinuousQuery):
         """Run the next micro-batch (``plan`` is ignored: the eddy routes without one). Past
         the stream's last second, a :class:`StreamError`."""
         start, end = self._next_batch()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         skipped: dict[str, int] = {}
         arrived = {t: self._read(t, start, end, skipped) for t in self.tables}
         old = {i: self._item(i, self.buffers[self.query.relations[i].table]) for i in self.items}
@@ -251,7 +251,8 @@ class Eddy(ContinuousQuery):
                           {t: len(f) for t, f in arrived.items()},
                           {t: len(f) for t, f in self.buffers.items()}, columns, rows,
                           time.perf_counter() - t0, skipped=skipped,
-                          routes=dict(sorted(routes.items())), probed=probed)
+                          routes=dict(sorted(routes.items())), probed=probed,
+                          cpu_seconds=time.process_time() - c0)
         batch.deltas = self.observed(batch)
         self.batch += 1
         return batch
