@@ -284,6 +284,9 @@ def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
     assert d.moving_cost == pytest.approx(1.1e-4)
     assert d.parallel_cost == pytest.approx(1.974e-4 * 5)
     assert d.gain == pytest.approx(4.2e-4) and d.switch and d.strategy == "moving"
+    # hysteresis: the gain is 4.2e-4 / (1.974e-4 · 10) = 21% of the old plan's work over the
+    # interval: enough for the default 10%, not for 25%
+    assert not decide(space, old, new, interval=10, batch_seconds=1, min_gain=0.25).switch
     # over 2 s the gain (8.4e-5) does not pay for the move; 2 s batches: the old plan runs
     # 6 s (the 5 s window rounded up to whole batches)
     assert not decide(space, old, new, interval=2, batch_seconds=1).switch
