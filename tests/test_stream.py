@@ -375,7 +375,7 @@ def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, wi
     check_any_plan("spark", spark, tmp_path_factory, data, windows, batch_seconds, choices)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(**PLAN_CASE)
 def test_local_any_plan_per_batch_equals_brute_force(tmp_path_factory, data, windows,

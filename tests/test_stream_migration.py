@@ -167,7 +167,7 @@ def test_any_plan_and_migration_per_batch_equals_brute_force(spark, tmp_path_fac
     check_plans_and_migrations("spark", spark, tmp_path_factory, data, windows, choices)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(**MIGRATION_CASE)
 def test_local_any_plan_and_migration_per_batch_equals_brute_force(tmp_path_factory, data,

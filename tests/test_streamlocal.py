@@ -49,7 +49,7 @@ def test_segtolls_under_drawn_plans_and_migrations_equals_batch_sql(spark, tmp_p
     expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
                 for k, g in oracle.groupby("batch")}
     assert len(oracle) > 20 and len(expected) >= 2
-    monkeypatch.setattr("reopt.streamlocal.BLOCK_PAIRS", 500)  # nested loops in blocks
+    monkeypatch.setattr("reopt.streamlocal.BLOCK_PAIRS", 4000)  # nested loops in blocks
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown")
     plans = list(all_plans(opt.space()))
