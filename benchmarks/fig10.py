@@ -3,8 +3,9 @@
 
 Run: ``.venv/bin/python benchmarks/fig10.py [--workload segtolls] [--seconds S] [--seed N]
 [--phases P] [--every 1,5,10] [--migrations auto,moving] [--report-every R] [--no-hindsight]
-[--json FILE]`` (generates the workload with ``reopt data stream``'s generator into a
-temporary folder; one-second micro-batches, intermediate state).
+[--executor local|spark] [--json FILE]`` (generates the workload with ``reopt data stream``'s
+generator into a temporary folder; one-second micro-batches, intermediate state; the joins in
+process by default, :mod:`reopt.streamlocal`, or on Spark).
 
 Runs on the same files, interleaved batch by batch (which run goes first alternating, as
 ``benchmarks/stream.py`` does: Spark warms up over a run and the shared machine's load
@@ -40,9 +41,10 @@ from pathlib import Path
 from reopt.api import Optimizer
 from reopt.execute import answer_digest
 from reopt.spark import get_spark
-from reopt.stream import ContinuousQuery, MicroBatch
+from reopt.stream import MicroBatch
 from reopt.streamcli import Replanner
 from reopt.streamgen import WORKLOADS, generate_stream
+from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import Strategy, run_strategy
 
 
@@ -69,16 +71,16 @@ def _optimizer(root: Path) -> Optimizer:
                      optimizer="topdown-inc")
 
 
-def run_adaptive(root: Path, spark, every: int, migration: str, run: Run
-                 ) -> Iterator[MicroBatch]:
+def run_adaptive(root: Path, spark, every: int, migration: str, run: Run,
+                 executor: str = "local") -> Iterator[MicroBatch]:
     """Re-planning every ``every`` one-second batches, the Replanner timed call by call;
     yields each batch after recording it (and the optimizer time before it) in ``run``."""
     opt = _optimizer(root)
     t0 = time.perf_counter()
     replanner = Replanner(opt, every, migration, 1)
     initial = time.perf_counter() - t0
-    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, 1, opt.adjustments,
-                         state="intermediate", migration="moving")
+    cq = make_query(executor, opt.query, opt.catalog, root, spark, 1, opt.adjustments,
+                    state="intermediate", migration="moving")
     last: MicroBatch | None = None
     while cq.batch < cq.seconds:
         t1 = time.perf_counter()
@@ -93,13 +95,15 @@ def run_adaptive(root: Path, spark, every: int, migration: str, run: Run
         yield last
 
 
-def run_fixed(root: Path, spark, name: str, first: int, run: Run) -> Iterator[MicroBatch]:
+def run_fixed(root: Path, spark, name: str, first: int, run: Run,
+              executor: str = "local") -> Iterator[MicroBatch]:
     """``static`` (from the first ``first`` batches' true statistics) or ``hindsight``; the
     optimizer's time (after the dry pass, all up front) is counted before batch 0."""
     opt = _optimizer(root)
     record = Strategy(name)
     run.replannings = 1
-    for b in run_strategy(name, opt, root, 1, first, spark, strategy=record):
+    for b in run_strategy(name, opt, root, 1, first, spark, strategy=record,
+                          executor=executor):
         run.batches.append(b)
         run.replan.append(0.0)
         yield b
@@ -178,6 +182,8 @@ def main(argv: list[str]) -> int:
                     help="adaptive runs' migration strategies (default auto,moving)")
     ap.add_argument("--report-every", type=int, default=5,
                     help="seconds of stream per row of the per-interval table (default 5)")
+    ap.add_argument("--executor", default="local", choices=EXECUTORS,
+                    help="run the joins in process (local, default) or on Spark")
     ap.add_argument("--no-hindsight", action="store_true", help="skip the hindsight run")
     ap.add_argument("--json", default=None, help="also write every number to this file")
     args = ap.parse_args(argv)
@@ -194,18 +200,20 @@ def main(argv: list[str]) -> int:
     if bad:
         print(f"fig10: unknown migration {bad[0]!r} (auto, moving, parallel)", file=sys.stderr)
         return 2
-    spark = get_spark()
+    spark = get_spark() if args.executor == "spark" else None
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / args.workload
         generate_stream(args.workload, root, args.seconds, args.seed, args.phases)
         warm = _optimizer(root)
-        ContinuousQuery(warm.query, warm.catalog, root, spark, 1).step(warm.optimize().plan)
+        make_query(args.executor, warm.query, warm.catalog, root, spark, 1).step(
+            warm.optimize().plan)
         runs = [Run("static")] + ([] if args.no_hindsight else [Run("hindsight")])
-        streams = [run_fixed(root, spark, r.name, min(every), r) for r in runs]
+        streams = [run_fixed(root, spark, r.name, min(every), r, args.executor)
+                   for r in runs]
         for k in every:
             for how in migrations:
                 runs.append(Run(f"adaptive every {k} s, {how}"))
-                streams.append(run_adaptive(root, spark, k, how, runs[-1]))
+                streams.append(run_adaptive(root, spark, k, how, runs[-1], args.executor))
         # the runs interleaved batch by batch, which goes first alternating: Spark warms up
         # over a run and the shared machine's load drifts, so no run has the early batches
         for k in range(args.seconds):
@@ -218,7 +226,7 @@ def main(argv: list[str]) -> int:
     summaries = [summary(r) for r in runs]
     per_interval = [row for r in runs for row in intervals(r, args.report_every)]
     print(f"{args.workload}, {args.seconds} s of stream, seed {args.seed}, 1 s batches, "
-          f"intermediate state")
+          f"intermediate state, executor {args.executor}")
     print()
     print_tables(summaries, per_interval)
     same = len({s["digest"] for s in summaries}) == 1

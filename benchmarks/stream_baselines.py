@@ -3,18 +3,23 @@ and Spark's own stream-stream join, on the drifting nexmark workload and the Seg
 5-way query (``--workload segtolls``).
 
 Run: ``.venv/bin/python benchmarks/stream_baselines.py [--workloads nexmark,segtolls]
-[--seconds S] [--seed N] [--batch-seconds B] [--plan-every K] [--strategies ...]``
-(generates each workload with its default drifting phases into a temporary folder). Before
+[--seconds S] [--seed N] [--batch-seconds B] [--plan-every K] [--strategies ...]
+[--executor local|spark] [--migration auto|moving|parallel] [--phases P]`` (generates each
+workload with its default drifting phases, or ``--phases``, into a temporary folder;
+adaptive, static and hindsight join in process by default, :mod:`reopt.streamlocal`). Before
 the measured runs, one executor batch and one short Spark streaming query warm the JVM up.
-Per strategy: total of its batches' wall times, its whole wall time (``wall``: with its set-up
+Per strategy: total of its batches' wall times, their driver CPU time (``cpu``: the work of
+the in-process strategies, less disturbed by a loaded machine; on Spark it misses the JVM's
+work), its whole wall time (``wall``: with its set-up
 — the dry pass of static and hindsight, the start of Spark's streaming query), median and
 maximum batch time, plan switches, optimizer time, results, largest state (window-buffer
 records summed over streams; for Spark, the rows in its join state) and, for the eddy, the
 partial results its probes returned; then each strategy's batch times in order. Every
 strategy's whole result multiset is digested; the run says whether all are equal.
-The eddy runs in process (pandas) while the others run on Spark, so its times are not
-comparable one for one (see ``reopt/eddy.py``); ``eddy-fixed``, the eddy with every lottery
-replaced by FROM order (no adaptation), is its in-process yardstick.
+With ``--executor local`` (the default) the eddy and the executor both run in process, so
+their times compare like for like; with ``--executor spark`` the executor's batches pay Spark's
+per-job cost and the eddy's do not. ``eddy-fixed``, the eddy with every lottery replaced by
+FROM order (no adaptation), is the eddy's own yardstick.
 """
 
 from __future__ import annotations
@@ -29,17 +34,20 @@ from pathlib import Path
 from reopt.api import Optimizer
 from reopt.eddy import Eddy
 from reopt.execute import answer_digest
+from reopt.migration import MIGRATIONS
 from reopt.spark import get_spark
 from reopt.sparkstream import SparkStreamJoin
-from reopt.stream import ContinuousQuery
 from reopt.streamgen import generate_stream
+from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, run_strategy
 
 
-def _warm_up(root: Path, spark) -> None:
+def _warm_up(root: Path, spark, executor: str) -> None:
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown")
-    ContinuousQuery(opt.query, opt.catalog, root, spark, 1).step(opt.optimize().plan)
+    make_query(executor, opt.query, opt.catalog, root, spark, 1).step(opt.optimize().plan)
+    if spark is None:
+        return
     join = SparkStreamJoin(opt.query, opt.catalog, root, spark, 1)
     join.start()
     join.step()
@@ -47,7 +55,7 @@ def _warm_up(root: Path, spark) -> None:
 
 
 def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
-            seed: int) -> dict:
+            seed: int, executor: str = "local", migration: str = "auto") -> dict:
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown-inc")
     record = Strategy(name)
@@ -56,16 +64,19 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
         batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
     else:
         batches = list(run_strategy(name, opt, root, batch_seconds,
-                                    plan_every // batch_seconds, spark, seed, record))
+                                    plan_every // batch_seconds, spark, seed, record,
+                                    executor, migration))
     wall = time.perf_counter() - t0
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
     return {"strategy": name, "total": sum(times), "wall": wall,
+            "cpu": sum(b.cpu_seconds for b in batches),
             "median": statistics.median(times), "max": max(times), "switches": switches,
             "optimizer": record.replan_seconds,
             "results": sum(len(b.rows) for b in batches),
             "digest": answer_digest([r for b in batches for r in b.rows]),
             "state": max(sum(b.state.values()) for b in batches),
+            "join_state": max(sum(b.join_state.values()) for b in batches),
             "probed": sum(getattr(b, "probed", 0) for b in batches),
             "plans": [b.plan for b in batches], "times": times}
 
@@ -78,24 +89,35 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batch-seconds", type=int, default=2)
     ap.add_argument("--plan-every", type=int, default=4)
     ap.add_argument("--strategies", default=",".join([*STRATEGIES, "eddy-fixed"]))
+    ap.add_argument("--executor", default="local", choices=EXECUTORS,
+                    help="where adaptive, static and hindsight join: local (default) or spark")
+    ap.add_argument("--migration", default="auto", choices=MIGRATIONS,
+                    help="adaptive's migration (default auto)")
+    ap.add_argument("--phases", default=None,
+                    help="generator phases for every workload (default: each one's own)")
     args = ap.parse_args(argv)
-    spark = get_spark()
+    strategies = args.strategies.split(",")
+    spark = get_spark() if "spark" in strategies or args.executor == "spark" else None
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
             root = Path(tmp) / workload
-            generate_stream(workload, root, args.seconds, args.seed)
-            _warm_up(root, spark)
-            rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed)
-                    for s in args.strategies.split(",")]
+            generate_stream(workload, root, args.seconds, args.seed, args.phases)
+            _warm_up(root, spark, args.executor)
+            rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed,
+                            args.executor, args.migration)
+                    for s in strategies]
             print(f"== {workload}: {args.seconds} s of stream, batches of "
-                  f"{args.batch_seconds} s, re-plan every {args.plan_every} s")
-            print(f"{'strategy':10} {'total s':>8} {'wall s':>8} {'median':>7} {'max':>7} "
-                  f"{'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} {'probed':>8}")
+                  f"{args.batch_seconds} s, re-plan every {args.plan_every} s, executor "
+                  f"{args.executor}, adaptive migration {args.migration}, phases "
+                  f"{args.phases or 'default'}")
+            print(f"{'strategy':10} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
+                  f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
+                  f"{'join st':>7} {'probed':>8}")
             for r in rows:
-                print(f"{r['strategy']:10} {r['total']:8.2f} {r['wall']:8.2f} "
-                      f"{r['median']:7.2f} {r['max']:7.2f} {r['switches']:6} "
+                print(f"{r['strategy']:10} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
+                      f"{r['median']:7.3f} {r['max']:7.3f} {r['switches']:6} "
                       f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
-                      f"{r['probed'] or '':>8}")
+                      f"{r['join_state']:7} {r['probed'] or '':>8}")
             for r in rows:
                 print(f"  {r['strategy']} per batch (s): "
                       f"{' '.join(f'{t:.2f}' for t in r['times'])}")

@@ -41,8 +41,9 @@ after ``k`` without (only what the buffers held before the batch). Equal timesta
 rule of their own: the batch, not the time order inside it, decides what is new.
 
 The eddy runs in process on the driver (pandas), not on Spark: its wall times are those of
-in-memory hash joins, not comparable one for one with the Spark executor's, whose batches are
-dominated by Spark's per-job overhead. :attr:`EddyBatch.probed` counts the partial results
+in-memory hash joins, comparable with the in-process executor's (:mod:`reopt.streamlocal`),
+not one for one with the Spark executor's, whose batches are dominated by Spark's per-job
+overhead. :attr:`EddyBatch.probed` counts the partial results
 every probe returned, a machine-independent measure of the work the routing caused.
 """
 
@@ -215,7 +216,7 @@ class Eddy(ContinuousQuery):
         """Run the next micro-batch (``plan`` is ignored: the eddy routes without one). Past
         the stream's last second, a :class:`StreamError`."""
         start, end = self._next_batch()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         skipped: dict[str, int] = {}
         arrived = {t: self._read(t, start, end, skipped) for t in self.tables}
         old = {i: self._item(i, self.buffers[self.query.relations[i].table]) for i in self.items}
@@ -250,7 +251,8 @@ class Eddy(ContinuousQuery):
                           {t: len(f) for t, f in arrived.items()},
                           {t: len(f) for t, f in self.buffers.items()}, columns, rows,
                           time.perf_counter() - t0, skipped=skipped,
-                          routes=dict(sorted(routes.items())), probed=probed)
+                          routes=dict(sorted(routes.items())), probed=probed,
+                          cpu_seconds=time.process_time() - c0)
         batch.deltas = self.observed(batch)
         self.batch += 1
         return batch

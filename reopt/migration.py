@@ -21,8 +21,14 @@ update that proposed the switch:
   ``U_old·D`` more than switching at once (an upper bound: the new plan's states start empty
   and cost less than ``U_new`` while they fill, not counted).
 
-The switch happens iff the gain exceeds the cheaper migration's cost (ties: moving state);
-otherwise the old plan runs on and the next re-planning decides again.
+The switch happens iff the gain exceeds the cheaper migration's cost (ties: moving state)
+and is at least :data:`MIN_GAIN` of the old plan's work over the interval (``U_old·I``);
+otherwise the old plan runs on and the next re-planning decides again. The second condition
+is hysteresis: re-planning reads one interval's observations, whose noise makes plans of
+near-equal load trade places, and a switch between trees keeping the same states costs
+nothing to migrate — without it ``auto`` flapped 3–8 times over 30 re-plannings of a
+stationary stream, and the plans the model rates within a few percent (an ``nlj`` or an
+``shj`` root) differed up to 4× on the in-process executor (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ if TYPE_CHECKING:
     from reopt.costmodel.space import PlanSpace
     from reopt.plan import PlanNode
 
+MIN_GAIN = 0.1
+"""``auto`` switches only for a gain of at least this share of the old plan's work over the
+interval (module doc)."""
 MIGRATIONS = ("moving", "parallel", "auto")
 """``reopt stream --migration``: always move state, always run a parallel track, or decide
 per switch (module doc)."""
@@ -97,7 +106,7 @@ def parallel_seconds(space: PlanSpace, batch_seconds: int) -> float:
 
 
 def decide(space: PlanSpace, old: PlanNode, new: PlanNode, interval: float,
-           batch_seconds: int) -> Decision:
+           batch_seconds: int, min_gain: float = MIN_GAIN) -> Decision:
     """Whether to switch from ``old`` to ``new`` for the next ``interval`` stream seconds,
     and how (module doc)."""
     u_old, u_new = plan_load(space, old), plan_load(space, new)
@@ -105,5 +114,5 @@ def decide(space: PlanSpace, old: PlanNode, new: PlanNode, interval: float,
     parallel = u_old * parallel_seconds(space, batch_seconds)
     strategy = "moving" if moving <= parallel else "parallel"
     gain = (u_old - u_new) * interval
-    return Decision(gain > min(moving, parallel), strategy, gain, moving, parallel, u_old,
-                    u_new)
+    switch = gain > min(moving, parallel) and gain >= min_gain * u_old * interval
+    return Decision(switch, strategy, gain, moving, parallel, u_old, u_new)

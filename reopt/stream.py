@@ -1,5 +1,8 @@
 """A continuous-query executor on Spark: windowed stream joins in micro-batches, each result
-exactly once, under a plan tree that may change between micro-batches.
+exactly once, under a plan tree that may change between micro-batches. The operations on
+frames (building a leaf, a join, a union, collecting a state's rows, the final answer) are
+methods of their own, which :mod:`reopt.streamlocal` overrides to run the same executor in
+process on pandas (``--executor local``, the default; everything else here is shared).
 
 Input is a folder as ``reopt data stream`` writes it: ``STREAM/SSSSSS.parquet``, the records
 of one stream with event time ``ts`` in stream second ``[S, S+1)``. A micro-batch is
@@ -52,6 +55,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,13 +125,18 @@ class MicroBatch:
     plans: list[str] = field(default_factory=list)
     """Every plan that ran the batch, oldest first: more than one during a parallel-track
     migration."""
+    cpu_seconds: float = 0.0
+    """The driver process's CPU time in the batch (``time.process_time``): the in-process
+    executors' work, less disturbed than ``seconds`` by other processes on a loaded machine
+    (on Spark it misses the JVM's work)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "start": self.start, "end": self.end, "plan": self.plan,
                 "arrivals": self.arrivals, "state": self.state, "results": len(self.rows),
                 "seconds": self.seconds, "deltas": self.deltas, "skipped": self.skipped,
                 "migration": self.migration, "migration_seconds": self.migration_seconds,
-                "join_state": self.join_state, "plans": self.plans}
+                "join_state": self.join_state, "plans": self.plans,
+                "cpu_seconds": self.cpu_seconds}
 
 
 def plan_line(node: PlanNode) -> str:
@@ -296,6 +305,48 @@ class ContinuousQuery:
             right = right.hint(hint)
         return left.join(right, F.expr(" AND ".join(conds)), "inner")
 
+    # the operations a batch is made of, on Spark; reopt.streamlocal runs them on pandas
+    def _check_session(self) -> None:
+        if self.spark is None:
+            raise StreamError("no Spark session: set ContinuousQuery.spark before a batch")
+
+    def _session(self) -> AbstractContextManager[None]:
+        from reopt.spark import execution_settings
+
+        return execution_settings(self.spark)
+
+    def _union(self, a: DataFrame, b: DataFrame) -> DataFrame:
+        return a.unionByName(b)
+
+    def _rows(self, df: DataFrame) -> pd.DataFrame:
+        """A frame's rows on the driver (one Spark job)."""
+        return df.toPandas()
+
+    def _schema(self, df: DataFrame) -> Any:
+        return df.schema
+
+    def _owned(self, delta: DataFrame, cut: float, held: set[int]) -> DataFrame:
+        """``delta`` without the combinations whose tuples all have ``ts >= cut`` (a later
+        track's, :mod:`reopt.streamstate`)."""
+        from pyspark.sql import functions as F
+
+        return delta.filter(F.expr(" OR ".join(
+            f"({_name(i, self.time_of[i])} < {cut!r})" for i in sorted(held))))
+
+    def _answer(self, delta: DataFrame) -> tuple[list[str], list[tuple]]:
+        """The batch's new join results through the constant conditions and the SELECT
+        list: (columns, rows)."""
+        from pyspark.sql import functions as F
+
+        if self.prepared.constant:
+            delta = delta.filter(F.expr(" AND ".join(f"({c})" for c in self.prepared.constant)))
+        delta.createOrReplaceTempView(self.view)
+        try:
+            answer = self.spark.sql(self.prepared.final_sql)
+            return list(answer.columns), collect(answer)
+        finally:
+            self.spark.catalog.dropTempView(self.view)
+
     def _delta(self, node: PlanNode, frames: dict[str, tuple[DataFrame, DataFrame]]
                ) -> tuple[DataFrame, DataFrame, set[int]]:
         """(old, delta, relation indexes) of ``node``'s subtree: its results among the
@@ -308,8 +359,8 @@ class ContinuousQuery:
             return self._delta(node.children[0], frames)
         lo, ld, ls = self._delta(node.children[0], frames)
         ro, rd, rs = self._delta(node.children[1], frames)
-        delta = self._join(node, ld, ro.unionByName(rd), ls, rs).unionByName(
-            self._join(node, lo, rd, ls, rs))
+        delta = self._union(self._join(node, ld, self._union(ro, rd), ls, rs),
+                            self._join(node, lo, rd, ls, rs))
         return self._join(node, lo, ro, ls, rs), delta, ls | rs
 
     def step(self, plan: PlanNode, migration: str | None = None) -> MicroBatch:
@@ -317,12 +368,7 @@ class ContinuousQuery:
         batch's plan need not be the same). With intermediate state, a plan change migrates
         the states by ``migration`` (default: the query's :attr:`migration`). Past the
         stream's last second, a :class:`StreamError`."""
-        from pyspark.sql import functions as F
-
-        from reopt.spark import execution_settings
-
-        if self.spark is None:
-            raise StreamError("no Spark session: set ContinuousQuery.spark before a batch")
+        self._check_session()
         if set(plan.relations) != set(self.query.aliases):
             raise StreamError(f"the plan covers {sorted(plan.relations)}, query "
                               f"{self.query.name} has {sorted(self.query.aliases)}")
@@ -331,11 +377,11 @@ class ContinuousQuery:
             raise StreamError(f"unknown migration '{migration}' (choose from "
                               f"{', '.join(MIGRATIONS)})")
         start, end = self._next_batch()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         skipped: dict[str, int] = {}
         arrived = {t: self._read(t, start, end, skipped) for t in self.tables}
         moved: tuple[str | None, float] = (None, 0.0)
-        with execution_settings(self.spark):
+        with self._session():
             if self.state == "windows":
                 frames = {t: (self._frame(t, self.buffers[t]), self._frame(t, arrived[t]))
                           for t in self.tables}
@@ -344,16 +390,7 @@ class ContinuousQuery:
             else:
                 moved = self._migrate(plan, migration, float(start))
                 delta, collected = self._tracks_delta(arrived)
-            if self.prepared.constant:
-                delta = delta.filter(F.expr(" AND ".join(f"({c})"
-                                                         for c in self.prepared.constant)))
-            delta.createOrReplaceTempView(self.view)
-            try:
-                answer = self.spark.sql(self.prepared.final_sql)
-                rows = collect(answer)
-                columns = list(answer.columns)
-            finally:
-                self.spark.catalog.dropTempView(self.view)
+            columns, rows = self._answer(delta)
         plans = [plan_line(t.plan) for t in self.tracks] or [plan_line(plan)]
         self._advance_states(collected, float(end))
         self._slide(arrived, end)
@@ -363,7 +400,7 @@ class ContinuousQuery:
                            {t: len(f) for t, f in self.buffers.items()}, columns, rows,
                            seconds, skipped=skipped, migration=moved[0],
                            migration_seconds=moved[1], join_state=self.join_state(),
-                           plans=plans)
+                           plans=plans, cpu_seconds=time.process_time() - c0)
         batch.deltas = self.observed(batch)
         self.batch += 1
         return batch
@@ -411,7 +448,7 @@ class ContinuousQuery:
         joined = self._join(node, lo, ro, ls, rs)
         rels = frozenset(ls | rs)
         if rels in states:
-            return self._state_frame(states[rels], joined.schema), ls | rs
+            return self._state_frame(states[rels], self._schema(joined)), ls | rs
         return joined, ls | rs
 
     def _migrate(self, plan: PlanNode, migration: str, start: float
@@ -440,7 +477,7 @@ class ContinuousQuery:
                 states[rels] = kept[rels]
                 continue
             old, _ = self._old(node, frames, states)
-            states[rels] = expire(old.toPandas(), self._times(rels), start)
+            states[rels] = expire(self._rows(old), self._times(rels), start)
         self.tracks = [Track(plan, -math.inf, states)]
         return "moving", time.perf_counter() - t0
 
@@ -458,13 +495,13 @@ class ContinuousQuery:
             return self._track_delta(node.children[0], frames, track, collected)
         lo, ld, ls = self._track_delta(node.children[0], frames, track, collected)
         ro, rd, rs = self._track_delta(node.children[1], frames, track, collected)
-        delta = self._join(node, ld, ro.unionByName(rd), ls, rs).unionByName(
-            self._join(node, lo, rd, ls, rs))
+        delta = self._union(self._join(node, ld, self._union(ro, rd), ls, rs),
+                            self._join(node, lo, rd, ls, rs))
         rels = frozenset(ls | rs)
         if rels not in track.states:  # the root: nothing joins its results
             return None, delta, ls | rs
-        rows = collected[rels] = delta.toPandas()
-        schema = delta.schema
+        rows = collected[rels] = self._rows(delta)
+        schema = self._schema(delta)
         return (self._state_frame(track.states[rels], schema), self._state_frame(rows, schema),
                 ls | rs)
 
@@ -472,8 +509,6 @@ class ContinuousQuery:
                       ) -> tuple[DataFrame, list[dict[RelSet, pd.DataFrame]]]:
         """The batch's results over every track, each kept to the results it owns (a track
         followed by one starting at ``T`` drops those whose tuples all have ``ts >= T``)."""
-        from pyspark.sql import functions as F
-
         out, collected = None, []
         for k, track in enumerate(self.tracks):
             got: dict[RelSet, pd.DataFrame] = {}
@@ -481,10 +516,8 @@ class ContinuousQuery:
                                                                              arrived),
                                                track, got)
             if k + 1 < len(self.tracks):
-                cut = self.tracks[k + 1].since
-                delta = delta.filter(F.expr(" OR ".join(
-                    f"({_name(i, self.time_of[i])} < {cut!r})" for i in sorted(held))))
-            out = delta if out is None else out.unionByName(delta)
+                delta = self._owned(delta, self.tracks[k + 1].since, held)
+            out = delta if out is None else self._union(out, delta)
             collected.append(got)
         return out, collected
 

@@ -1,14 +1,15 @@
-"""``reopt stream QUERY --data DIR``: run a continuous query over stream files on Spark.
+"""``reopt stream QUERY --data DIR``: run a continuous query over stream files.
 
 The rate model (``--cost-model rate``) plans the query from the catalog; the executor
-(:class:`reopt.stream.ContinuousQuery`) runs it micro-batch by micro-batch and prints, per
-batch, the plan, the arrivals, the window state, the results emitted and the observed
-``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time the
-optimizer is updated with what the last K seconds observed (each stream's rate over them, each
-join predicate's selectivity at their end) and the next batches run its new best plan. With
-``--state windows`` the executor keeps only per-stream window state, so a plan change moves
-no state; with ``--state intermediate`` (the default) every join keeps its results and a plan
-change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
+(:class:`reopt.stream.ContinuousQuery`; in process with ``--executor local``, the default,
+:mod:`reopt.streamlocal`, or on Spark with ``--executor spark``) runs it micro-batch by micro-
+batch and prints, per batch, the plan, the arrivals, the window state, the results emitted and
+the observed ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time
+the optimizer is updated with what the last K seconds observed (each stream's rate over them,
+each join predicate's selectivity at their end) and the next batches run its new best plan.
+With ``--state windows`` the executor keeps only per-stream window state, so a plan change
+moves no state; with ``--state intermediate`` (the default) every join keeps its results and a
+plan change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
 plan changes only when the gain over the next interval exceeds the cheaper migration's cost
 (:mod:`reopt.migration`). ``--max-state N`` keeps the plan run within a state budget
 (:mod:`reopt.statebudget`).
@@ -29,7 +30,8 @@ from reopt.costmodel.numeric import dumps_strict
 from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
-from reopt.stream import STATES, ContinuousQuery, MicroBatch, plan_line
+from reopt.stream import STATES, MicroBatch, plan_line
+from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
 OPTIMIZERS = ("topdown", "bottomup", "exhaustive", "topdown-inc", "bottomup-inc")
@@ -68,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(each batch under the best plan for its own), eddy (lottery-routed probes, "
                    "no plan), spark (Spark's own stream-stream join, FROM order); default "
                    "adaptive")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where adaptive, static and hindsight run the joins: local (in "
+                   "process, pandas; default) or spark (DataFrames on Spark); same results")
     p.add_argument("--seed", type=int, default=0, help="the eddy's lottery seed (default 0)")
     p.add_argument("--results", metavar="FILE",
                    help="write every result as a JSON line {batch, columns...}")
@@ -166,21 +171,24 @@ def main(argv: list[str]) -> int:
     migration = args.migration or "moving"
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
     replanner = Replanner(opt, every, migration, args.batch_seconds, args.max_state)
-    cq = ContinuousQuery(opt.query, opt.catalog, args.data, None, args.batch_seconds,
-                         opt.adjustments, state=state,
-                         migration="moving" if migration == "auto" else migration)
+    # the eddy and Spark's own join need only the executor's checks and windows here
+    executor = args.executor if args.strategy in ("adaptive", "static", "hindsight") \
+        else "spark"
+    cq = make_query(executor, opt.query, opt.catalog, args.data, None,
+                    args.batch_seconds, opt.adjustments, state=state,
+                    migration="moving" if migration == "auto" else migration)
     # bad input fails above, before Spark starts
-    check_strategy(args.strategy, opt, args.data, args.batch_seconds)
-    from reopt.spark import get_spark
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor)
+    if args.strategy == "spark" or (args.executor == "spark" and args.strategy != "eddy"):
+        from reopt.spark import get_spark
 
-    if args.strategy != "eddy":  # the eddy runs in process
         cq.spark = get_spark(args.master)
     record = Strategy(args.strategy)
     if args.strategy == "adaptive":
         source = cq.run(replanner_with_log(replanner, args.json))
     else:
         source = run_strategy(args.strategy, opt, args.data, args.batch_seconds, every,
-                              cq.spark, args.seed, record)
+                              cq.spark, args.seed, record, args.executor, migration)
     batches = []
     sink = open(args.results, "w", encoding="utf-8") if args.results else None  # noqa: SIM115
     try:
@@ -205,8 +213,8 @@ def main(argv: list[str]) -> int:
             sink.close()
     if args.json:
         doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
-               "strategy": args.strategy, "batch_seconds": args.batch_seconds,
-               "plan_every": args.plan_every,
+               "strategy": args.strategy, "executor": args.executor,
+               "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
                "state": state, "migration": migration if state == "intermediate" else None,
                "batches": [b.to_json() for b in batches],
                "replanning": replanner.log if args.strategy == "adaptive" else record.log,

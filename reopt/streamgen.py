@@ -29,6 +29,19 @@ A phase is ``SECONDS[:NAME=VALUE,...]`` where NAME is a stream (its rate in tupl
 equi-join's selectivity is about ``1/keys``); phases are separated by ``;``, e.g.
 ``10;10:bids=500;10:keys=20``. A phase starts from the workload's base rates and keys. The
 same seed, workload and phases always give the same files.
+
+Presets (``--phases drift`` or ``--phases steady``, nexmark and segtolls; thirds of
+``--seconds`` as the default phases). The default phases drift in rates and keys, but hardly
+in which plan is best: under the rate model the first phase's best plan stays within 1.03×
+(nexmark) and 1.04–2.2× (segtolls) of each later phase's best load, so no re-planner can
+win much on them. ``drift`` makes one stream's rate jump 10× twice, from a base chosen
+(offline, by a search over base rates ×0.2/×1/×5, key domains and which stream jumps, with
+the model's load of every plan) so that the first phase's best plan becomes a bad one:
+nexmark ``bids`` 8 → 80 → 800/s (``auctions`` 40/s, 200 keys; the first phase's plan's load
+is 2.2× and 3.5× the best in phases 2 and 3), segtolls ``segstats`` 5 → 50 → 500/s
+(``accidents`` 5/s, 160 keys; 3.2× and 23×). ``steady`` is ``drift``'s middle phase
+throughout: stationary, so re-planning has nothing to win (``benchmarks/stream_drift.py``
+prints these ratios for any phases; BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -60,6 +73,10 @@ class Workload:
     streams_of: str | None = None
     """The workload whose streams this one draws (same records for the same arguments);
     None: its own."""
+    presets: dict[str, str] = field(default_factory=dict)
+    """Named phases for ``--phases NAME`` (``{s}`` a third of ``--seconds``): ``drift``, where
+    the best plan changes between phases by a wide margin, and ``steady``, its middle phase
+    throughout (module doc, "Presets")."""
 
     @property
     def generator(self) -> str:
@@ -75,7 +92,11 @@ WORKLOADS = {
         "FROM persons [RANGE 20 SECONDS] p, auctions [RANGE 10 SECONDS] a,\n"
         "     bids [RANGE 5 SECONDS] b\n"
         "WHERE p.id = a.seller AND a.id = b.auction AND b.price > 100\n",
-        "{s};{s}:bids=400;{s}:keys=10"),
+        "{s};{s}:bids=400;{s}:keys=10",
+        presets={"drift": "{s}:auctions=40,bids=8,keys=200;{s}:auctions=40,bids=80,keys=200;"
+                          "{s}:auctions=40,bids=800,keys=200",
+                 "steady": "{s}:auctions=40,bids=80,keys=200;{s}:auctions=40,bids=80,keys=200;"
+                           "{s}:auctions=40,bids=80,keys=200"}),
     "linearroad": Workload(
         "linearroad", {"positions": 50.0, "segstats": 5.0, "accidents": 1.0}, 40,
         {"positions": 5.0, "segstats": 10.0, "accidents": 30.0},
@@ -95,7 +116,12 @@ WORKLOADS = {
         "WHERE p.seg = s.seg AND s.seg = x.seg AND p.seg = q.seg AND p.xway = q.xway\n"
         "  AND x.seg = t.seg AND x.xway = t.xway\n"
         "  AND p.speed < 40 AND q.speed > 80 AND t.cars > 150\n",
-        "{s};{s}:accidents=10;{s}:positions=400", streams_of="linearroad"),
+        "{s};{s}:accidents=10;{s}:positions=400", streams_of="linearroad",
+        presets={"drift": "{s}:accidents=5,keys=160;{s}:segstats=50,accidents=5,keys=160;"
+                          "{s}:segstats=500,accidents=5,keys=160",
+                 "steady": "{s}:segstats=50,accidents=5,keys=160;"
+                           "{s}:segstats=50,accidents=5,keys=160;"
+                           "{s}:segstats=50,accidents=5,keys=160"}),
 }
 
 
@@ -221,12 +247,17 @@ def generate_stream(workload: str, out: str | Path, seconds: int | None = None,
         raise ReoptError(f"unknown stream workload {workload!r} (choose from "
                          f"{', '.join(WORKLOADS)})")
     w = WORKLOADS[workload]
-    if phases is None:
+    template = w.default_phases if phases is None else w.presets.get(phases)
+    if template is None and phases is not None and phases.isidentifier():
+        raise ReoptError(f"--phases {phases}: {workload} has no such preset (presets: "
+                         f"{', '.join(w.presets) or 'none'}; or phases SECONDS[:NAME=VALUE,...])")
+    if template is not None:
         total = 30 if seconds is None else seconds
         if total < 3:
-            raise ReoptError(f"--seconds {total}: the default phases need at least 3 seconds")
+            raise ReoptError(f"--seconds {total}: the {phases or 'default'} phases need at "
+                             "least 3 seconds")
         third = total // 3
-        phases = w.default_phases.format(s=third)
+        phases = template.format(s=third)
         if total - 3 * third:  # the last phase takes the rest
             head, _, rest = phases.rpartition(";")
             length, colon, changes = rest.partition(":")

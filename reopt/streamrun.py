@@ -33,6 +33,7 @@ from reopt.api import Optimizer
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.plan import PlanNode
 from reopt.stream import ContinuousQuery, MicroBatch, plan_line
+from reopt.streamlocal import make_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,10 +108,13 @@ def _replan(opt: Optimizer, deltas: list[str], strategy: Strategy,
 
 
 def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
-                   batch_seconds: int) -> None:
+                   batch_seconds: int, executor: str = "local") -> None:
     """Refuse what ``name`` cannot run (one-line errors), without starting Spark: the eddy's
-    SQL subset, the FROM order Spark's join needs."""
-    if name == "eddy":
+    and the local executor's SQL subset, the FROM order Spark's join needs."""
+    if name in ("adaptive", "static", "hindsight"):
+        make_query(executor, opt.query, opt.catalog, data_dir, None, batch_seconds,
+                   opt.adjustments)
+    elif name == "eddy":
         from reopt.eddy import Eddy
 
         Eddy(opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments)
@@ -122,9 +126,13 @@ def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
 
 def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds: int,
                  plan_every: int | None, spark: SparkSession | None, seed: int = 0,
-                 strategy: Strategy | None = None) -> Iterator[MicroBatch]:
+                 strategy: Strategy | None = None, executor: str = "local",
+                 migration: str = "moving") -> Iterator[MicroBatch]:
     """``name``'s batches over ``data_dir`` (see the module doc). ``plan_every`` is in
-    batches. ``strategy`` (optional) collects the log, switches and optimizer time."""
+    batches. ``strategy`` (optional) collects the log, switches and optimizer time.
+    ``executor`` runs adaptive, static and hindsight in process (``local``) or on Spark
+    (:mod:`reopt.streamlocal`); ``migration`` is adaptive's (``moving``, ``parallel`` or
+    ``auto``, :mod:`reopt.migration`); static never switches and hindsight moves state."""
     from reopt.streamcli import Replanner
 
     if name not in STRATEGIES:
@@ -142,21 +150,22 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
         yield from SparkStreamJoin(opt.query, opt.catalog, data_dir, spark, batch_seconds,
                                    opt.adjustments).run()
         return
-    cq = ContinuousQuery(opt.query, opt.catalog, data_dir, spark, batch_seconds,
-                         opt.adjustments)
+    cq = make_query(executor, opt.query, opt.catalog, data_dir, spark, batch_seconds,
+                    opt.adjustments, migration="moving" if migration == "auto" else migration)
     t0 = time.perf_counter()
     if name == "adaptive":
-        replanner = Replanner(opt, plan_every)
+        replanner = Replanner(opt, plan_every, migration, batch_seconds)
         record.replan_seconds += time.perf_counter() - t0
         previous = None
         last: MicroBatch | None = None
         while cq.batch * cq.batch_seconds < cq.seconds:
             seen = len(replanner.log)
             t1 = time.perf_counter()
-            plan = replanner(last)
+            chosen = replanner(last)
             record.replan_seconds += time.perf_counter() - t1
             record.log += replanner.log[seen:]
-            last = cq.step(plan)
+            plan, how = chosen if isinstance(chosen, tuple) else (chosen, None)
+            last = cq.step(plan, how)
             record.switches += previous is not None and last.plan != previous
             previous = last.plan
             yield last

@@ -161,12 +161,9 @@ def test_06_adaptive():
 
 
 def test_07_streams(monkeypatch):
-    """Four stream strategies over the same 3 s of a generated drifting stream: every one
-    emits the same results as the in-process eddy (pandas, no Spark: an independent
-    evaluation), and one figure (plan switches, output rate, state size)."""
-    from reopt.spark import require_java
-
-    require_java()
+    """Four stream strategies over the same 3 s of a generated drifting stream, all in
+    process: every one emits the same results as the eddy (an independent evaluation: probes
+    routed by lottery, no plan), and one figure (plan switches, output rate, state size)."""
     monkeypatch.setenv("REOPT_STREAM_SECONDS", "3")
     nb = run("07-streams.ipynb", timeout=600)
     out = outputs(nb)

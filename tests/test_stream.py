@@ -11,6 +11,7 @@ brute-force count of matching pairs over the windows' contents.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -28,6 +29,7 @@ from reopt.costmodel.errors import ReoptError
 from reopt.execute import answer_digest
 from reopt.stream import ContinuousQuery, StreamError, plan_line
 from reopt.streamgen import WORKLOADS, generate_stream, parse_phases
+from reopt.streamlocal import EXECUTORS, make_query
 
 
 def frames(root: Path, stream: str) -> list[pd.DataFrame]:
@@ -179,6 +181,7 @@ def batch_answer(spark, data: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 @pytest.mark.spark
 def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
+    """Both executors (Spark, in process), one oracle."""
     root = tmp_path / "nx"
     generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
     (root / "persons" / "000003.parquet").write_bytes(b"not parquet")  # a malformed file
@@ -204,9 +207,10 @@ def test_executor_equals_batch_sql_per_window_under_two_plans(spark, tmp_path):
     # plans, and the plan changes after every batch, both ways (the switch moves no state)
     orders = {"bushy first": (bushy, left_deep, bushy),
               "left-deep first": (left_deep, bushy, left_deep)}
-    for name, order in orders.items():
-        cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
-                             state="windows")  # intermediate: tests/test_stream_migration.py
+    for executor, (name, order) in itertools.product(EXECUTORS, orders.items()):
+        name = f"{executor}, {name}"
+        cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=2,
+                        state="windows")  # intermediate: tests/test_stream_migration.py
         batches = list(cq.run(lambda last, order=order: order[0 if last is None
                                                              else last.index + 1]))
         assert [b.index for b in batches] == [0, 1, 2]
@@ -356,23 +360,39 @@ def self_join(windows: tuple[float, float, float]) -> tuple[Optimizer, dict[str,
                      optimizer="topdown"), w
 
 
+PLAN_CASE = dict(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
+                 batch_seconds=st.sampled_from([1, 2]),
+                 choices=st.lists(st.integers(0, 10 ** 6), min_size=4, max_size=4))
+
+
 @settings(max_examples=3, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
-       batch_seconds=st.sampled_from([1, 2]), choices=st.lists(st.integers(0, 10 ** 6),
-                                                                min_size=4, max_size=4))
+@given(**PLAN_CASE)
 def test_any_plan_per_batch_equals_brute_force(spark, tmp_path_factory, data, windows,
                                                batch_seconds, choices):
     """A self-join (two windows over stream s) and a third stream; every batch under a plan
     drawn from all plan trees; each batch's results against nested loops over all records."""
+    check_any_plan("spark", spark, tmp_path_factory, data, windows, batch_seconds, choices)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(**PLAN_CASE)
+def test_local_any_plan_per_batch_equals_brute_force(tmp_path_factory, data, windows,
+                                                     batch_seconds, choices):
+    """The same property on the in-process executor (no Spark: many more cases)."""
+    check_any_plan("local", None, tmp_path_factory, data, windows, batch_seconds, choices)
+
+
+def check_any_plan(executor, spark, tmp_path_factory, data, windows, batch_seconds, choices):
     records, files = data
     root = tmp_path_factory.mktemp("prop")
     write_streams(root, files)
     opt, w = self_join(windows)
     plans = all_plans(opt)
     assert len({plan_line(p) for p in plans}) > 1
-    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds,
-                         state="windows")  # intermediate: tests/test_stream_migration.py
+    cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=batch_seconds,
+                    state="windows")  # intermediate: tests/test_stream_migration.py
     expected = brute_force(records, w, batch_seconds)
     seen = set()
     for b in cq.run(lambda last: plans[choices[0 if last is None else last.index + 1]

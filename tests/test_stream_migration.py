@@ -36,6 +36,7 @@ from reopt.execute import answer_digest
 from reopt.optimizers.exhaustive import all_plans
 from reopt.stream import MIGRATIONS, ContinuousQuery, StreamError, plan_line
 from reopt.streamgen import generate_stream
+from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamstate import Track, expire, retire
 
 WINDOWS = {"p": 3.0, "a": 2.0, "b": 1.0}
@@ -106,18 +107,19 @@ def kept_state(cq: ContinuousQuery, track: Track) -> dict[frozenset, Counter]:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("migration", ["moving", "parallel"])
-def test_switches_under_each_migration_equal_batch_sql(spark, nexmark, migration):
+def test_switches_under_each_migration_equal_batch_sql(spark, nexmark, migration, executor):
     """Plans switching after every batch, and once (after a batch of the other plan, the
     run stopped after the switch's batch): every window's results equal the oracle's, every
     plan's state equals the from-scratch join, and the old state is non-empty at each
-    switch."""
+    switch; on Spark and in process alike."""
     root, opt, left_deep, other, data, expected, sizes = nexmark
     aliases = list(opt.query.aliases)
     runs = {"every batch": (left_deep, other, left_deep), "once": (other, left_deep)}
     for name, order in runs.items():
-        cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
-                             state="intermediate", migration=migration)
+        cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=2,
+                        state="intermediate", migration=migration)
         batches = []
         while len(batches) < len(order):
             b = cq.step(order[len(batches)])
@@ -147,24 +149,41 @@ def test_bad_state_or_migration_is_refused(tmp_path):
         ContinuousQuery(ok.query, ok.catalog, root, spark=None, migration="copy")
 
 
+MIGRATION_CASE = dict(
+    data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
+    choices=st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(MIGRATIONS)),
+                     min_size=3, max_size=3))
+
+
 @pytest.mark.spark
 @settings(max_examples=1, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=streams(), windows=st.tuples(*[st.sampled_from([0.5, 1, 2, 3])] * 3),
-       choices=st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(MIGRATIONS)),
-                        min_size=3, max_size=3))
+@given(**MIGRATION_CASE)
 def test_any_plan_and_migration_per_batch_equals_brute_force(spark, tmp_path_factory, data,
                                                              windows, choices):
     """``tests/test_stream.py``'s self-join property with intermediate state: every batch
     under a plan drawn from all plan trees, every switch by a drawn migration; each batch's
     results against nested loops over all records."""
+    check_plans_and_migrations("spark", spark, tmp_path_factory, data, windows, choices)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(**MIGRATION_CASE)
+def test_local_any_plan_and_migration_per_batch_equals_brute_force(tmp_path_factory, data,
+                                                                   windows, choices):
+    """The same property on the in-process executor (no Spark: many more cases)."""
+    check_plans_and_migrations("local", None, tmp_path_factory, data, windows, choices)
+
+
+def check_plans_and_migrations(executor, spark, tmp_path_factory, data, windows, choices):
     records, files = data
     root = tmp_path_factory.mktemp("propmig")
     write_streams(root, files)
     opt, w = self_join(windows)
     plans = list(all_plans(opt.space()))
-    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=1,
-                         state="intermediate")
+    cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=1,
+                    state="intermediate")
     expected = brute_force(records, w, 1)
 
     def plan_for(last):
@@ -265,6 +284,9 @@ def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
     assert d.moving_cost == pytest.approx(1.1e-4)
     assert d.parallel_cost == pytest.approx(1.974e-4 * 5)
     assert d.gain == pytest.approx(4.2e-4) and d.switch and d.strategy == "moving"
+    # hysteresis: the gain is 4.2e-4 / (1.974e-4 · 10) = 21% of the old plan's work over the
+    # interval: enough for the default 10%, not for 25%
+    assert not decide(space, old, new, interval=10, batch_seconds=1, min_gain=0.25).switch
     # over 2 s the gain (8.4e-5) does not pay for the move; 2 s batches: the old plan runs
     # 6 s (the 5 s window rounded up to whole batches)
     assert not decide(space, old, new, interval=2, batch_seconds=1).switch
@@ -363,7 +385,9 @@ def test_max_state_runs_the_cheapest_plan_that_fits():
 
 
 @pytest.mark.spark
-def test_a_state_reused_by_a_tree_with_its_children_swapped_equals_batch_sql(spark, nexmark):
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_state_reused_by_a_tree_with_its_children_swapped_equals_batch_sql(spark, nexmark,
+                                                                             executor):
     """``join(join(p, a), b)`` then ``join(join(a, p), b)``: the second keeps the same
     relation sets, so the first's state is reused as is, its columns in the first tree's
     order (p's, then a's) while the second tree's schema puts a's first. The results still
@@ -377,8 +401,8 @@ def test_a_state_reused_by_a_tree_with_its_children_swapped_equals_batch_sql(spa
                 relations=(*inner.children[1].relations, *inner.children[0].relations)),
         *left_deep.children[1:]])
     assert plan_line(swapped) != plan_line(left_deep)
-    cq = ContinuousQuery(opt.query, opt.catalog, root, spark, batch_seconds=2,
-                         state="intermediate", migration="moving")
+    cq = make_query(executor, opt.query, opt.catalog, root, spark, batch_seconds=2,
+                    state="intermediate", migration="moving")
     for plan in (left_deep, swapped, swapped):
         b = cq.step(plan)
         assert len(b.rows) == sizes.get(b.index, 0), b.index

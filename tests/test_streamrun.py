@@ -59,7 +59,8 @@ def test_hindsight_and_static_plans(tmp_path, monkeypatch):
     data = stream_tuples(root)
     wanted = [fresh_plan(catalog, true_deltas(data, 2 * k, 2 * k + 2)) for k in range(3)]
     assert len(set(wanted)) > 1  # the statistics drift enough to change the best plan
-    monkeypatch.setattr("reopt.streamrun.ContinuousQuery", PlansOnly)
+    monkeypatch.setattr("reopt.streamrun.make_query",
+                        lambda executor, *a, **k: PlansOnly(*a, **k))
     record = Strategy("hindsight")
     opt = Optimizer(QUERY, catalog, cost_model="rate", optimizer="topdown-inc")
     batches = list(run_strategy("hindsight", opt, root, 2, None, None, strategy=record))
@@ -106,7 +107,9 @@ def test_strategies_refuse_bad_input_before_spark_starts(tmp_path, capsys, monke
                  "auctions [RANGE 2 SECONDS] a WHERE p.id = a.seller AND a.id = b.auction")
     for strategy, sql, message in (("spark", unordered, "needs an equality between 'b'"),
                                    ("eddy", QUERY + " AND abs(b.price) < 3",
-                                    "eddy cannot evaluate")):
+                                    "eddy cannot evaluate"),
+                                   ("static", QUERY + " AND abs(b.price) < 3",
+                                    "local executor cannot evaluate")):
         assert main(["stream", sql, "--data", str(root), "--strategy", strategy]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("reopt: ") and message in err and "\n" not in err
