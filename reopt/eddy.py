@@ -49,7 +49,6 @@ every probe returned, a machine-independent measure of the work the routing caus
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -64,11 +63,9 @@ from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.query import Query
 from reopt.execute import _name
-from reopt.frameexpr import Evaluator, UnsupportedExpression, compile_expr, mask, parse
+from reopt.frameexpr import RENAMED, FrameSQL, mask
 from reopt.plan import PlanNode
 from reopt.stream import ContinuousQuery, MicroBatch, StreamError
-
-_RENAMED = re.compile(r"^_r(\d+)_")
 
 
 @dataclass
@@ -83,14 +80,6 @@ class EddyBatch(MicroBatch):
 
     def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "routes": self.routes, "probed": self.probed}
-
-
-@dataclass(frozen=True)
-class _Condition:
-    used: frozenset[int]
-    evaluate: Evaluator
-    equi: tuple[str, str] | None
-    """``(column, column)`` of a plain column = column condition, else None."""
 
 
 class Eddy(ContinuousQuery):
@@ -111,42 +100,11 @@ class Eddy(ContinuousQuery):
         self.routing = routing
         self.rng = np.random.default_rng(seed)
         self.items = list(range(len(self.query.aliases)))
-        self.filters = {i: [self._compile(t) for t in texts]
-                        for i, texts in self.prepared.filters.items()}
-        self.conditions = [self._condition(used, text)
-                           for used, text in self.prepared.conditions]
-        self.constant = [self._compile(t) for t in self.prepared.constant]
-        final = parse(self.prepared.final_sql)
-        if any(final.args.get(k) for k in ("distinct", "order", "limit", "offset")):
-            raise StreamError(f"query {self.query.name}: the eddy emits join results; DISTINCT, "
-                              "ORDER BY and LIMIT are not supported")
-        self.select = [(item.alias_or_name, self._compile_node(item))
-                       for item in final.expressions]
+        sql = FrameSQL(self.prepared, self.query.name, "the eddy", StreamError)
+        self.filters, self.conditions = sql.filters, sql.conditions
+        self.constant, self.select = sql.constant, sql.select
         self.banked = {i: 1.0 for i in self.items}
         self.escrow = {i: 0.0 for i in self.items}
-
-    # -- the query's SQL as pandas ----------------------------------------------------------
-    def _compile_node(self, node: Any) -> Evaluator:
-        try:
-            return compile_expr(node)
-        except UnsupportedExpression as e:
-            raise StreamError(f"query {self.query.name}: the eddy cannot evaluate '{e}' "
-                              "(columns, literals, comparisons, AND/OR/NOT, arithmetic, "
-                              "BETWEEN, IN, IS NULL only)") from None
-
-    def _compile(self, text: str) -> Evaluator:
-        return self._compile_node(parse(text))
-
-    def _condition(self, used: frozenset[int], text: str) -> _Condition:
-        node = parse(text)
-        while node.key == "paren":
-            node = node.this
-        equi = None
-        if node.key == "eq" and node.left.key == "column" and node.right.key == "column":
-            sides = [_RENAMED.match(c.name) for c in (node.left, node.right)]
-            if all(sides) and sides[0].group(1) != sides[1].group(1):
-                equi = (node.left.name, node.right.name)
-        return _Condition(used, self._compile_node(node), equi)
 
     # -- one micro-batch ---------------------------------------------------------------------
     def _item(self, i: int, frame: pd.DataFrame) -> pd.DataFrame:
@@ -171,7 +129,7 @@ class Eddy(ContinuousQuery):
         for c in covered:
             if c.equi is not None:
                 a, b = c.equi
-                keys.append((a, b) if _RENAMED.match(b).group(1) == str(j) else (b, a))
+                keys.append((a, b) if RENAMED.match(b).group(1) == str(j) else (b, a))
         if keys:
             left = part.dropna(subset=[k for k, _ in keys])
             right = state.dropna(subset=[k for _, k in keys])

@@ -1,20 +1,23 @@
 """The query's prepared Spark SQL expressions evaluated on pandas frames.
 
-The eddy (:mod:`reopt.eddy`) joins in process, on the driver's window buffers, so it needs the
-query's filters, join conditions and SELECT list — which :func:`reopt.execute._prepare`
-writes as Spark SQL over renamed columns (``_r0_id``) — as functions of a pandas frame.
-:func:`compile_expr` turns the subset of SQL a select-project-join stream query uses into such
-a function: columns, numeric/string/boolean literals, ``= <> < <= > >=``, ``AND OR NOT``,
-``+ - * /`` and unary minus, ``BETWEEN``, ``IN (literals)``, ``IS [NOT] NULL``. Anything else
-is a :class:`reopt.stream.StreamError` naming the expression, raised when the eddy is built,
-before any batch runs. NULLs follow pandas (a comparison with NaN is false), which equals
-SQL's three-valued logic wherever a condition only filters rows (UNKNOWN drops the row too).
+The eddy (:mod:`reopt.eddy`) and the local executor (:mod:`reopt.streamlocal`) join in
+process, on the driver's window buffers, so they need the query's filters, join conditions and
+SELECT list — which :func:`reopt.execute._prepare` writes as Spark SQL over renamed columns
+(``_r0_id``) — as functions of a pandas frame. :func:`compile_expr` turns the subset of SQL a
+select-project-join stream query uses into such a function: columns, numeric/string/boolean
+literals, ``= <> < <= > >=``, ``AND OR NOT``, ``+ - * /`` and unary minus, ``BETWEEN``,
+``IN (literals)``, ``IS [NOT] NULL``. Anything else is a :class:`reopt.stream.StreamError`
+naming the expression, raised by :class:`FrameSQL` when the executor is built, before any
+batch runs. NULLs follow pandas (a comparison with NaN is false), which equals SQL's
+three-valued logic wherever a condition only filters rows (UNKNOWN drops the row too).
 """
 
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -32,8 +35,69 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+RENAMED = re.compile(r"^_r(\d+)_")
+"""A prepared column's name, ``_r<FROM position>_<column>``."""
+
+
 class UnsupportedExpression(ValueError):
     """An expression the pandas evaluator does not cover (the caller names the query)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A join condition of the prepared query, as a function of a frame."""
+
+    used: frozenset[int]
+    evaluate: Evaluator
+    equi: tuple[str, str] | None
+    """``(column, column)`` of a plain column = column condition between two FROM items,
+    else None."""
+
+
+class FrameSQL:
+    """A prepared query's filters, join conditions, constant conditions and SELECT list
+    compiled for one in-process executor (the eddy, the local continuous-query executor),
+    which emits join results only. What the evaluator does not cover, and DISTINCT, ORDER BY
+    or LIMIT, is ``error`` (one line naming the query and ``who`` runs it, with where it does
+    run, ``elsewhere``), raised here, before any batch runs."""
+
+    def __init__(self, prepared: Any, query: str, who: str, error: type[Exception],
+                 elsewhere: str | None = None):
+        self.query, self.who, self.error, self.elsewhere = query, who, error, elsewhere
+        self.filters = {i: [self.text(t) for t in texts]
+                        for i, texts in prepared.filters.items()}
+        self.conditions = [self.condition(used, text) for used, text in prepared.conditions]
+        self.constant = [self.text(t) for t in prepared.constant]
+        final = parse(prepared.final_sql)
+        if any(final.args.get(k) for k in ("distinct", "order", "limit", "offset")):
+            where = f" ({elsewhere} runs them)" if elsewhere else ""
+            raise error(f"query {query}: {who} emits join results; DISTINCT, ORDER BY and "
+                        f"LIMIT are not supported{where}")
+        self.select = [(item.alias_or_name, self.node(item)) for item in final.expressions]
+
+    def node(self, node: exp.Expression) -> Evaluator:
+        try:
+            return compile_expr(node)
+        except UnsupportedExpression as e:
+            where = f"; {self.elsewhere} runs any" if self.elsewhere else ""
+            raise self.error(f"query {self.query}: {self.who} cannot evaluate '{e}' (columns, "
+                             "literals, comparisons, AND/OR/NOT, arithmetic, BETWEEN, IN, "
+                             f"IS NULL only{where})") from None
+
+    def text(self, text: str) -> Evaluator:
+        return self.node(parse(text))
+
+    def condition(self, used: frozenset[int], text: str) -> Condition:
+        """A join condition, with its two columns when it equates columns of two items."""
+        node = parse(text)
+        while node.key == "paren":
+            node = node.this
+        equi = None
+        if node.key == "eq" and node.left.key == "column" and node.right.key == "column":
+            sides = [RENAMED.match(c.name) for c in (node.left, node.right)]
+            if all(sides) and sides[0].group(1) != sides[1].group(1):
+                equi = (node.left.name, node.right.name)
+        return Condition(used, self.node(node), equi)
 
 
 def parse(text: str) -> exp.Expression:

@@ -32,8 +32,6 @@ Spark SQL oracle, across plan switches and both migrations).
 from __future__ import annotations
 
 import contextlib
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +42,7 @@ from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.query import Query
 from reopt.execute import _name
-from reopt.frameexpr import Evaluator, UnsupportedExpression, compile_expr, mask, parse
+from reopt.frameexpr import Condition, FrameSQL, mask
 from reopt.plan import PlanNode
 from reopt.stream import ContinuousQuery, StreamError
 
@@ -55,18 +53,6 @@ EXECUTORS = ("local", "spark")
 """``reopt stream --executor``: in process (pandas) or on Spark."""
 BLOCK_PAIRS = 1 << 21
 """Pairs a nested-loops join materializes at once (memory bound, not semantics)."""
-_RENAMED = re.compile(r"^_r(\d+)_")
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A join condition of the prepared query, as a function of a frame."""
-
-    used: frozenset[int]
-    evaluate: Evaluator
-    equi: tuple[str, str] | None
-    """``(column, column)`` of a plain column = column condition between two FROM items,
-    else None."""
 
 
 class LocalContinuousQuery(ContinuousQuery):
@@ -78,48 +64,16 @@ class LocalContinuousQuery(ContinuousQuery):
                  state: str = "intermediate", migration: str = "moving"):
         super().__init__(query, catalog, data_dir, None, batch_seconds, adjustments,
                          state=state, migration=migration)
-        self.filters = {i: [self._compile(t) for t in texts]
-                        for i, texts in self.prepared.filters.items()}
-        self.conditions = [self._condition(used, text)
-                           for used, text in self.prepared.conditions]
-        self.constant = [self._compile(t) for t in self.prepared.constant]
-        final = parse(self.prepared.final_sql)
-        if any(final.args.get(k) for k in ("distinct", "order", "limit", "offset")):
-            raise StreamError(f"query {self.query.name}: the local executor emits join "
-                              "results; DISTINCT, ORDER BY and LIMIT are not supported "
-                              "(--executor spark runs them)")
-        self.select = [(item.alias_or_name, self._compile_node(item))
-                       for item in final.expressions]
+        sql = FrameSQL(self.prepared, self.query.name, "the local executor", StreamError,
+                       elsewhere="--executor spark")
+        self.filters, self.conditions = sql.filters, sql.conditions
+        self.constant, self.select = sql.constant, sql.select
         self.dtypes: dict[str, Any] = {}
         """Each renamed column's pandas dtype (an empty state keeps its columns' types)."""
         for i, r in enumerate(self.query.relations):
             empty = self._empty(r.table)
             for c in self.prepared.needed[i]:
                 self.dtypes[_name(i, c)] = empty[c].dtype
-
-    # -- the query's SQL as pandas -------------------------------------------------------------
-    def _compile_node(self, node: Any) -> Evaluator:
-        try:
-            return compile_expr(node)
-        except UnsupportedExpression as e:
-            raise StreamError(f"query {self.query.name}: the local executor cannot evaluate "
-                              f"'{e}' (columns, literals, comparisons, AND/OR/NOT, "
-                              "arithmetic, BETWEEN, IN, IS NULL only; --executor spark runs "
-                              "any)") from None
-
-    def _compile(self, text: str) -> Evaluator:
-        return self._compile_node(parse(text))
-
-    def _condition(self, used: frozenset[int], text: str) -> Condition:
-        node = parse(text)
-        while node.key == "paren":
-            node = node.this
-        equi = None
-        if node.key == "eq" and node.left.key == "column" and node.right.key == "column":
-            sides = [_RENAMED.match(c.name) for c in (node.left, node.right)]
-            if all(sides) and sides[0].group(1) != sides[1].group(1):
-                equi = (node.left.name, node.right.name)
-        return Condition(used, self._compile_node(node), equi)
 
     # -- the operations of a batch, on pandas --------------------------------------------------
     def _check_session(self) -> None:
