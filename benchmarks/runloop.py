@@ -8,7 +8,9 @@ Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--sp
 statistic the observations must correct). Per query, a warm-up run of the ``static``
 strategy is not counted (the JVM and the file cache), then each strategy runs once: its
 total execution time over the splits, its total re-optimization time, how often the plan
-changed, and whether its answer digests as the others'. Session start-up and the ``spark``
+changed, the time of combining the splits' answers and digesting the result in Spark
+(``combine``: not part of the execution time), and whether its answer digests as the
+others'. Session start-up and the ``spark``
 strategy's writing and ``ANALYZE`` of its tables are excluded. With ``--mirrored`` the
 strategies run twice, in their order and then in reverse (A B C D D C B A), and each row is
 the mean of a strategy's two runs (plan changes: both, ``first/second``): on this machine a
@@ -57,8 +59,8 @@ def main(argv: list[str]) -> int:
     print(f"data {args.data}, {args.splits} {by} splits{subsets}"
           f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}")
     print("| query | worst est/obs | strategy | exec (s) | exec JVM CPU (s) | reopt (s) | "
-          "plan changes | result rows | same answer |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "combine (s) | plan changes | result rows | same answer |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios: dict[str, list[tuple[str, float, float]]] = {}
     for q in args.queries.split(","):
         def make(q: str = q) -> Optimizer:
@@ -86,11 +88,12 @@ def main(argv: list[str]) -> int:
             docs = done[strategy]
             execution = statistics.mean(d["execution_seconds"] for d in docs)
             reopt = statistics.mean(d["reopt_seconds"] for d in docs)
+            combining = statistics.mean(d["combine_seconds"] for d in docs)
             cpu = statistics.mean(d["execution_cpu_seconds"] or math.nan for d in docs)
             changes = "/".join(str(d["plan_changes"]) for d in docs)
             totals[strategy] = (execution + reopt, cpu)
             print(f"| {q} | {off:.3g}× | {strategy} | {execution:.2f} | {cpu:.1f} | "
-                  f"{reopt:.3f} | {changes} | {docs[0]['result_rows']} | "
+                  f"{reopt:.3f} | {combining:.2f} | {changes} | {docs[0]['result_rows']} | "
                   f"{'yes' if all(d['same'] for d in docs) else 'NO'} |", flush=True)
         loop.close()
         if "adaptive" in totals:

@@ -7,8 +7,11 @@ chosen column or the table's first (TPC-H: its key, ``l_orderkey`` for lineitem)
 are disjoint, cover the table, and are of about equal size whatever the key's skew in value.
 Range splits cut the column at its approximate quantiles and run in the column's order (by a
 date: in time order, so drifting data differs from split to split). Each split runs
-the query with the other relations whole; inner joins distribute over the split, and
-:mod:`reopt.combine` combines the splits' answers into the whole query's answer.
+the query with the other relations whole; inner joins distribute over the split, and the
+splits' answers are combined into the whole query's answer by the rules of
+:mod:`reopt.combine`. No answer is collected to the driver: each split's stays in Spark, and
+:mod:`reopt.answer` combines them there and digests the result (an answer may be far larger
+than the driver: Q8Join at SF 1 has about 24 million groups).
 
 Strategies, each over the same splits:
 
