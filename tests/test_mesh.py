@@ -16,7 +16,7 @@ import pytest
 
 from reopt import adaptive
 from reopt.adaptive import Loop, Splits, plan_shape
-from reopt.answer import spark_sql_digest
+from reopt.answer import Answer, spark_sql_digest
 from reopt.api import Optimizer, load_catalog
 from reopt.combine import combiner
 from reopt.execute import Execution, NodeRun
@@ -39,7 +39,7 @@ def fake_loop(monkeypatch) -> Loop:
     """Q5 over four hand-made splits of 100 lineitem rows each, subsets 0, 1, 0, 1, run by
     a stand-in for Spark: every node observes 100 rows per relation it joins, except that
     subset 1 (condition ``late``) joins no line with an order (0 rows)."""
-    def fake_execute(plan, query, data_dir, spark, restrict=None, inputs=None):
+    def fake_execute(plan, query, data_dir, spark, restrict=None, inputs=None, keep=False):
         late = inputs["lineitem"].startswith("late")  # the split's stand-in: its condition
         nodes = [NodeRun(n.op, n.alt.log_op, n.relations, n.rows,
                          0 if late and {"orders", "lineitem"} <= set(n.relations)
@@ -48,6 +48,9 @@ def fake_loop(monkeypatch) -> Loop:
         return Execution([], [], "", 0.0, nodes)
 
     monkeypatch.setattr(adaptive, "execute", fake_execute)
+    # no answers to combine in Spark
+    monkeypatch.setattr(adaptive, "settle", lambda *_: Answer([], 0, ""))
+    monkeypatch.setattr(adaptive, "release", lambda _: None)
     loop = Loop.__new__(Loop)
     loop.make_optimizer, loop.data_dir, loop.spark, loop.deltas = q5, "data", None, []
     loop.query = loop.split_query = q5().query
