@@ -90,9 +90,11 @@ def _oracle(sql: str, data, spark) -> tuple[int, str]:
 def test_combined_in_spark_is_spark_sqls_answer_and_the_driver_paths(spark, tpch_dir, name):
     sql = _sql(name)
     c = combiner(sql, name)
+    kept = spark.sparkContext._jsc.getPersistentRDDs().size()
     parts = _split_answers(c.split_sql, tpch_dir, spark)
     driver = c.combine([collect(p) for p in parts])  # the driver path, from the same partials
     answer = settle(c, parts, parts[0].columns, show=10**6)  # small: every row shown
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == kept  # the parts released
     assert answer.result_rows > 0
     assert (answer.result_rows, answer.digest) == _oracle(sql, tpch_dir, spark)
     if SQL[name] is None:  # the loop's own oracle gives the same
