@@ -2,11 +2,12 @@
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
 [--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
-[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored]``
+[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored] [--no-warmup]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
-strategy is not counted (the JVM and the file cache), then each strategy runs once: its
+strategy is not counted (the JVM and the file cache; ``--no-warmup`` skips it, the first
+strategy's answer then being the reference), then each strategy runs once: its
 total execution time over the splits, its total re-optimization time, how often the plan
 changed, the time of combining the splits' answers and digesting the result in Spark
 (``combine``: not part of the execution time), and whether its answer digests as the
@@ -49,6 +50,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
     ap.add_argument("--mirrored", action="store_true")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the uncounted static run (for answers that take long to run: "
+                    "the first strategy is then measured on a colder JVM)")
     args = ap.parse_args(argv)
     by, column = args.split_by, args.split_column
     if args.per_subset:
@@ -69,20 +73,25 @@ def main(argv: list[str]) -> int:
 
         loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
                     subsets=args.subsets)
-        warm = loop.run("static")  # warm-up, not counted
-        reference = warm.answer_digest
-        off = max(max(max(n.estimated, 1) / max(n.observed, 1),
-                      max(n.observed, 1) / max(n.estimated, 1))
-                  for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
         runs = [(name, name, True) for name in args.strategies.split(",")]
         if args.per_subset:
             runs.insert(2, ("adaptive-one", "adaptive", False))
         done: dict[str, list[dict]] = {}
+        warm = None if args.no_warmup else loop.run("static")  # warm-up, not counted
+        reference = None if warm is None else warm.answer_digest
         for strategy, name, per_subset in runs + (runs[::-1] if args.mirrored else []):
             run = loop.run(name, per_subset=per_subset)
+            warm = warm or run
+            reference = reference or run.answer_digest
             doc = run.to_json()
             doc["same"] = run.answer_digest == reference
             done.setdefault(strategy, []).append(doc)
+            print(f"  ({strategy}: exec {doc['execution_seconds']:.1f} s, combine "
+                  f"{doc['combine_seconds']:.1f} s, digest {run.answer_digest[:16]}…)",
+                  file=sys.stderr, flush=True)
+        off = max(max(max(n.estimated, 1) / max(n.observed, 1),
+                      max(n.observed, 1) / max(n.estimated, 1))
+                  for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
         totals = {}
         for strategy, _, _ in runs:
             docs = done[strategy]

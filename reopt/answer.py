@@ -109,14 +109,22 @@ def combine(combiner: Combiner, parts: Sequence[DataFrame], columns: Sequence[st
         raise ValueError("no split answers to combine")
     df = reduce(lambda a, b: a.union(b), [_positional(p) for p in parts])
     names = [f"c{i}" for i in range(len(columns))]
+    # as many groups per task as in a split's answer: the session's few shuffle partitions
+    # would give each task several splits' worth (Q8Join at SF 1: 6 million groups a task,
+    # spilling on a 2 GB driver)
+    width = max(int(df.sparkSession.conf.get("spark.sql.shuffle.partitions", "1")),
+                sum(p._jdf.rdd().getNumPartitions() for p in parts))
     if combiner.aggregates:
         keys = [n for n, how in zip(names, combiner.aggregates, strict=True) if how is None]
         merge = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}
         aggs = [merge[how](n).alias(n) for n, how in zip(names, combiner.aggregates, strict=True)
                 if how is not None]
-        df = (df.groupBy(*keys).agg(*aggs) if keys else df.agg(*aggs)).select(*names)
+        if keys:
+            df = df.repartition(width, *keys).groupBy(*keys).agg(*aggs).select(*names)
+        else:
+            df = df.agg(*aggs).select(*names)
     elif combiner.distinct:
-        df = df.distinct()
+        df = df.repartition(width, *names).distinct()
     order = [_order_column(names[k.position], k.descending, k.nulls_first)
              for k in combiner.order]
     if combiner.limit is not None:
