@@ -89,9 +89,10 @@ def main(argv: list[str]) -> int:
             print(f"  ({strategy}: exec {doc['execution_seconds']:.1f} s, combine "
                   f"{doc['combine_seconds']:.1f} s, digest {run.answer_digest[:16]}…)",
                   file=sys.stderr, flush=True)
-        off = max(max(max(n.estimated, 1) / max(n.observed, 1),
-                      max(n.observed, 1) / max(n.estimated, 1))
-                  for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
+        off = max((max(max(n.estimated, 1) / max(n.observed, 1),
+                       max(n.observed, 1) / max(n.estimated, 1))
+                   for x in warm.splits for n in x.nodes if n.logical in ("scan", "join")),
+                  default=math.nan)  # nan when spark alone ran: it observes no plan nodes
         totals = {}
         for strategy, _, _ in runs:
             docs = done[strategy]
