@@ -87,7 +87,8 @@ def main(argv: list[str]) -> int:
             doc["same"] = run.answer_digest == reference
             done.setdefault(strategy, []).append(doc)
             print(f"  ({strategy}: exec {doc['execution_seconds']:.1f} s, combine "
-                  f"{doc['combine_seconds']:.1f} s, digest {run.answer_digest[:16]}…)",
+                  f"{doc['combine_seconds']:.1f} s, {doc['plan_changes']} plan changes, "
+                  f"{doc['result_rows']} result rows, digest {run.answer_digest[:16]}…)",
                   file=sys.stderr, flush=True)
         off = max((max(max(n.estimated, 1) / max(n.observed, 1),
                        max(n.observed, 1) / max(n.estimated, 1))
