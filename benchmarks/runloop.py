@@ -2,13 +2,16 @@
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
 [--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
-[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored]``
+[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored] [--no-warmup]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
-strategy is not counted (the JVM and the file cache), then each strategy runs once: its
+strategy is not counted (the JVM and the file cache; ``--no-warmup`` skips it, the first
+strategy's answer then being the reference), then each strategy runs once: its
 total execution time over the splits, its total re-optimization time, how often the plan
-changed, and whether its answer digests as the others'. Session start-up and the ``spark``
+changed, the time of combining the splits' answers and digesting the result in Spark
+(``combine``: not part of the execution time), and whether its answer digests as the
+others'. Session start-up and the ``spark``
 strategy's writing and ``ANALYZE`` of its tables are excluded. With ``--mirrored`` the
 strategies run twice, in their order and then in reverse (A B C D D C B A), and each row is
 the mean of a strategy's two runs (plan changes: both, ``first/second``): on this machine a
@@ -47,6 +50,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
     ap.add_argument("--mirrored", action="store_true")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the uncounted static run (for answers that take long to run: "
+                    "the first strategy is then measured on a colder JVM)")
     args = ap.parse_args(argv)
     by, column = args.split_by, args.split_column
     if args.per_subset:
@@ -57,8 +63,8 @@ def main(argv: list[str]) -> int:
     print(f"data {args.data}, {args.splits} {by} splits{subsets}"
           f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}")
     print("| query | worst est/obs | strategy | exec (s) | exec JVM CPU (s) | reopt (s) | "
-          "plan changes | result rows | same answer |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "combine (s) | plan changes | result rows | same answer |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios: dict[str, list[tuple[str, float, float]]] = {}
     for q in args.queries.split(","):
         def make(q: str = q) -> Optimizer:
@@ -67,30 +73,38 @@ def main(argv: list[str]) -> int:
 
         loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
                     subsets=args.subsets)
-        warm = loop.run("static")  # warm-up, not counted
-        reference = warm.answer_digest
-        off = max(max(max(n.estimated, 1) / max(n.observed, 1),
-                      max(n.observed, 1) / max(n.estimated, 1))
-                  for x in warm.splits for n in x.nodes if n.logical in ("scan", "join"))
         runs = [(name, name, True) for name in args.strategies.split(",")]
         if args.per_subset:
             runs.insert(2, ("adaptive-one", "adaptive", False))
         done: dict[str, list[dict]] = {}
+        warm = None if args.no_warmup else loop.run("static")  # warm-up, not counted
+        reference = None if warm is None else warm.answer_digest
         for strategy, name, per_subset in runs + (runs[::-1] if args.mirrored else []):
             run = loop.run(name, per_subset=per_subset)
+            warm = warm or run
+            reference = reference or run.answer_digest
             doc = run.to_json()
             doc["same"] = run.answer_digest == reference
             done.setdefault(strategy, []).append(doc)
+            print(f"  ({strategy}: exec {doc['execution_seconds']:.1f} s, combine "
+                  f"{doc['combine_seconds']:.1f} s, {doc['plan_changes']} plan changes, "
+                  f"{doc['result_rows']} result rows, digest {run.answer_digest[:16]}…)",
+                  file=sys.stderr, flush=True)
+        off = max((max(max(n.estimated, 1) / max(n.observed, 1),
+                       max(n.observed, 1) / max(n.estimated, 1))
+                   for x in warm.splits for n in x.nodes if n.logical in ("scan", "join")),
+                  default=math.nan)  # nan when spark alone ran: it observes no plan nodes
         totals = {}
         for strategy, _, _ in runs:
             docs = done[strategy]
             execution = statistics.mean(d["execution_seconds"] for d in docs)
             reopt = statistics.mean(d["reopt_seconds"] for d in docs)
+            combining = statistics.mean(d["combine_seconds"] for d in docs)
             cpu = statistics.mean(d["execution_cpu_seconds"] or math.nan for d in docs)
             changes = "/".join(str(d["plan_changes"]) for d in docs)
             totals[strategy] = (execution + reopt, cpu)
             print(f"| {q} | {off:.3g}× | {strategy} | {execution:.2f} | {cpu:.1f} | "
-                  f"{reopt:.3f} | {changes} | {docs[0]['result_rows']} | "
+                  f"{reopt:.3f} | {combining:.2f} | {changes} | {docs[0]['result_rows']} | "
                   f"{'yes' if all(d['same'] for d in docs) else 'NO'} |", flush=True)
         loop.close()
         if "adaptive" in totals:

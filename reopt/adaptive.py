@@ -7,8 +7,11 @@ chosen column or the table's first (TPC-H: its key, ``l_orderkey`` for lineitem)
 are disjoint, cover the table, and are of about equal size whatever the key's skew in value.
 Range splits cut the column at its approximate quantiles and run in the column's order (by a
 date: in time order, so drifting data differs from split to split). Each split runs
-the query with the other relations whole; inner joins distribute over the split, and
-:mod:`reopt.combine` combines the splits' answers into the whole query's answer.
+the query with the other relations whole; inner joins distribute over the split, and the
+splits' answers are combined into the whole query's answer by the rules of
+:mod:`reopt.combine`. No answer is collected to the driver: each split's stays in Spark, and
+:mod:`reopt.answer` combines them there and digests the result (an answer may be far larger
+than the driver: Q8Join at SF 1 has about 24 million groups).
 
 Strategies, each over the same splits:
 
@@ -60,6 +63,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reopt.answer import Answer, json_value, keep, release, settle
 from reopt.api import Optimizer
 from reopt.combine import Combiner, combiner
 from reopt.costmodel.errors import ReoptError
@@ -67,8 +71,6 @@ from reopt.costmodel.query import Query
 from reopt.execute import (
     ExecutionError,
     NodeRun,
-    answer_digest,
-    collect,
     execute,
     find_tables,
     read_tables,
@@ -76,7 +78,7 @@ from reopt.execute import (
 from reopt.plan import PlanNode
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 STRATEGIES = ("static", "adaptive", "hindsight", "spark")
 SPLIT_BY = ("hash", "range", "subset")
@@ -195,8 +197,9 @@ class StrategyRun:
 
     strategy: str
     splits: list[SplitRun]
-    columns: list[str]
-    rows: list[tuple]
+    answer: Answer
+    """The combined answer, combined and digested in Spark (:mod:`reopt.answer`): its row
+    count, digest and first rows; the rows themselves never reach the driver."""
     sessions: list[Session] = field(default_factory=list)
     """The optimizer sessions after the run: one per subset for ``adaptive`` over per-subset
     splits (in subset order), else one (none for ``spark``)."""
@@ -204,11 +207,22 @@ class StrategyRun:
 
     @property
     def answer_digest(self) -> str:
-        return answer_digest(self.rows)
+        """:func:`reopt.answer.digest` of the combined answer."""
+        return self.answer.digest
+
+    @property
+    def result_rows(self) -> int:
+        return self.answer.result_rows
+
+    @property
+    def columns(self) -> list[str]:
+        return self.answer.columns
 
     def to_json(self) -> dict[str, Any]:
-        out = {"strategy": self.strategy, "result_rows": len(self.rows),
-               "answer_digest": self.answer_digest,
+        out = {"strategy": self.strategy, "result_rows": self.result_rows,
+               "answer_digest": self.answer_digest, "columns": self.columns,
+               "head": [[json_value(v) for v in row] for row in self.answer.head],
+               "combine_seconds": self.answer.seconds,
                "reopt_seconds": sum(s.reopt_seconds for s in self.splits),
                "execution_seconds": sum(s.execution_seconds for s in self.splits),
                "execution_cpu_seconds": _finite(sum(s.execution_cpu_seconds
@@ -431,18 +445,24 @@ class Loop:
             raise ReoptError(f"unknown strategy '{strategy}' (choose from "
                              f"{', '.join(STRATEGIES)})")
         runs: list[SplitRun] = []
-        partials: list[list[tuple]] = []
+        partials: list[DataFrame] = []
         columns: list[str] = []
         sessions: dict[int | None, Session] = {}
         steps = (self._spark_splits() if strategy == "spark"
                  else self._reopt_splits(strategy, sessions, per_subset))
-        for split, cols, rows in steps:
-            runs.append(split)
-            partials.append(rows)
-            columns = columns or cols
-            if progress is not None:
-                progress(split)
-        return StrategyRun(strategy, runs, columns, self.combiner.combine(partials),
+        try:
+            for split, cols, frame in steps:
+                runs.append(split)
+                partials.append(frame)
+                columns = columns or cols
+                if progress is not None:
+                    progress(split)
+        except BaseException:
+            for frame in partials:
+                release(frame)
+            raise
+        answer = settle(self.combiner, partials, columns)
+        return StrategyRun(strategy, runs, answer,
                            [sessions[k] for k in sorted(sessions, key=lambda k: k or 0)],
                            self.splits.subset_conditions)
 
@@ -460,7 +480,7 @@ class Loop:
 
     def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session],
                       per_subset: bool = True
-                      ) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+                      ) -> Iterator[tuple[SplitRun, list[str], DataFrame]]:
         """``static``, ``adaptive``, ``hindsight``. ``adaptive`` over per-subset splits keeps
         one session per subset: a split runs its subset's current plan, and its observations
         go to that session only, scaled by the rows of the subset's next split over its own;
@@ -480,19 +500,20 @@ class Loop:
             o = session.optimizer
             if strategy == "hindsight" and s.rows[i] > 0:
                 seen = execute(session.plan, self.split_query, self.data_dir, self.spark,
-                               inputs=inputs)
+                               inputs=inputs, keep=True)
+                release(seen.frame)
                 t0 = time.perf_counter()
                 session.plan = o.update(seen.deltas()).plan
                 reopt += time.perf_counter() - t0
                 session.deltas += seen.deltas()
             run = execute(session.plan, self.split_query, self.data_dir, self.spark,
-                          inputs=inputs)
+                          inputs=inputs, keep=True)
             shape = plan_shape(session.plan)
             changed = key in last and shape != last[key]
             session.plan_changes += changed
-            yield (SplitRun(i, s.rows[i], shape, changed, reopt, run.seconds, len(run.rows),
+            yield (SplitRun(i, s.rows[i], shape, changed, reopt, run.seconds, run.result_rows,
                             run.nodes, run.cpu_seconds, subset=s.subset(i)),
-                   run.columns, run.rows)
+                   run.columns, run.frame)
             last[key] = shape
             nxt = next((j for j in range(i + 1, s.k)
                         if not per_subset or s.subset(j) == key), None)
@@ -504,10 +525,13 @@ class Loop:
                 session.deltas += deltas
                 session.updates.append((i, deltas))
 
-    def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], list[tuple]]]:
+    def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], DataFrame]]:
         """Spark's own plans: the tables written as Parquet tables of a scratch database
         (the split table once per split), ``ANALYZE``d, the query text run over them; the
         writing and the statistics are untimed (``statistics_seconds``)."""
+        from pyspark.sql import functions as F
+
+        from reopt.execute import observed_counts
         from reopt.spark import jvm_cpu_seconds
 
         s = self.splits
@@ -537,19 +561,22 @@ class Loop:
                 try:
                     with spark_settings(spark, SPARK_SETTINGS):
                         t0, cpu0 = time.perf_counter(), jvm_cpu_seconds(spark)
-                        answer = spark.sql(self.split_query.sql)
-                        rows = collect(answer)
+                        counted = f"reopt_spark_{db}_{i}"
+                        answer = spark.sql(self.split_query.sql).observe(
+                            counted, F.count(F.lit(1)).alias("rows"))
+                        frame = keep(answer)
                         seconds = time.perf_counter() - t0
                         cpu = jvm_cpu_seconds(spark) - cpu0
                         executed = answer._jdf.queryExecution().executedPlan().toString()
+                        rows = observed_counts(answer)[counted]
                 finally:
                     spark.catalog.setCurrentDatabase(current)
                 final = executed.split("== Initial Plan ==")[0]  # AQE prints both plans
                 shape = "spark: " + (", ".join(SPARK_JOINS.findall(final)) or "no join")
                 yield (SplitRun(i, s.rows[i], shape, previous is not None and shape != previous,
-                                0.0, seconds, len(rows), execution_cpu_seconds=cpu,
+                                0.0, seconds, rows, execution_cpu_seconds=cpu,
                                 statistics_seconds=stats, subset=s.subset(i)),
-                       list(answer.columns), rows)
+                       list(answer.columns), frame)
                 previous, stats = shape, 0.0
         finally:
             spark.catalog.setCurrentDatabase(current)

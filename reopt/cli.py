@@ -494,8 +494,16 @@ def run_main(args: argparse.Namespace) -> int:
             doc = r.to_json()
             print(f"{r.strategy:9} total: reopt {doc['reopt_seconds']:.3f} s, exec "
                   f"{doc['execution_seconds']:.2f} s, {doc['plan_changes']} plan changes, "
-                  f"{len(r.rows)} result rows, answer_digest {r.answer_digest[:16]}…")
+                  f"{r.result_rows} result rows, answer_digest {r.answer_digest[:16]}…")
         print("same answer: " + ("yes" if len(digests) == 1 else "NO"))
+        first = runs[0].answer
+        if first.head:
+            more = first.result_rows - len(first.head)
+            print(f"first rows ({runs[0].strategy}; {first.result_rows} in all"
+                  f"{f', {more} not shown' if more > 0 else ''}):")
+            print("  " + " | ".join(first.columns))
+            for row in first.head:
+                print("  " + " | ".join("NULL" if v is None else str(v) for v in row))
     return 0 if len(digests) == 1 else 1
 
 

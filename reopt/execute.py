@@ -116,6 +116,17 @@ class Execution:
     cpu_seconds: float = float("nan")
     """CPU seconds of the driver's JVM during the run (:func:`reopt.spark.jvm_cpu_seconds`:
     the whole query's under a ``local`` master)."""
+    frame: DataFrame | None = None
+    """With ``execute(…, keep=True)``: the answer kept in Spark (:func:`reopt.answer.keep`);
+    ``rows`` is then empty and ``digest`` is ``""`` (the caller digests the combined answer
+    in Spark, :mod:`reopt.answer`)."""
+    kept_rows: int | None = None
+    """With ``keep=True``: the answer's row count, observed as it was kept."""
+
+    @property
+    def result_rows(self) -> int:
+        """The answer's rows: counted in Spark if it was kept there, else collected."""
+        return len(self.rows) if self.kept_rows is None else self.kept_rows
 
     def deltas(self, scale: float = 1.0, scaled: str | None = None) -> list[str]:
         """The observations as deltas for the next optimization, each count times ``scale``
@@ -148,7 +159,7 @@ class Execution:
                  for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
 
     def to_json(self) -> dict[str, Any]:
-        return {"columns": self.columns, "result_rows": len(self.rows), "digest": self.digest,
+        return {"columns": self.columns, "result_rows": self.result_rows, "digest": self.digest,
                 "seconds": self.seconds, "nodes": [n.to_json() for n in self.nodes],
                 "deltas": self.deltas()}
 
@@ -463,7 +474,7 @@ TOO_LARGE = ("TaskResultLost", "OutOfMemoryError", "Java heap space", "maxResult
 """What Spark says when an answer does not fit on the driver (:func:`collect`)."""
 
 
-def _metrics(answer: DataFrame) -> dict[str, int]:
+def observed_counts(answer: DataFrame) -> dict[str, int]:
     """Name -> count of every observation in the executed plan of ``answer``."""
     scala = answer._jdf.queryExecution().observedMetrics()
     out = {}
@@ -489,7 +500,7 @@ def _observed(node: PlanNode, builder: _Builder, metrics: dict[str, int],
 
 def execute(plan: PlanNode, query: Query, data_dir: str | Path,
             spark: SparkSession, restrict: dict[str, str] | None = None,
-            inputs: dict[str, DataFrame] | None = None) -> Execution:
+            inputs: dict[str, DataFrame] | None = None, keep: bool = False) -> Execution:
     """Run ``plan`` (a plan of ``query``) over the tables in ``data_dir`` on ``spark``.
 
     Returns the result rows, their :func:`answer_digest`, the wall time of the run (planning
@@ -503,6 +514,9 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
     scan observes them as the table's rows. ``inputs`` maps a table to a DataFrame read
     instead of its data in ``data_dir`` (a split written out once, :class:`reopt.adaptive.Loop`:
     every strategy then reads the same split file, not the whole table through a filter).
+    ``keep=True`` collects nothing: the answer is kept in Spark (``Execution.frame``,
+    :func:`reopt.answer.keep`) and only its row count reaches the driver — the adaptive loop's
+    way, whose answers may be far larger than the driver.
     """
     from reopt.spark import execution_settings, jvm_cpu_seconds
 
@@ -529,18 +543,32 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
         joined.createOrReplaceTempView(view)
         try:
             answer = spark.sql(prepared.final_sql)
-            rows = collect(answer)
+            frame, kept_rows = None, None
+            if keep:
+                from pyspark.sql import functions as F
+
+                from reopt.answer import keep as keep_frame
+
+                counted = f"reopt_{builder.run}_answer"
+                answer = answer.observe(counted, F.count(F.lit(1)).alias("rows"))
+                frame, rows = keep_frame(answer), []
+            else:
+                rows = collect(answer)
             columns = list(answer.columns)
-            metrics = _metrics(answer)
+            metrics = observed_counts(answer)
+            if keep:
+                kept_rows = metrics.pop(counted)
             spark_plan = answer._jdf.queryExecution().executedPlan().toString()
         finally:
             spark.catalog.dropTempView(view)
         seconds, cpu = time.perf_counter() - t0, jvm_cpu_seconds(spark) - cpu0
     nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows),
-                     _observed(n, builder, metrics, len(rows)),
+                     _observed(n, builder, metrics,
+                               len(rows) if kept_rows is None else kept_rows),
                      metrics.get(builder.scanned.get(id(n), "")))
              for n in plan.walk()]
-    return Execution(columns, rows, answer_digest(rows), seconds, nodes, spark_plan, cpu)
+    return Execution(columns, rows, "" if keep else answer_digest(rows), seconds, nodes,
+                     spark_plan, cpu, frame, kept_rows)
 
 
 def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) -> list[tuple]:

@@ -16,9 +16,10 @@ import pytest
 
 from reopt import adaptive
 from reopt.adaptive import Loop, Splits, plan_shape
+from reopt.answer import Answer, spark_sql_digest
 from reopt.api import Optimizer, load_catalog
 from reopt.combine import combiner
-from reopt.execute import Execution, NodeRun, answer_digest, spark_sql_answer
+from reopt.execute import Execution, NodeRun
 
 CATALOG = load_catalog(None, 0.01)
 Q5_LAST_SHIP = dt.date(1994, 1, 1) + dt.timedelta(days=121)
@@ -38,7 +39,7 @@ def fake_loop(monkeypatch) -> Loop:
     """Q5 over four hand-made splits of 100 lineitem rows each, subsets 0, 1, 0, 1, run by
     a stand-in for Spark: every node observes 100 rows per relation it joins, except that
     subset 1 (condition ``late``) joins no line with an order (0 rows)."""
-    def fake_execute(plan, query, data_dir, spark, restrict=None, inputs=None):
+    def fake_execute(plan, query, data_dir, spark, restrict=None, inputs=None, keep=False):
         late = inputs["lineitem"].startswith("late")  # the split's stand-in: its condition
         nodes = [NodeRun(n.op, n.alt.log_op, n.relations, n.rows,
                          0 if late and {"orders", "lineitem"} <= set(n.relations)
@@ -47,6 +48,9 @@ def fake_loop(monkeypatch) -> Loop:
         return Execution([], [], "", 0.0, nodes)
 
     monkeypatch.setattr(adaptive, "execute", fake_execute)
+    # no answers to combine in Spark
+    monkeypatch.setattr(adaptive, "settle", lambda *_: Answer([], 0, ""))
+    monkeypatch.setattr(adaptive, "release", lambda _: None)
     loop = Loop.__new__(Loop)
     loop.make_optimizer, loop.data_dir, loop.spark, loop.deltas = q5, "data", None, []
     loop.query = loop.split_query = q5().query
@@ -104,7 +108,7 @@ def test_each_subset_keeps_its_own_plan_and_statistics(spark, skew_dir):
     assert dt.date(1970, 1, 1) + dt.timedelta(days=int(median)) > Q5_LAST_SHIP + dt.timedelta(30)
     run = mesh.run("adaptive")
 
-    truth = answer_digest(spark_sql_answer(mesh.query, skew_dir, spark))
+    truth = spark_sql_digest(mesh.query, skew_dir, spark)[1]
     assert run.answer_digest == truth
     assert Loop(q5, skew_dir, 2, spark).run("static").answer_digest == truth  # the plain run
 
@@ -147,7 +151,7 @@ def test_cli_reports_the_subset_of_each_split(spark, tpch_dir, capsys):
     assert doc["split"]["by"] == "subset" and doc["split"]["subsets"] == [0, 1]
     assert len(doc["split"]["subset_conditions"]) == 2
     whole = Optimizer("tpch:q7join", CATALOG).query
-    truth = answer_digest(spark_sql_answer(whole, tpch_dir, spark))
+    truth = spark_sql_digest(whole, tpch_dir, spark)[1]
     (adaptive,) = doc["strategies"]
     assert adaptive["answer_digest"] == truth
     assert [x["subset"] for x in adaptive["splits"]] == [0, 1]
