@@ -226,13 +226,7 @@ def spark_sql_digest(query: Query, data_dir: str | Path, spark: SparkSession) ->
     """Row count and :func:`digest` of Spark SQL's own answer to the query's whole text over
     the whole data (the tables registered as views under their names), never collected: the
     oracle a split run's combined answer must equal."""
-    from reopt.execute import read_tables
+    from reopt.execute import spark_sql_frame
 
-    tables = read_tables(query, data_dir, spark)
-    for table, df in tables.items():
-        df.createOrReplaceTempView(table)
-    try:
-        return digest(spark.sql(query.sql))
-    finally:
-        for table in tables:
-            spark.catalog.dropTempView(table)
+    with spark_sql_frame(query, data_dir, spark) as frame:
+        return digest(frame)

@@ -41,6 +41,7 @@ normalized (numbers to 12 significant digits, dates in ISO form), so two plans o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import hashlib
@@ -48,7 +49,7 @@ import math
 import numbers
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -571,14 +572,23 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
                      spark_plan, cpu, frame, kept_rows)
 
 
-def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) -> list[tuple]:
-    """Spark SQL's own answer to the query's text, the tables registered as views under
-    their names: the oracle an executed plan must agree with."""
+@contextlib.contextmanager
+def spark_sql_frame(query: Query, data_dir: str | Path, spark: SparkSession
+                    ) -> Iterator[DataFrame]:
+    """Spark SQL's own plan for the query's text over the data in ``data_dir``, the tables
+    registered as views under their names while the block runs (dropped after)."""
     tables = read_tables(query, data_dir, spark)
     for table, df in tables.items():
         df.createOrReplaceTempView(table)
     try:
-        return collect(spark.sql(query.sql))
+        yield spark.sql(query.sql)
     finally:
         for table in tables:
             spark.catalog.dropTempView(table)
+
+
+def spark_sql_answer(query: Query, data_dir: str | Path, spark: SparkSession) -> list[tuple]:
+    """Spark SQL's own answer to the query's text: the oracle an executed plan must agree
+    with."""
+    with spark_sql_frame(query, data_dir, spark) as frame:
+        return collect(frame)
