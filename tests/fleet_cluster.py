@@ -46,7 +46,9 @@ def executors(app: str) -> list[int]:
 
 
 def kill_one_when_running(sc, group: str, app: str, seen: dict) -> None:
-    """Kill one executor JVM once a task of the round is running."""
+    """Kill one executor JVM once a stage of the round is under way (as the status tracker
+    last heard: its listener bus lags, and a round's tasks may now finish in a fraction of a
+    second, so waiting to see a task active could miss the round altogether)."""
     tracker = sc.statusTracker()
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -54,13 +56,14 @@ def kill_one_when_running(sc, group: str, app: str, seen: dict) -> None:
             info = tracker.getJobInfo(job)
             for sid in info.stageIds if info else ():
                 st = tracker.getStageInfo(sid)
-                if st is not None and st.numActiveTasks > 0:
+                if st is not None and st.numCompletedTasks < st.numTasks:
                     running = executors(app)
                     os.kill(running[0], signal.SIGKILL)
                     seen.update(killed=running[0], stage=sid, active_tasks=st.numActiveTasks,
+                                unfinished=st.numTasks - st.numCompletedTasks,
                                 executors=running)
                     return
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 def main(mode: str, master: str, saved: str, out: str) -> None:
