@@ -1,9 +1,9 @@
 """A fleet on a real multi-process cluster (issue 19): ``local-cluster[2,1,1024]`` starts two
 executor JVMs, each with its own Python workers, so nothing may depend on state in the
 driver. One executor is killed (``kill -9``) while a stage of the update round has tasks
-left (as the status tracker last heard); the round must still end exact. Then a new driver process loads the saved fleet and runs the next
-round. Every result is compared with in-process optimizers fed the same deltas from scratch
-(the oracle), in this process."""
+left (as the status tracker last heard); the round must still end exact. Then a new driver
+process loads the saved fleet and runs the next round. Every result is compared with
+in-process optimizers fed the same deltas from scratch (the oracle), in this process."""
 
 from __future__ import annotations
 
