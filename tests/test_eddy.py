@@ -187,9 +187,9 @@ WHERE p.seg = s.seg AND s.seg = x.seg AND p.seg = q.seg AND p.xway = q.xway
 tuples, its windows (5, 10, 30, 2, 30 s) as plain timestamp conditions."""
 
 
-@pytest.mark.spark
-def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
-    root = tmp_path / "st"
+def segtolls_per_batch(spark, root: Path) -> dict[int, str]:
+    """A small drifting SegTollS stream written to ``root``, and batch Spark SQL's answer
+    over all its tuples (:data:`SEGTOLLS_ORACLE`) digested per micro-batch."""
     generate_stream("segtolls", root, seed=2, phases="3:keys=8;3:positions=200,accidents=6,keys=8")
     data = {s: pd.concat([pd.read_parquet(p) for p in sorted((root / s).glob("*.parquet"))])
             for s in ("positions", "segstats", "accidents")}
@@ -203,6 +203,13 @@ def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
     expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
                 for k, g in oracle.groupby("batch")}
     assert len(oracle) > 20 and len(expected) >= 2
+    return expected
+
+
+@pytest.mark.spark
+def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
+    root = tmp_path / "st"
+    expected = segtolls_per_batch(spark, root)
     eddy = _eddy((root / "query.sql").read_text(), str(root / "catalog.json"), root, seed=5)
     for b in eddy.run():
         assert answer_digest(b.rows) == expected.get(b.index, answer_digest([])), b.index

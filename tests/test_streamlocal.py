@@ -15,9 +15,8 @@ import random
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from test_eddy import SEGTOLLS_ORACLE
+from test_eddy import segtolls_per_batch
 from test_stream import QUERY
 
 from reopt.api import Optimizer
@@ -35,20 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 def test_segtolls_under_drawn_plans_and_migrations_equals_batch_sql(spark, tmp_path,
                                                                     monkeypatch):
     root = tmp_path / "st"
-    generate_stream("segtolls", root, seed=2,
-                    phases="3:keys=8;3:positions=200,accidents=6,keys=8")
-    data = {s: pd.concat([pd.read_parquet(p) for p in sorted((root / s).glob("*.parquet"))])
-            for s in ("positions", "segstats", "accidents")}
-    for s, df in data.items():
-        spark.createDataFrame(df).createOrReplaceTempView(s)
-    try:
-        oracle = spark.sql(SEGTOLLS_ORACLE).toPandas()
-    finally:
-        for s in data:
-            spark.catalog.dropTempView(s)
-    expected = {int(k): answer_digest(g.drop(columns="batch").itertuples(index=False))
-                for k, g in oracle.groupby("batch")}
-    assert len(oracle) > 20 and len(expected) >= 2
+    expected = segtolls_per_batch(spark, root)
     monkeypatch.setattr("reopt.streamlocal.BLOCK_PAIRS", 4000)  # nested loops in blocks
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown")
