@@ -530,10 +530,8 @@ class PlanSpace:
             costs = self._node_local.get(key)
             if costs is not None:
                 return self._cols[key], costs
-        cols = self.columns(expr, prop)
-        costs = self._node_local[key] = self._factored(
-            self.model.local_costs(self, expr, prop, cols), cols.phy_op)
-        return cols, costs
+        costs = self.node_costs(expr, prop)
+        return self._cols[key], costs
 
     def _cost_in_bulk(self) -> None:
         """Before a search from scratch asks for its first node: estimate the join graph's
