@@ -764,7 +764,13 @@ def floor_table(d: dict[str, Any]) -> TableOut:
 # -- the run --------------------------------------------------------------------------------
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Every measurement; returns the raw numbers (:func:`render` makes the tables)."""
+    """Every measurement; returns the raw numbers (:func:`render` makes the tables). A
+    ``--quick`` run collects only what it allocates (:func:`harness.frozen_heap`)."""
+    with harness.frozen_heap(cfg.quick):
+        return _run(cfg)
+
+
+def _run(cfg: Config) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
     subjects = workload(cfg)
     tpch = [Subject.tpch(n) for n in (("tpch:q5",) if cfg.quick else TPCH)]

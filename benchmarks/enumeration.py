@@ -220,15 +220,18 @@ def reading(data: dict[str, Any]) -> list[str]:
 
 
 def run(repeat: int = 3, count: int = COUNT, log: Callable[[str], None] = print,
-        large: bool = True) -> dict[str, Any]:
+        large: bool = True, cold: bool = True) -> dict[str, Any]:
+    """Every query of the workload from scratch and through its deltas; ``cold=False``
+    (``--quick``) collects only what the run allocates (:func:`harness.frozen_heap`)."""
     rows = []
     chosen = workload(count) if large else generate(SEED, count, max_relations=MAX_RELATIONS)
-    for wq in chosen:
-        t = time.perf_counter()
-        got = {"query": wq.name, "relations": wq.relations, "pairs": wq.pairs,
-               **scratch(wq, repeat), **updates(wq)}
-        rows.append(got)
-        log(f"  {wq.name}: {time.perf_counter() - t:.1f} s")
+    with harness.frozen_heap(not cold):
+        for wq in chosen:
+            t = time.perf_counter()
+            got = {"query": wq.name, "relations": wq.relations, "pairs": wq.pairs,
+                   **scratch(wq, repeat), **updates(wq)}
+            rows.append(got)
+            log(f"  {wq.name}: {time.perf_counter() - t:.1f} s")
     big = sorted(chosen, key=lambda w: -w.pairs)[:3]
     rss = {w.name: peak_rss(w) for w in big}
     return {"rows": rows, "rss": rss, "repeat": repeat, "count": count}

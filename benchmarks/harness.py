@@ -11,14 +11,16 @@ as median (min–max); ratios are taken between medians measured in the same run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import gc
 import math
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,24 @@ a change of a join's selectivity is a correction on that relation set."""
 
 MODES = ("evita", "aggsel", "aggsel+refcount", "aggsel+bound", "all")
 """The pruning modes that prune (``none`` is the exponential baseline)."""
+
+
+@contextlib.contextmanager
+def frozen_heap(active: bool = True) -> Iterator[None]:
+    """Freeze the heap that exists now (``gc.freeze``) for the duration, so that the
+    ``gc.collect()`` a benchmark runs before each sample scans only what the run allocates.
+    For ``--quick`` runs, whose times nobody reads: in a process that already holds a large
+    heap (the test suite, ``make bench``'s earlier sections) a full collection costs about
+    0.1 s, and a quick run takes a hundred or more of them. Full runs keep whole
+    collections, so their samples start as they always did."""
+    if not active:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 # -- command lines --------------------------------------------------------------------------

@@ -1113,7 +1113,7 @@ def enum(cfg: Config) -> Section:
 
     count = 4 if cfg.quick else enumeration.COUNT
     data = enumeration.run(1 if cfg.quick else min(cfg.repeat, 3), count,
-                           log=cfg.log, large=not cfg.quick)
+                           log=cfg.log, large=not cfg.quick, cold=not cfg.quick)
     header, rows, notes = enumeration.render(data)
     return Section(
         "enum", "Large queries: enumeration in proportion to the csg-cmp pairs",
