@@ -626,14 +626,16 @@ class PlanSpace:
         final operator's input, the whole query — moves only if the node's expression does:
         the candidates are found from the nodes' own expressions, in one vectorized call,
         without an index of who reads what (building one cost a session's first update more
-        than the rest of its search for stale nodes). Children outside their node's
-        expression (:meth:`_outside`; none in the shipped models) are checked one by one."""
+        than the rest of its search for stale nodes). Unless the model promises there are
+        none (:attr:`CostModel.children_within`), children outside their node's expression
+        (:meth:`_outside`) are checked one by one."""
         _, ops = self.changed_inputs(old)
         nodes = list(nodes)
         exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
         hit = self.moved_exprs(old, exprs).tolist()
         reached = {n for n, on in zip(nodes, hit, strict=True) if on}
-        outside = {n: c for n in nodes if (c := self._outside(n))}
+        outside = {} if self.model.children_within else {
+            n: c for n in nodes if (c := self._outside(n))}
         if outside:
             kids = sorted({c for cs in outside.values() for c in cs})
             moved = dict(zip(kids, self.moved_exprs(old, np.asarray(kids, np.int64)).tolist(),
