@@ -151,8 +151,9 @@ class Relation:
 
 def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, dict[tuple, None]],
             rows: Iterable[tuple]) -> None:
-    for r in rows:
-        key = get(r)
+    if not isinstance(rows, (list, tuple, set, frozenset)):
+        rows = list(rows)  # (iterated twice, in step, below)
+    for key, r in zip(map(get, rows), rows, strict=True):  # keys read in C, not per row here
         bucket = idx.get(key)
         if bucket is None:
             idx[key] = {r: None}
