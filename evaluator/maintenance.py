@@ -381,6 +381,9 @@ class MaintainedEngine(PythonEngine):
         self._named: set[tuple] = set()
         """During an update: the groups asked about for staleness and those named stale
         (:meth:`stale_of`)."""
+        self.live_changes: dict[str, tuple[list[tuple], list[tuple]]] = {}
+        """After :meth:`changed_since`: per live relation that changed, its tuples inserted
+        and deleted (a session's ``held`` metrics follow them instead of recounting)."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -898,11 +901,13 @@ class MaintainedEngine(PythonEngine):
                       ) -> dict[int, dict[str, int]]:
         """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
         source relation, or of a relation embedding it in front) some of whose tuples, in
-        either layer, were inserted, deleted or changed since ``before``."""
+        either layer, were inserted, deleted or changed since ``before``. Also sets
+        :attr:`live_changes` (what a session's metrics follow)."""
         ors: dict[int, set[tuple]] = {}
         ands: dict[int, set[tuple]] = {}
         width = len(self.program.schemas[self.plan.sources[0][0]])
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
+        self.live_changes = {}
         for (layer, p), then in before.items():
             rel = (self.complete if layer == "complete" else self.live)[p]
             diff: Iterable[tuple]
@@ -912,6 +917,11 @@ class MaintainedEngine(PythonEngine):
                 diff = changed[id(rel)]
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
+            if diff and layer == "live":
+                have = rel.rows
+                came = [t for t in diff if t in have]
+                self.live_changes[p] = (came, [t for t in diff if t not in have]
+                                        if len(came) < len(diff) else [])
             if not diff or len(self.program.schemas[p]) < self.plan.key:
                 continue  # (a relation narrower than the group key names no OR node)
             alt = p in self._alternatives
