@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -231,33 +232,39 @@ class Evaluation:
                 and p not in self.program.facts]
 
     def follow_held(self, before: dict[int, dict[str, int]],
-                    changes: dict[str, tuple[list[tuple], list[tuple]]]) -> None:
+                    changes: dict[str, tuple[Collection[tuple], set[tuple]]]) -> None:
         """:meth:`held` of the queries in ``before`` (an earlier evaluation's, of these same
-        in-process relations) after ``changes`` (per relation, its tuples inserted and
-        deleted since), from the changes alone instead of a pass over every relation: what
-        an update's metrics cost then follows what it changed. OR nodes are told apart
-        through an index of SearchSpace by node (built once, then kept up to date)."""
+        in-process relations) after ``changes`` (per relation, its tuples inserted or deleted
+        since, and the tuples it holds now), from the changes alone instead of a pass over
+        every relation, when they are fewer than half the tuples held (else :meth:`held`
+        recounts, on demand): what an update's metrics cost then follows what it changed,
+        or what is held, whichever is less. OR nodes are told apart through an index of
+        SearchSpace by node (built once, then kept up to date)."""
         keyed = set(self._keyed())
         if any(hasattr(self.relations[p], "df") for p in keyed):
             return
+        moved = [(p, diff, now) for p, (diff, now) in changes.items() if p in keyed]
+        if 2 * sum(len(diff) for _, diff, _ in moved) >= sum(len(self.relations[p])
+                                                              for p in keyed):
+            return
         space = "SearchSpace"
         by_node = self.relations[space].index((0, 1, 2)) if space in changes else {}
+        alone = len(self.spaces) == 1  # (one query: every tuple is its own)
         for q, was in before.items():
             held = dict(was)
-            for p, (came, went) in changes.items():
-                if p not in keyed:
-                    continue
-                came = [r for r in came if r[0] == q]
-                went = [r for r in went if r[0] == q]
+            for p, diff, now in moved:
+                mine = diff if alone else [r for r in diff if r[0] == q]
+                came = [r for r in mine if r in now]
+                went = [r for r in mine if r not in now] if len(came) < len(mine) else []
                 types = self.program.schemas[p]
                 held["state_bytes"] += _state_bytes(types, came) - _state_bytes(types, went)
                 if p == space:
                     held["and_nodes"] += len(came) - len(went)
-                    moved = Counter(r[:3] for r in came)
-                    moved.subtract(r[:3] for r in went)
-                    for node, n in moved.items():  # present now, and before (n more ago)
-                        now = len(by_node.get(node, ()))
-                        held["or_nodes"] += (now > 0) - (now - n > 0)
+                    nodes = Counter(r[:3] for r in came)
+                    nodes.subtract(r[:3] for r in went)
+                    for node, n in nodes.items():  # present now, and before (n more ago)
+                        count = len(by_node.get(node, ()))
+                        held["or_nodes"] += (count > 0) - (count - n > 0)
             self.held_cache[q] = held
 
     def frames(self) -> dict[str, Any]:

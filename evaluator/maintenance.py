@@ -381,9 +381,10 @@ class MaintainedEngine(PythonEngine):
         self._named: set[tuple] = set()
         """During an update: the groups asked about for staleness and those named stale
         (:meth:`stale_of`)."""
-        self.live_changes: dict[str, tuple[list[tuple], list[tuple]]] = {}
+        self.live_changes: dict[str, tuple[Collection[tuple], set[tuple]]] = {}
         """After :meth:`changed_since`: per live relation that changed, its tuples inserted
-        and deleted (a session's ``held`` metrics follow them instead of recounting)."""
+        or deleted and the tuples it holds now (those of the first in it were inserted): a
+        session's ``held`` metrics follow them instead of recounting."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -918,10 +919,7 @@ class MaintainedEngine(PythonEngine):
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
             if diff and layer == "live":
-                have = rel.rows
-                came = [t for t in diff if t in have]
-                self.live_changes[p] = (came, [t for t in diff if t not in have]
-                                        if len(came) < len(diff) else [])
+                self.live_changes[p] = (diff, rel.rows)
             if not diff or len(self.program.schemas[p]) < self.plan.key:
                 continue  # (a relation narrower than the group key names no OR node)
             alt = p in self._alternatives
