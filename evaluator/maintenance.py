@@ -724,11 +724,16 @@ class MaintainedEngine(PythonEngine):
             absent = {g for g in stale if not selected.get(g)}
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
+            deltas: dict[tuple[str, tuple[int, ...]], Relation] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                idx, key = complete[source].index(cols), key_of(cols)
-                rows = [r for g in entering for r in idx.get(g, ())]
-                for row in set(self.run_variant(v, complete, {source: Relation(rows)})
-                               if rows else ()):
+                delta = deltas.get((source, cols))
+                if delta is None:
+                    idx = complete[source].index(cols)
+                    delta = deltas[(source, cols)] = Relation(
+                        r for g in entering for r in idx.get(g, ()))
+                key = key_of(cols)
+                for row in set(self.run_variant(v, complete, {source: delta})
+                               if delta.rows else ()):
                     partial.setdefault(key(row), {}).setdefault(source, set()).add(row)
             entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
