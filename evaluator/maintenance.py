@@ -72,7 +72,7 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Var
+from reopt.evaluator.ast import Atom, Const, Var, Wildcard
 from reopt.evaluator.compiler import Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
@@ -230,6 +230,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     enter = [source_variant(v, pred, joined=True) for pred, _, v in sources]
     if any(r is None for r in (*reach, *enter)):
         reach = enter = []
+    reach = distinct_variants(reach)  # type: ignore[arg-type]
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed,
                            tuple(reach), tuple(enter))  # type: ignore[arg-type]
 
@@ -255,6 +256,48 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
             isinstance(v.ops[end], Scan) and not v.ops[end].negated)):
         end += 1
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
+
+
+def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
+    """``variants`` without those deriving what an earlier one does: the same ops and head
+    up to the names of their variables (two rules reading a ``target`` atom alike, cut
+    after their source atom, as R7's and R8's left child; a variant with an op other than
+    a scan of variables, wildcards and constants is kept as it is)."""
+    seen: set[tuple] = set()
+    out = []
+    for source, v in variants:
+        shape = _renamed(v)
+        if shape is None or (source, shape) not in seen:
+            out.append((source, v))
+            if shape is not None:
+                seen.add((source, shape))
+    return out
+
+
+def _renamed(v: Variant) -> tuple | None:
+    """``v``'s ops and head with each variable named by its first occurrence, or None when an
+    op is not a scan or a term not a variable, wildcard or constant."""
+    names: dict[str, int] = {}
+
+    def term(t: Any) -> tuple | None:
+        if isinstance(t, Var):
+            return ("var", names.setdefault(t.name, len(names)))
+        if isinstance(t, Const):
+            return ("const", t.value)
+        if isinstance(t, Wildcard):
+            return ("any",)
+        return None
+
+    ops = []
+    for op in v.ops:
+        if not isinstance(op, Scan):
+            return None
+        args = tuple(term(t) for t in op.args)
+        if None in args:
+            return None
+        ops.append((op.pred, op.version, op.negated, args))
+    head = tuple(term(t) for t in v.head)
+    return None if None in head else (tuple(ops), head)
 
 
 @dataclass(frozen=True)
