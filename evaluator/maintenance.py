@@ -836,29 +836,44 @@ class MaintainedEngine(PythonEngine):
         plan, complete = self.plan, self.complete
         selected = complete[plan.target].index(tuple(range(plan.key)))
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
-        used: dict[tuple[tuple, int], set[tuple]] = {}  # (partial group, rule) -> sources run
+        # the source tuples to run, per (source, key columns, columns embedded in the
+        # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
+        firsts: dict[tuple, tuple[Relation, dict[tuple, set[tuple]]]] = {}
+        seconds: dict[tuple, Relation] = {}
 
-        def derive(rows: list[tuple], source: str, v: Variant) -> None:
-            if rows:
-                for t in self.run_variant(v, complete, {source: Relation(rows)}):
-                    cands[t[:plan.key]].append(t)
-
-        for k, (source, cols, v) in enumerate(plan.sources):
+        def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
+                  ) -> tuple[Relation, dict[tuple, set[tuple]]]:
+            """The groups' source tuples to run first, and per partial group those run."""
             idx = complete[source].index(cols)
             rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
             have = complete[source].rows
+            used: dict[tuple, set[tuple]] = {}
             for g in groups:
                 if g in partial:
-                    mine = used[(g, k)] = set(partial[g].get(source, ()))
+                    mine = used[g] = set(partial[g].get(source, ()))
                     mine.update(r for t in selected.get(g, ())
-                                if (r := tuple(t[h] for h in v.embeds)) in have)
+                                if (r := tuple(t[h] for h in embeds)) in have)
                     rows += mine
-            derive(rows, source, v)
+            return Relation(rows), used
+
+        def derive(delta: Relation, source: str, v: Variant) -> None:
+            if delta.rows:
+                for t in self.run_variant(v, complete, {source: delta}):
+                    cands[t[:plan.key]].append(t)
+
+        for source, cols, v in plan.sources:
+            key = (source, cols, v.embeds)
+            if key not in firsts:
+                firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
+            derive(firsts[key][0], source, v)
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
-        for k, (source, cols, v) in enumerate(plan.sources if worse else ()):
-            idx = complete[source].index(cols)
-            derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
-                   source, v)
+        for source, cols, v in plan.sources if worse else ():
+            key = (source, cols, v.embeds)
+            if key not in seconds:
+                idx, used = complete[source].index(cols), firsts[key][1]
+                seconds[key] = Relation(r for g in worse for r in idx.get(g, ())
+                                        if r not in used[g])
+            derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
         out = {}
