@@ -188,9 +188,10 @@ def shapes(program: CompiledProgram, first: int, stale_key: tuple[str, ...],
     """The shapes of the strata from index ``first`` on. ``stale_key``: the types of the
     group key stale groups are named by (the maintained stratum's rank inputs); ``replaced``:
     relations an update replaces whole rather than changing in place (their changes are not
-    journaled)."""
-    return tuple(_shape(program, i, stale_key, replaced)
-                 for i in range(first, len(program.strata)))
+    journaled). Read once per program object and arguments
+    (:meth:`CompiledProgram.memoized`)."""
+    return program.memoized(("later shapes", first, stale_key, replaced), lambda: tuple(
+        _shape(program, i, stale_key, replaced) for i in range(first, len(program.strata))))
 
 
 def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],

@@ -163,7 +163,12 @@ def _seed_only(program: CompiledProgram, stratum) -> bool:
 
 
 def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
-    """Check that ``program`` can be maintained incrementally and say how."""
+    """Check that ``program`` can be maintained incrementally and say how (read once per
+    program object: :meth:`CompiledProgram.memoized`)."""
+    return program.memoized(("maintenance_plan",), lambda: _maintenance_plan(program))
+
+
+def _maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     strata = program.strata
     sel_targets = set(program.features.aggsel)
     idx = next((i for i, s in enumerate(strata) if sel_targets & set(s.preds)), None)
