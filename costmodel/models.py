@@ -87,6 +87,12 @@ class CostModel:
     split in one order only (:meth:`~reopt.costmodel.joingraph.JoinGraph.halves`)."""
     join_methods: tuple[str, ...] = ()
     operators: tuple[str, ...] = ()
+    children_within: bool = False
+    """Whether every alternative's children are contained in its OR node's expression (a
+    join's sides split it, an enforcer reads it, the final operator the whole query): then a
+    child's estimate moves only if the node's does, and :meth:`PlanSpace.stale_nodes` need
+    not look through each node's columns for children outside it. False (the safe default):
+    it does. Checked for every registered model in ``tests/test_stale.py``."""
 
     def has_final(self, space: PlanSpace) -> bool:
         return False
@@ -174,6 +180,7 @@ class CoutModel(CostModel):
 
     name = "cout"
     symmetric = True
+    children_within = True
     join_methods = ("join",)
     operators = ("scan", "join")
 
@@ -248,6 +255,7 @@ class IOModel(CostModel):
     """The paper's physical model: scans, four joins, sort enforcer, final aggregate."""
 
     name = "io"
+    children_within = True
     join_methods = ("hashjoin", "sortmerge", "indexnl", "blocknl")
     operators = (
         "tablescan", "indexscan", "indexprobe", "hashjoin", "sortmerge", "indexnl", "blocknl",
@@ -425,9 +433,13 @@ never modified, like the shared ``NO_COLUMNS``)."""
 class RateCostModel(RateModel, CostModel):
     """:class:`~reopt.costmodel.rate.RateModel` under the :class:`CostModel` interface."""
 
+    children_within = True
+
 
 class DistCostModel(DistModel, CostModel):
     """:class:`~reopt.costmodel.dist.DistModel` under the :class:`CostModel` interface."""
+
+    children_within = True
 
 
 MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": RateCostModel(),

@@ -33,8 +33,9 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
-from functools import cached_property
+from functools import cached_property, reduce
 from itertools import repeat
+from operator import or_
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -205,12 +206,9 @@ class PlanSpace:
         self._join_alts: dict[tuple[int, str, str], list[Alt]] = {}
         self._scans: dict[tuple[int, str], list[Alt]] = {}
         self._joins: dict[tuple[int, str], dict[str, AltColumns]] = {}
-        self._readers: dict[int | str, set[tuple[int, str]]] = {}
-        """What local costs read → the OR nodes reading it (:meth:`stale_nodes`): an
-        expression → the nodes whose summary or alternatives' local costs read its estimate
-        (its own node, its parents); an operator → the nodes with an alternative using it."""
-        self._indexed: set[tuple[int, str]] = set()
-        """OR nodes entered in ``_readers``."""
+        self._outside_memo: dict[tuple[int, str], tuple[int, ...]] = {}
+        """OR node → the children its alternatives read outside its expression
+        (:meth:`_outside`)."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         self._row_bytes: dict[int, float] = {}
         # statistics-dependent
@@ -621,27 +619,44 @@ class PlanSpace:
         (:meth:`answers_differ`): a moved input often leaves a node's own numbers as they were
         — under ``cout`` a join costs its own expression's rows, whatever its children's; an
         estimate clamped at one row stays there — and re-deriving such a node would give back
-        exactly what it holds (its children's changes reach it as a parent's do)."""
+        exactly what it holds (its children's changes reach it as a parent's do).
+
+        An expression moves when it contains a changed relation set (:meth:`moved_exprs`), so
+        a child contained in its node's expression — a join's sides, an enforcer's input, the
+        final operator's input, the whole query — moves only if the node's expression does:
+        the candidates are found from the nodes' own expressions, in one vectorized call,
+        without an index of who reads what (building one cost a session's first update more
+        than the rest of its search for stale nodes). Unless the model promises there are
+        none (:attr:`CostModel.children_within`), children outside their node's expression
+        (:meth:`_outside`) are checked one by one."""
         _, ops = self.changed_inputs(old)
-        nodes = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
-        readers, indexed = self._readers, self._indexed
-        for node in nodes - indexed:
-            indexed.add(node)
-            alts = self.alternatives(*node)
-            for x in {node[0], *(c for a in alts for c, _ in a.children),
-                      *(a.phy_op for a in alts)}:
-                readers.setdefault(x, set()).add(node)
-        # each expression and operator once (a node's inputs overlap its neighbours'), then
-        # the nodes reading the ones that moved
-        reached: set[tuple[int, str]] = set()
-        for x in ops:
-            reached |= readers.get(x, set())
-        exprs = [x for x in readers if not isinstance(x, str)]
-        hit = self.moved_exprs(old, np.asarray(exprs, dtype=np.int64)).tolist()
-        for x, on in zip(exprs, hit, strict=True):
-            if on:
-                reached |= readers[x]
-        return self.answers_differ(old, reached & nodes)
+        nodes = list(nodes)
+        exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
+        hit = self.moved_exprs(old, exprs).tolist()
+        reached = {n for n, on in zip(nodes, hit, strict=True) if on}
+        outside = {} if self.model.children_within else {
+            n: c for n in nodes if (c := self._outside(n))}
+        if outside:
+            kids = sorted({c for cs in outside.values() for c in cs})
+            moved = dict(zip(kids, self.moved_exprs(old, np.asarray(kids, np.int64)).tolist(),
+                             strict=True))
+            reached.update(n for n, cs in outside.items() if any(moved[c] for c in cs))
+        if ops:  # an operator's cost factor changed (``cost OP *F``): the nodes using it
+            reached.update(n for n in nodes if not ops.isdisjoint(self.columns(*n).phy_op))
+        return self.answers_differ(old, reached)
+
+    def _outside(self, node: tuple[int, str]) -> tuple[int, ...]:
+        """The expressions the node's alternatives read as children that are not contained
+        in the node's own expression (memoized: structure, shared with the spaces of
+        with_adjustments()); checked in C over the node's columns."""
+        memo = self.__dict__.setdefault("_outside_memo", {})  # (absent from older pickles)
+        hit = memo.get(node)
+        if hit is None:
+            cols, expr = self.columns(*node), node[0]
+            spread = reduce(or_, cols.left, 0) | reduce(or_, cols.right, 0)
+            hit = memo[node] = () if spread & ~expr == 0 else tuple(
+                {c for c in (*cols.left, *cols.right) if c & ~expr})
+        return hit
 
     def answers_differ(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
                        ) -> set[tuple[int, str]]:

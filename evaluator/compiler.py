@@ -211,6 +211,21 @@ class CompiledProgram:
     tuples of that relation being deleted (that atom reads the deleted tuples, atoms before
     it the relations without them, atoms after it the relations with them)."""
 
+    derived: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
+    """Structures read off this very program object (:meth:`memoized`): not copied by
+    ``dataclasses.replace`` (a new program gets its own), not pickled."""
+
+    def memoized(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, once per program object and ``key``: what the maintained engines read
+        off the program (the maintenance plan, the later strata's shapes) is then shared by
+        every session of it, with the code generated for its cut variants (generated once
+        per variant object) — a fleet of small queries no longer generates it per query."""
+        hit = self.derived.get(key)
+        if hit is None:
+            hit = self.derived[key] = make()
+        return hit
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         if self.source is None:
             raise ReoptError("a rule program compiled without its source cannot be saved or "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -210,33 +211,61 @@ class Evaluation:
         return dict(self.held_cache[q])
 
     def _held(self, q: int) -> dict[str, int]:
-        widths = {LONG: 8, DOUBLE: 8, BOOLEAN: 1}
-        keyed = [p for p, t in self.program.schemas.items() if t and t[0] == LONG
-                 and p not in self.program.facts]
+        keyed = self._keyed()
         rels = {p: self.relations[p] for p in keyed}
         if any(hasattr(r, "df") for r in rels.values()):
-            return _held_spark(self.program, rels, q, widths)
+            return _held_spark(self.program, rels, q, _WIDTHS)
         alone = list(self.spaces) == [q]  # a batch of one query: every tuple is its own
 
         def mine(rows: set[tuple]) -> Any:
             return rows if alone else [r for r in rows if r[0] == q]
 
         space = mine(self.rows("SearchSpace"))
-        state = 0
-        for p, rel in rels.items():
-            # per tuple: the fixed width of its numeric and boolean columns, plus the UTF-8
-            # length of each other column — counted per distinct value (a metric of every
-            # update; a string column holds a few distinct values)
-            types = self.program.schemas[p]
-            rows = mine(rel.rows)
-            state += len(rows) * sum(widths[t] for t in types if t in widths)
-            texts = [i for i, t in enumerate(types) if t not in widths]
-            if texts and rows:
-                cols = list(zip(*rows, strict=True))
-                for i in texts:
-                    state += sum(len(str(v).encode()) * n for v, n in Counter(cols[i]).items())
+        state = sum(_state_bytes(self.program.schemas[p], mine(rel.rows))
+                    for p, rel in rels.items())
         return {"or_nodes": len({r[1:3] for r in space}), "and_nodes": len(space),
                 "state_bytes": state}
+
+    def _keyed(self) -> list[str]:
+        """The relations that hold queries' state: a query id first, not facts."""
+        return [p for p, t in self.program.schemas.items() if t and t[0] == LONG
+                and p not in self.program.facts]
+
+    def follow_held(self, before: dict[int, dict[str, int]],
+                    changes: dict[str, tuple[Collection[tuple], set[tuple]]]) -> None:
+        """:meth:`held` of the queries in ``before`` (an earlier evaluation's, of these same
+        in-process relations) after ``changes`` (per relation, its tuples inserted or deleted
+        since, and the tuples it holds now), from the changes alone instead of a pass over
+        every relation, when they are fewer than half the tuples held (else :meth:`held`
+        recounts, on demand): what an update's metrics cost then follows what it changed,
+        or what is held, whichever is less. OR nodes are told apart through an index of
+        SearchSpace by node (built once, then kept up to date)."""
+        keyed = set(self._keyed())
+        if any(hasattr(self.relations[p], "df") for p in keyed):
+            return
+        moved = [(p, diff, now) for p, (diff, now) in changes.items() if p in keyed]
+        if 2 * sum(len(diff) for _, diff, _ in moved) >= sum(len(self.relations[p])
+                                                              for p in keyed):
+            return
+        space = "SearchSpace"
+        by_node = self.relations[space].index((0, 1, 2)) if space in changes else {}
+        alone = len(self.spaces) == 1  # (one query: every tuple is its own)
+        for q, was in before.items():
+            held = dict(was)
+            for p, diff, now in moved:
+                mine = diff if alone else [r for r in diff if r[0] == q]
+                came = [r for r in mine if r in now]
+                went = [r for r in mine if r not in now] if len(came) < len(mine) else []
+                types = self.program.schemas[p]
+                held["state_bytes"] += _state_bytes(types, came) - _state_bytes(types, went)
+                if p == space:
+                    held["and_nodes"] += len(came) - len(went)
+                    nodes = Counter(r[:3] for r in came)
+                    nodes.subtract(r[:3] for r in went)
+                    for node, n in nodes.items():  # present now, and before (n more ago)
+                        count = len(by_node.get(node, ()))
+                        held["or_nodes"] += (count > 0) - (count - n > 0)
+            self.held_cache[q] = held
 
     def frames(self) -> dict[str, Any]:
         """Every relation as a frame with named columns: Spark DataFrames for the ``spark``
@@ -252,6 +281,27 @@ class Evaluation:
 
                 out[pred] = pd.DataFrame(sorted(rel.rows), columns=names)
         return out
+
+
+_WIDTHS = {LONG: 8, DOUBLE: 8, BOOLEAN: 1}
+"""Bytes per value of a column type of fixed width (``state_bytes``); any other column
+counts the UTF-8 length of its value."""
+
+
+def _state_bytes(types: tuple[str, ...], rows: Any) -> int:
+    """``state_bytes`` of ``rows`` (a collection of tuples of one relation of column
+    ``types``): the fixed width of its numeric and boolean columns per tuple, plus the UTF-8
+    length of each other column — counted per distinct value (a string column holds a few
+    distinct values)."""
+    if not rows:
+        return 0
+    state = len(rows) * sum(_WIDTHS[t] for t in types if t in _WIDTHS)
+    texts = [i for i, t in enumerate(types) if t not in _WIDTHS]
+    if texts:
+        cols = list(zip(*rows, strict=True))
+        for i in texts:
+            state += sum(len(str(v).encode()) * n for v, n in Counter(cols[i]).items())
+    return state
 
 
 def _held_spark(program: CompiledProgram, rels: dict[str, Any], q: int,

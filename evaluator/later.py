@@ -188,9 +188,10 @@ def shapes(program: CompiledProgram, first: int, stale_key: tuple[str, ...],
     """The shapes of the strata from index ``first`` on. ``stale_key``: the types of the
     group key stale groups are named by (the maintained stratum's rank inputs); ``replaced``:
     relations an update replaces whole rather than changing in place (their changes are not
-    journaled)."""
-    return tuple(_shape(program, i, stale_key, replaced)
-                 for i in range(first, len(program.strata)))
+    journaled). Read once per program object and arguments
+    (:meth:`CompiledProgram.memoized`)."""
+    return program.memoized(("later shapes", first, stale_key, replaced), lambda: tuple(
+        _shape(program, i, stale_key, replaced) for i in range(first, len(program.strata))))
 
 
 def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
@@ -350,7 +351,12 @@ class LaterStrata:
         """Bring the later strata of ``engine.full`` from the state before the update to the
         one the ``changes`` of the earlier relations give, the statistics having moved from
         ``old`` to ``engine.ctx``; ``stale_of`` names the stale ones among groups (default:
-        :func:`stale_keys`). Returns how many strata were evaluated from empty."""
+        :func:`stale_keys`). Returns how many strata were evaluated from empty.
+
+        A stratum (of a shape that can tell its stale tuples) none of whose inputs changed
+        and none of whose tuples bind a stale group's built-ins is left as it is: evaluated
+        again it would derive what it holds — not even from empty right after a large
+        change (:attr:`calm`), which otherwise re-derived the whole stratum for nothing."""
         if stale_of is None:
             def stale_of(keys: Iterable[tuple]) -> set[tuple]:
                 return stale_keys(old, engine.ctx, list(keys))
@@ -362,8 +368,11 @@ class LaterStrata:
                 changes.update(self._from_empty(engine, stratum))
                 fresh += 1
                 continue
-            size = sum(len(engine.full[p]) for p in shape.reads)
             mine = {p: c for p, c in changes.items() if p in shape.reads}
+            if not any(w or c for w, c in mine.values()) and not self._stale(
+                    engine, shape, stale_of, mine, math.inf):
+                continue  # nothing it reads moved, its built-ins answer as before: as it was
+            size = sum(len(engine.full[p]) for p in shape.reads)
             # following a change costs several times deriving it: the changes (a stale tuple
             # goes and comes: twice) may reach 1/WHOLE of what the stratum reads
             budget = ((size / WHOLE if WHOLE else math.inf)  # (WHOLE = 0: never whole)

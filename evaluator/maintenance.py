@@ -72,7 +72,7 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Var
+from reopt.evaluator.ast import Atom, Const, Var, Wildcard
 from reopt.evaluator.compiler import Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
@@ -163,7 +163,12 @@ def _seed_only(program: CompiledProgram, stratum) -> bool:
 
 
 def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
-    """Check that ``program`` can be maintained incrementally and say how."""
+    """Check that ``program`` can be maintained incrementally and say how (read once per
+    program object: :meth:`CompiledProgram.memoized`)."""
+    return program.memoized(("maintenance_plan",), lambda: _maintenance_plan(program))
+
+
+def _maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     strata = program.strata
     sel_targets = set(program.features.aggsel)
     idx = next((i for i, s in enumerate(strata) if sel_targets & set(s.preds)), None)
@@ -230,6 +235,7 @@ def maintenance_plan(program: CompiledProgram) -> MaintenancePlan:
     enter = [source_variant(v, pred, joined=True) for pred, _, v in sources]
     if any(r is None for r in (*reach, *enter)):
         reach = enter = []
+    reach = distinct_variants(reach)  # type: ignore[arg-type]
     return MaintenancePlan(idx, target, key, aggs, tuple(sources), parents, reseed,
                            tuple(reach), tuple(enter))  # type: ignore[arg-type]
 
@@ -255,6 +261,48 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
             isinstance(v.ops[end], Scan) and not v.ops[end].negated)):
         end += 1
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
+
+
+def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
+    """``variants`` without those deriving what an earlier one does: the same ops and head
+    up to the names of their variables (two rules reading a ``target`` atom alike, cut
+    after their source atom, as R7's and R8's left child; a variant with an op other than
+    a scan of variables, wildcards and constants is kept as it is)."""
+    seen: set[tuple] = set()
+    out = []
+    for source, v in variants:
+        shape = _renamed(v)
+        if shape is None or (source, shape) not in seen:
+            out.append((source, v))
+            if shape is not None:
+                seen.add((source, shape))
+    return out
+
+
+def _renamed(v: Variant) -> tuple | None:
+    """``v``'s ops and head with each variable named by its first occurrence, or None when an
+    op is not a scan or a term not a variable, wildcard or constant."""
+    names: dict[str, int] = {}
+
+    def term(t: Any) -> tuple | None:
+        if isinstance(t, Var):
+            return ("var", names.setdefault(t.name, len(names)))
+        if isinstance(t, Const):
+            return ("const", t.value)
+        if isinstance(t, Wildcard):
+            return ("any",)
+        return None
+
+    ops = []
+    for op in v.ops:
+        if not isinstance(op, Scan):
+            return None
+        args = tuple(term(t) for t in op.args)
+        if None in args:
+            return None
+        ops.append((op.pred, op.version, op.negated, args))
+    head = tuple(term(t) for t in v.head)
+    return None if None in head else (tuple(ops), head)
 
 
 @dataclass(frozen=True)
@@ -381,6 +429,10 @@ class MaintainedEngine(PythonEngine):
         self._named: set[tuple] = set()
         """During an update: the groups asked about for staleness and those named stale
         (:meth:`stale_of`)."""
+        self.live_changes: dict[str, tuple[Collection[tuple], set[tuple]]] = {}
+        """After :meth:`changed_since`: per live relation that changed, its tuples inserted
+        or deleted and the tuples it holds now (those of the first in it were inserted): a
+        session's ``held`` metrics follow them instead of recounting."""
 
     # -- saved state ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -720,11 +772,16 @@ class MaintainedEngine(PythonEngine):
             absent = {g for g in stale if not selected.get(g)}
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
+            deltas: dict[tuple[str, tuple[int, ...]], Relation] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                idx, key = complete[source].index(cols), key_of(cols)
-                rows = [r for g in entering for r in idx.get(g, ())]
-                for row in set(self.run_variant(v, complete, {source: Relation(rows)})
-                               if rows else ()):
+                delta = deltas.get((source, cols))
+                if delta is None:
+                    idx = complete[source].index(cols)
+                    delta = deltas[(source, cols)] = Relation(
+                        r for g in entering for r in idx.get(g, ()))
+                key = key_of(cols)
+                for row in set(self.run_variant(v, complete, {source: delta})
+                               if delta.rows else ()):
                     partial.setdefault(key(row), {}).setdefault(source, set()).add(row)
             entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
@@ -784,29 +841,44 @@ class MaintainedEngine(PythonEngine):
         plan, complete = self.plan, self.complete
         selected = complete[plan.target].index(tuple(range(plan.key)))
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
-        used: dict[tuple[tuple, int], set[tuple]] = {}  # (partial group, rule) -> sources run
+        # the source tuples to run, per (source, key columns, columns embedded in the
+        # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
+        firsts: dict[tuple, tuple[Relation, dict[tuple, set[tuple]]]] = {}
+        seconds: dict[tuple, Relation] = {}
 
-        def derive(rows: list[tuple], source: str, v: Variant) -> None:
-            if rows:
-                for t in self.run_variant(v, complete, {source: Relation(rows)}):
-                    cands[t[:plan.key]].append(t)
-
-        for k, (source, cols, v) in enumerate(plan.sources):
+        def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
+                  ) -> tuple[Relation, dict[tuple, set[tuple]]]:
+            """The groups' source tuples to run first, and per partial group those run."""
             idx = complete[source].index(cols)
             rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
             have = complete[source].rows
+            used: dict[tuple, set[tuple]] = {}
             for g in groups:
                 if g in partial:
-                    mine = used[(g, k)] = set(partial[g].get(source, ()))
+                    mine = used[g] = set(partial[g].get(source, ()))
                     mine.update(r for t in selected.get(g, ())
-                                if (r := tuple(t[h] for h in v.embeds)) in have)
+                                if (r := tuple(t[h] for h in embeds)) in have)
                     rows += mine
-            derive(rows, source, v)
+            return Relation(rows), used
+
+        def derive(delta: Relation, source: str, v: Variant) -> None:
+            if delta.rows:
+                for t in self.run_variant(v, complete, {source: delta}):
+                    cands[t[:plan.key]].append(t)
+
+        for source, cols, v in plan.sources:
+            key = (source, cols, v.embeds)
+            if key not in firsts:
+                firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
+            derive(firsts[key][0], source, v)
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
-        for k, (source, cols, v) in enumerate(plan.sources if worse else ()):
-            idx = complete[source].index(cols)
-            derive([r for g in worse for r in idx.get(g, ()) if r not in used[(g, k)]],
-                   source, v)
+        for source, cols, v in plan.sources if worse else ():
+            key = (source, cols, v.embeds)
+            if key not in seconds:
+                idx, used = complete[source].index(cols), firsts[key][1]
+                seconds[key] = Relation(r for g in worse for r in idx.get(g, ())
+                                        if r not in used[g])
+            derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
         out = {}
@@ -898,11 +970,13 @@ class MaintainedEngine(PythonEngine):
                       ) -> dict[int, dict[str, int]]:
         """Per query: OR nodes (a tuple's leading group key) and AND nodes (a tuple of the
         source relation, or of a relation embedding it in front) some of whose tuples, in
-        either layer, were inserted, deleted or changed since ``before``."""
+        either layer, were inserted, deleted or changed since ``before``. Also sets
+        :attr:`live_changes` (what a session's metrics follow)."""
         ors: dict[int, set[tuple]] = {}
         ands: dict[int, set[tuple]] = {}
         width = len(self.program.schemas[self.plan.sources[0][0]])
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
+        self.live_changes = {}
         for (layer, p), then in before.items():
             rel = (self.complete if layer == "complete" else self.live)[p]
             diff: Iterable[tuple]
@@ -912,6 +986,8 @@ class MaintainedEngine(PythonEngine):
                 diff = changed[id(rel)]
             else:  # replaced meanwhile: the old relation still holds what was
                 diff = then.rows ^ rel.rows
+            if diff and layer == "live":
+                self.live_changes[p] = (diff, rel.rows)
             if not diff or len(self.program.schemas[p]) < self.plan.key:
                 continue  # (a relation narrower than the group key names no OR node)
             alt = p in self._alternatives

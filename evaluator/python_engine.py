@@ -62,15 +62,20 @@ def _one_key(c: int) -> Callable[[tuple], tuple]:
     return lambda row: (row[c],)
 
 
+Bucket = list[tuple] | dict[tuple, None]
+"""The tuples of one key of an index (:meth:`Relation.index`)."""
+
+
 class Relation:
     """A set of tuples with hash indexes on demand, kept up to date as tuples are added."""
 
     def __init__(self, rows: Iterable[tuple] = ()):
         self.rows: set[tuple] = set(rows)
-        self._indexes: dict[tuple[int, ...], dict[tuple, dict[tuple, None]]] = {}
-        """Key columns → key → the tuples with that key (a dict as an ordered set, so tuples
-        are removed in constant time)."""
-        self._keyed: list[tuple[Callable[[tuple], tuple], dict[tuple, dict[tuple, None]]]] = []
+        self._indexes: dict[tuple[int, ...], dict[tuple, Bucket]] = {}
+        """Key columns → key → the tuples with that key: a list as the index is built (only
+        the key is hashed), a dict as an ordered set from the first removal from it on (a
+        tuple is then removed in constant time)."""
+        self._keyed: list[tuple[Callable[[tuple], tuple], dict[tuple, Bucket]]] = []
         """The indexes with the function reading their key."""
         self.version = 0
         """Bumped by every change, so a copy kept elsewhere (a frame) can tell it is stale."""
@@ -97,13 +102,17 @@ class Relation:
         """Whether the index on ``cols`` is built already."""
         return cols in self._indexes
 
-    def index(self, cols: tuple[int, ...]) -> dict[tuple, dict[tuple, None]]:
+    def index(self, cols: tuple[int, ...]) -> dict[tuple, Bucket]:
+        """Key → the tuples with that key in ``cols`` (built on first use, then kept up to
+        date; a bucket is iterated, never changed by the caller)."""
         idx = self._indexes.get(cols)
         if idx is None:
             idx = self._indexes[cols] = {}
             key = key_of(cols)
             self._keyed.append((key, idx))
-            _insert(key, idx, self.rows)
+            put = idx.setdefault
+            for k, r in zip(map(key, self.rows), self.rows, strict=True):
+                put(k, []).append(r)
         return idx
 
     def remove(self, rows: list[tuple]) -> None:
@@ -119,7 +128,11 @@ class Relation:
             for r in rows:
                 key = get(r)
                 bucket = idx.get(key)
-                if bucket is not None and r in bucket:
+                if bucket is None:
+                    continue
+                if type(bucket) is list:  # as built: an ordered set from now on
+                    bucket = idx[key] = dict.fromkeys(bucket)
+                if r in bucket:
                     del bucket[r]
                     if not bucket:
                         del idx[key]
@@ -149,13 +162,17 @@ class Relation:
         return new
 
 
-def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, dict[tuple, None]],
+def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, Bucket],
             rows: Iterable[tuple]) -> None:
-    for r in rows:
-        key = get(r)
+    """Enter ``rows`` (new to the relation) in the index ``idx``."""
+    if not isinstance(rows, (list, tuple, set, frozenset)):
+        rows = list(rows)  # (iterated twice, in step, below)
+    for key, r in zip(map(get, rows), rows, strict=True):  # keys read in C, not per row here
         bucket = idx.get(key)
         if bucket is None:
-            idx[key] = {r: None}
+            idx[key] = [r]
+        elif type(bucket) is list:
+            bucket.append(r)
         else:
             bucket[r] = None
 

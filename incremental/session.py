@@ -174,8 +174,12 @@ class Session:
         rels, up = self.engine.update(spaces)
         updated = self.engine.changed_since(before)
         assert self.evaluation is not None
+        held = self.evaluation.held_cache
         self.evaluation = Evaluation(self.program, self.ctx, rels, self.engine.stats,
                                      self.evaluation.input_sizes)
+        changes = getattr(self.engine, "live_changes", None)  # (the python engine's)
+        if held and changes is not None:  # the metrics follow the changes, no recount
+            self.evaluation.follow_held(held, changes)
         return UpdateResult(self.evaluation, up, updated, time.perf_counter() - t0)
 
     def _unchanged(self, t0: float) -> UpdateResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -328,6 +329,34 @@ def test_maintenance_plan_reads_the_program():
     assert plan.aggregates == {"BestCost": 11}  # PlanCost(q, …, md, cost): cost is column 11
     assert {s for s, _, _ in plan.sources} == {"SearchSpace"}
     assert len(plan.sources) == 3 and len(plan.parents) == 3  # R6-R8; R7 + R8 twice
+    # the parents' SearchSpace tuples reading a changed child: by its left child (R7's and
+    # R8's first PlanCost atom, the same join up to variable names: once) and by its right
+    joined = sorted(tuple(i for i, t in enumerate(v.ops[1].args) if t in v.ops[0].args[:3])
+                    for _, v in plan.reach)
+    assert joined == [(0, 6, 7), (0, 8, 9)]
+
+
+def test_distinct_variants_tells_renamed_ones_from_others():
+    """Alpha-equivalent variants (hand-renamed copies) are kept once; one reading another
+    column, or a constant instead of a variable, is kept too."""
+    from reopt.evaluator.ast import Const, Var
+    from reopt.evaluator.compiler import Scan
+    from reopt.evaluator.maintenance import distinct_variants
+
+    v = maintenance_plan(PROGRAMS["all"]).reach[0][1]
+
+    def renamed(t):
+        return Var(t.name + "_2") if isinstance(t, Var) else t
+
+    copy = replace(v, ops=tuple(replace(op, args=tuple(map(renamed, op.args)))
+                                for op in v.ops), head=tuple(map(renamed, v.head)))
+    first = v.ops[0]
+    other = replace(v, ops=(replace(first, args=(Const(0), *first.args[1:])), *v.ops[1:]))
+    swapped = replace(v, ops=(first, Scan(v.ops[1].pred, v.ops[1].version,
+                                          tuple(reversed(v.ops[1].args)))))
+    got = distinct_variants([("S", v), ("S", copy), ("S", other), ("S", swapped),
+                             ("T", v)])
+    assert [(s, w) for s, w in got] == [("S", v), ("S", other), ("S", swapped), ("T", v)]
 
 
 @pytest.mark.parametrize("mode", PRUNING_MODES)

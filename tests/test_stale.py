@@ -21,8 +21,8 @@ from test_incremental import run_sequence
 
 from reopt.costmodel.cardinality import NO_ADJUSTMENTS
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
-from reopt.costmodel.models import cost_model
-from reopt.costmodel.space import PlanSpace
+from reopt.costmodel.models import MODELS, CoutModel, cost_model
+from reopt.costmodel.space import AltColumns, PlanSpace
 
 
 def neutral_batch(q, rng: random.Random) -> list[str]:
@@ -98,3 +98,43 @@ def test_sessions_with_neutral_deltas_equal_from_scratch(mode, model, shape, n, 
     evaluation."""
     q, cat = make_query(shape, n, seed)
     run_sequence(mode, q, cat, model, steps_of(q, random.Random(seed), model, k))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 5), seed=st.integers(0, 2**31))
+def test_children_within_is_true_of_the_model(name, shape, n, seed):
+    """A model declaring ``children_within`` (``stale_nodes`` then finds the candidates from
+    the nodes' own expressions) builds no alternative reading a child outside its OR node's
+    expression: every child of every reachable node is a subset of it."""
+    model = MODELS[name]
+    if not model.children_within:
+        return
+    q, cat = make_query(shape, n, seed)
+    space = PlanSpace(q, cat, model)
+    for expr, prop in space.or_nodes():
+        for child, _ in space.children(expr, prop):
+            assert child & ~expr == 0, (name, expr, prop, child)
+
+
+def test_a_child_outside_its_node_is_followed():
+    """A model that does not declare ``children_within`` has its nodes' children checked one
+    by one: a node whose own expression did not move but a child's did (a made-up child
+    outside it, hand-wired into the node's columns) is still a candidate, and stale when its
+    local costs differ."""
+    q, cat = make_query("chain", 3, 5)
+    model = CoutModel()
+    model.children_within = False  # (an instance attribute: the registered model is untouched)
+    space = PlanSpace(q, cat, model)
+    a, b, c = 1, 2, 4
+    node = (a | b, "any")  # joins of {a,b}; wire a made-up alternative reading {c} in
+    cols = space.columns(*node)
+    space._cols[node] = AltColumns(cols.index + [9], cols.log_op + ["join"],
+                                   cols.phy_op + ["join"], cols.left + [a], cols.left_prop
+                                   + ["any"], cols.right + [c], cols.right_prop + ["any"])
+    model.local_costs = lambda sp, e, p, cl: [sp.summary(r) for r in cl.right]  # type: ignore
+    adj = apply_deltas(parse_deltas(f"card {q.aliases[2]} *3"), q, cat, space.adjustments,
+                       model.operators)
+    new = space.with_adjustments(adj)
+    assert space._outside(node) == (c,)
+    assert node in new.stale_nodes(space, [node, (c, "any")])
