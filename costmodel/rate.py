@@ -128,13 +128,18 @@ SPARK = RateConstants("spark", move=MOVE, hash=HASH, probe=PROBE, comp=COMP, out
                       select=SELECT)
 """The model's original constants (seed 000's orders of magnitude: µs per hashed tuple, 10 ns
 per comparison), kept for the Spark executor and as the default."""
-LOCAL = RateConstants("local", move=2.1e-7, hash=1.7e-7, probe=1.7e-7, comp=2.2e-7,
-                      out=1.1e-6, select=2.2e-7)
+LOCAL = RateConstants("local", move=0.0, hash=0.0, probe=0.0, comp=8.2e-8, out=2.3e-6,
+                      select=3.1e-6)
 """Measured on the in-process executor (:mod:`reopt.streamlocal`, pandas) by
-``benchmarks/rate_calibrate.py``: least squares of per-operation CPU time against the
-model's counts (BENCHMARKS.md, "Calibrating the rate model"). Pandas compares a pair of
-tuples in nested loops for about as long as it hashes a tuple (whole-column work either
-way), where the ``spark`` profile has a comparison 300× cheaper."""
+``benchmarks/rate_calibrate.py``: non-negative least squares of the CPU time of many plans on
+the same streams against the model's counts (BENCHMARKS.md, "Calibrating the rate model").
+A result a join produces costs 2.3 µs, a pair nested loops compare 82 ns: 28× less, where the
+``spark`` profile has 50× less and prices a hashed tuple at 3 µs. Tuples entering a join
+are not priced apart from the results that feed them (each join's arrivals are its
+children's results and the streams' filtered arrivals, nearly collinear with ``out`` and
+``select``; the fit gives them 0): pandas hashes a whole batch's column at once, so on this
+executor a hash join costs little beyond the rows it emits, while nested loops grow with
+every pair."""
 PROFILES = {p.name: p for p in (SPARK, LOCAL)}
 """``--rate-profile`` / ``Optimizer(rate_profile=...)``; ``reopt stream`` plans with its
 executor's (``local`` or ``spark``)."""

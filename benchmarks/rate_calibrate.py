@@ -1,0 +1,222 @@
+"""Calibrate the rate model's per-tuple costs for an executor: fit the constants of
+:class:`reopt.costmodel.rate.RateConstants` by least squares of measured CPU time against the
+model's own counts of work (:class:`reopt.costmodel.rate.Work`).
+
+Run: ``.venv/bin/python benchmarks/rate_calibrate.py [--workloads nexmark,segtolls]
+[--phases drift,default] [--seconds 36] [--seeds 0,1]`` (no Spark; the in-process executor,
+``reopt stream --executor local``; a few minutes).
+
+For each workload and phases preset the stream is generated once; a dry pass gives every
+batch's true statistics (:func:`reopt.streamrun.observations`). Several plans are run over
+the whole stream on the executor, one after another: the optimizer's best plans under the
+``spark`` profile with ``nlj`` priced ×1e-3, ×1, ×1e3 and ``shj`` ×1e3 (``cost OP *F``
+deltas; that only makes the optimizer pick varied plans — the ones it might choose — and
+does not enter the counts), and a seeded sample of the query's other plan trees. Per run,
+the model's work is summed over its batches: each batch's statistics as deltas to a fresh
+optimizer (default profile: the counts do not depend on it), and the plan's operators'
+:meth:`RateModel.work` per second times the batch's seconds. The columns fitted, each a
+total over the run's batches: The columns fitted, each a total over the run's batches:
+
+* ``move`` — tuples entering a join (``nlj`` and ``shj``);
+* ``hash+probe`` — tuples entering an ``shj`` (``hash`` and ``probe`` are counted alike, so
+  only their sum is identified; each gets half);
+* ``comp`` — pairs an ``nlj`` compares; ``out`` — results the joins produce; ``select`` —
+  arrivals filtered;
+* ``batch`` — a fixed cost per micro-batch (reading files, sliding windows): plan-independent,
+  not in the model, fitted so that it does not leak into the constants.
+
+The fit is non-negative least squares in two stages, every row a phase (a third) of one
+run, weighted by ``1/cpu`` (relative errors: cheap phases count as much as dear ones). The
+plans run on one stream share its scans and batches, so stage one fits the join constants
+with one free fixed cost per stream phase (what plan choice turns on: the differences
+between plans, which the plan-independent costs would drown otherwise); stage two fits
+``select`` and ``batch`` to those fixed costs. Prints the
+runs (plan, measured CPU, predicted CPU, ratio), the constants against the ``spark``
+profile's, and the relative error of the fit; the constants printed are what
+:data:`reopt.costmodel.rate.LOCAL` holds (BENCHMARKS.md, "Calibrating the rate model").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from reopt.api import Optimizer
+from reopt.costmodel.rate import PROFILES, Work
+from reopt.optimizers.exhaustive import all_plans
+from reopt.plan import PlanNode
+from reopt.stream import plan_line
+from reopt.streamgen import generate_stream
+from reopt.streamlocal import make_query
+from reopt.streamrun import interval_deltas, observations
+
+COLUMNS = ("move", "hash+probe", "comp", "out", "select", "batch")
+PRICINGS = (["cost nlj *0.001"], [], ["cost nlj *1000"], ["cost shj *1000"])
+"""``cost`` deltas that make the optimizer pick varied plans (module doc)."""
+MAX_PAIRS = 1e6
+"""Nested-loops pairs per second a sampled plan may compare (:func:`candidate_plans`)."""
+
+
+def features(work: Work, batches: int) -> list[float]:
+    """A run's row of the fit: its work by :data:`COLUMNS`."""
+    assert work.hash == work.probe  # the model counts both per tuple entering an shj
+    return [work.move, work.hash, work.comp, work.out, work.select, float(batches)]
+
+
+def plan_work(opt: Optimizer, plan: PlanNode) -> Work:
+    """The model's work per second of ``plan`` under ``opt``'s current statistics."""
+    space = opt.space()
+    total = {f.name: 0.0 for f in fields(Work)}
+    for node in plan.walk():
+        w = space.model.work(space, node.alt)
+        for name in total:
+            total[name] += getattr(w, name)
+    return Work(**total)
+
+
+def counted(root: Path, deltas: list[str]) -> Optimizer:
+    """A fresh optimizer (default profile) over the stream's catalog after ``deltas``."""
+    opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
+                    optimizer="topdown")
+    opt.update(deltas)
+    return opt
+
+
+def candidate_plans(root: Path, batches: list[Optimizer], first_deltas: list[str],
+                    sample: int, seed: int) -> list[PlanNode]:
+    """The plans to run: the optimizer's best for the first batch's statistics under each
+    of :data:`PRICINGS`, and ``sample`` more drawn (seeded) from every plan tree of the
+    query whose nested loops compare at most :data:`MAX_PAIRS` pairs a second by the model
+    in every batch (a plan past that would take minutes on the executor and teach nothing
+    new)."""
+    plans: dict[str, PlanNode] = {}
+    first = batches[0]
+    for pricing in PRICINGS:
+        plan = counted(root, first_deltas + pricing).optimize().plan
+        plans.setdefault(plan_line(plan), plan)
+    bounded = [p for p in all_plans(first.space()) if plan_line(p) not in plans
+               and all(plan_work(b, p).comp <= MAX_PAIRS for b in batches)]
+    rng = np.random.default_rng(seed)
+    for k in rng.permutation(len(bounded))[:sample]:
+        plans[plan_line(bounded[k])] = bounded[k]
+    return list(plans.values())
+
+
+def measure(workload: str, phases: str | None, seconds: int, seed: int,
+            sample: int) -> list[dict]:
+    """One row per plan run over the workload's stream (module doc)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / workload
+        generate_stream(workload, root, seconds, seed, phases)
+        opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"),
+                        cost_model="rate", optimizer="topdown-inc")
+        deltas = [interval_deltas([b]) for b in observations(opt, root, 1)]
+        batches = [counted(root, d) for d in deltas]
+        plans = candidate_plans(root, batches, deltas[0], sample, seed)
+        # batch 0 of a first run warms pandas up
+        make_query("local", opt.query, opt.catalog, root, None, 1).step(plans[0])
+        third = len(batches) // 3
+        for plan in plans:
+            cq = make_query("local", opt.query, opt.catalog, root, None, 1)
+            cpu = [cq.step(plan).cpu_seconds for _ in batches]
+            work = [features(plan_work(b, plan), 1) for b in batches]
+            for k in range(3):  # the phases: thirds of the stream (presets and defaults)
+                part = slice(k * third, (k + 1) * third if k < 2 else len(batches))
+                rows.append({"workload": workload, "phases": phases or "default",
+                             "seed": seed, "phase": k + 1, "plan": plan_line(plan),
+                             "cpu": sum(cpu[part]),
+                             "work": np.sum(work[part], axis=0).tolist()})
+    return rows
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by elimination: solve on the active columns, drop those
+    with a negative coefficient, repeat (few columns, so exact enough)."""
+    active = list(range(a.shape[1]))
+    while True:
+        x, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (x >= 0).all():
+            out = np.zeros(a.shape[1])
+            out[active] = x
+            return out
+        active = [c for c, v in zip(active, x, strict=True) if v >= 0]
+
+
+def fit(rows: list[dict]) -> np.ndarray:
+    """The coefficients of :data:`COLUMNS`, in two stages (module doc)."""
+    a = np.array([r["work"] for r in rows])
+    b = np.array([r["cpu"] for r in rows])
+    streams = [(r["workload"], r["phases"], r.get("seed", 0), r["phase"]) for r in rows]
+    groups = sorted(set(streams))
+    dummies = np.array([[s == g for g in groups] for s in streams], dtype=float)
+    joins = a[:, :4]  # move, hash+probe, comp, out: what differs between plans
+    w = 1.0 / b
+    x = nnls(np.hstack([joins, dummies]) * w[:, None], b * w)
+    coef = np.zeros(len(COLUMNS))
+    coef[:4] = x[:4]
+    # each stream phase's own cost (its scans and batches, the same for every plan)
+    fixed = x[4:]
+    shared = np.array([a[[k for k, s in enumerate(streams) if s == g][0], 4:] for g in groups])
+    keep = fixed > 0
+    coef[4:] = nnls(shared[keep] / fixed[keep, None], np.ones(int(keep.sum())))
+    return coef
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="nexmark,segtolls")
+    ap.add_argument("--phases", default="drift,default",
+                    help="presets or phase texts, comma-separated (default drift,default)")
+    ap.add_argument("--seconds", type=int, default=36)
+    ap.add_argument("--seeds", default="0,1",
+                    help="generator seeds, comma-separated (each a stream per workload)")
+    ap.add_argument("--sample", type=int, default=8,
+                    help="plans drawn at random per stream, beside the optimizer's (default 8)")
+    ap.add_argument("--save", help="write the runs' rows to this JSON file")
+    ap.add_argument("--load", help="fit the rows of earlier --save files (comma-separated) instead "
+                    "of running")
+    args = ap.parse_args(argv)
+    if args.load:
+        rows = [r for f in args.load.split(",") for r in json.loads(Path(f).read_text())]
+    else:
+        rows = [r for w in args.workloads.split(",") for p in args.phases.split(",")
+                for seed in map(int, args.seeds.split(","))
+                for r in measure(w, None if p == "default" else p, args.seconds, seed,
+                                 args.sample)]
+    if args.save:
+        Path(args.save).write_text(json.dumps(rows))
+    coef = fit(rows)
+    print("| workload | phases | phase | plan | cpu s | predicted s | predicted / cpu |")
+    print("|---|---|---|---|---|---|---|")
+    errors = []
+    for r in rows:
+        pred = float(np.dot(coef, r["work"]))
+        errors.append(abs(pred / r["cpu"] - 1))
+        print(f"| {r['workload']} | {r['phases']} | {r['phase']} | `{r['plan']}` | "
+              f"{r['cpu']:.3f} | {pred:.3f} | {pred / r['cpu']:.2f} |")
+    move, hp, comp, out, select, batch = coef.tolist()
+    spark = PROFILES["spark"]
+    print()
+    print("| constant | fitted (local) | spark profile |")
+    print("|---|---|---|")
+    for name, value, old in (("move", move, spark.move), ("hash", hp / 2, spark.hash),
+                             ("probe", hp / 2, spark.probe), ("comp", comp, spark.comp),
+                             ("out", out, spark.out), ("select", select, spark.select)):
+        print(f"| {name} | {value:.3g} | {old:.3g} |")
+    print(f"| per batch (not in the model) | {batch:.3g} s | |")
+    print(f"\nrelative error of the fit: median {np.median(errors):.1%}, "
+          f"max {max(errors):.1%} over {len(rows)} phases of runs")
+    print(f"RateConstants('local', move={move:.2g}, hash={hp / 2:.2g}, probe={hp / 2:.2g}, "
+          f"comp={comp:.2g}, out={out:.2g}, select={select:.2g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
