@@ -219,6 +219,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
                "strategy": args.strategy, "executor": args.executor,
+               "rate_profile": opt.model.constants.name,
                "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
                "state": state, "migration": migration if state == "intermediate" else None,
                "batches": [b.to_json() for b in batches],
