@@ -38,7 +38,7 @@ from reopt.migration import plan_load
 from reopt.stream import plan_line
 from reopt.streamgen import WORKLOADS, Phase, generate_stream, parse_phases
 
-MAX_RATE = 1000.0
+MAX_RATE = 2000.0
 """The search's cap on a stream's rate in any phase (tuples/s; module doc)."""
 
 
@@ -70,10 +70,11 @@ def phase_loads(workload: str, phases: str | None, seconds: int,
         return loads(root, workload, parse_phases(manifest["phases"], w), profile)
 
 
-def overall(rows: list[dict]) -> float:
-    """Static's load over the best, weighted by the phases' lengths."""
-    return sum(r["static_load"] * r["seconds"] for r in rows) / sum(
-        r["best_load"] * r["seconds"] for r in rows)
+def overall(rows: list[dict], fixed: float = 0.0) -> float:
+    """Static's load over the best, weighted by the phases' lengths, each plus ``fixed``
+    (CPU seconds per second of stream the executor spends whatever the plan)."""
+    return sum((r["static_load"] + fixed) * r["seconds"] for r in rows) / sum(
+        (r["best_load"] + fixed) * r["seconds"] for r in rows)
 
 
 def candidates(workload: str) -> list[str]:
@@ -96,8 +97,8 @@ def candidates(workload: str) -> list[str]:
     return out
 
 
-def search(workload: str, profile: str, top: int,
-           min_changes: int = 1) -> list[tuple[float, str, list[dict]]]:
+def search(workload: str, profile: str, top: int, min_changes: int = 1,
+           fixed: float = 0.0) -> list[tuple[float, str, list[dict]]]:
     """The ``top`` candidates by :func:`overall` whose best plan changes at least
     ``min_changes`` times between phases."""
     w = WORKLOADS[workload]
@@ -109,7 +110,7 @@ def search(workload: str, profile: str, top: int,
             rows = loads(root, workload, parse_phases(text.format(s=10), w), profile)
             changes = sum(a["best"] != b["best"] for a, b in zip(rows, rows[1:], strict=False))
             if changes >= min_changes:
-                found.append((overall(rows), text, rows))
+                found.append((overall(rows, fixed), text, rows))
     found.sort(key=lambda f: -f[0])
     return found[:top]
 
@@ -124,12 +125,16 @@ def main(argv: list[str]) -> int:
                     help="the rate model's per-tuple costs (default local)")
     ap.add_argument("--search", action="store_true", help="search drifting phases instead")
     ap.add_argument("--top", type=int, default=5, help="--search: candidates shown")
+    ap.add_argument("--fixed", type=float, default=0.0,
+                    help="--search: plan-independent CPU s per stream second added to every "
+                    "load (the executor's per-batch cost over the batch length; default 0)")
     ap.add_argument("--changes", type=int, default=1,
                     help="--search: least number of best-plan changes between phases")
     args = ap.parse_args(argv)
     if args.search:
         for workload in args.workloads.split(","):
-            for score, text, rows in search(workload, args.profile, args.top, args.changes):
+            for score, text, rows in search(workload, args.profile, args.top, args.changes,
+                                             args.fixed):
                 print(f"{workload} {score:.2f} {text}")
                 for r in rows:
                     print(f"    phase {r['phase']}: best `{r['best']}` U {r['best_load']:.3g}, "
