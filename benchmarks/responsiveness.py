@@ -47,14 +47,14 @@ from reopt.streamlocal import EXECUTORS, make_query
 
 PHASES = {"spark": {"nexmark": "20:auctions=40,bids=8;20:auctions=40,bids=80",
                     "linearroad": "20:accidents=5;20:accidents=50"},
-          "local": {"nexmark": "20:persons=0.8,auctions=40,bids=8,keys=200;"
-                               "20:persons=8,auctions=40,bids=8,keys=200",
-                    "segtolls": "20:positions=10,segstats=25,accidents=0.2,keys=40;"
-                                "20:positions=100,segstats=25,accidents=0.2,keys=40"}}
+          "local": {"nexmark": "20:persons=4,auctions=40,bids=8,keys=10;"
+                               "20:persons=4,auctions=40,bids=80,keys=10",
+                    "segtolls": "20:positions=250,segstats=1,accidents=5,keys=40;"
+                                "20:positions=250,segstats=10,accidents=5,keys=40"}}
 """Per executor (whose rate profile plans) and workload, a base phase and the same with one
 stream 10× faster: on Spark bids and accidents (chosen under the ``spark`` profile), in
-process the first jump of the ``drift`` presets (``reopt/streamgen.py``: persons and
-positions, chosen under the ``local`` profile)."""
+process the first jump of the ``drift`` presets (``reopt/streamgen.py``: bids and
+segstats, chosen under the ``local`` profile)."""
 
 
 def p99(times: list[float]) -> float:

@@ -325,29 +325,29 @@ def stream_deltas(q, cat, rng: random.Random, k: int) -> list[str]:
 
 # -- profiles of per-tuple costs --------------------------------------------------------------
 def test_profile_flips_the_join_of_a_hand_worked_example():
-    # A and B: 10 tuples/s each, 10 s windows (100 tuples each), selectivity 1/50:
-    # 40 results/s; each second 10·100 + 10·100 = 2,000 nested-loops comparisons.
-    # spark profile: shj 20·3 µs + 40·0.5 µs = 80 µs, nlj 20·1 µs + 2,000·10 ns + 40·0.5 µs =
-    # 60 µs: nested loops win. The local profile prices a comparison about as dearly as a
-    # hashed tuple (pandas), so the same formulas pick the hash join there.
-    cat = catalog(a={"rate": 10, "window": 10}, b={"rate": 10, "window": 10})
+    # A and B: 10 tuples/s each, 15 s windows (150 tuples each), selectivity 1/50:
+    # 0.02·10·10·(15+15) = 60 results/s; each second 10·150 + 10·150 = 3,000 nested-loops
+    # comparisons for 20 arrivals. Nested loops win iff 20·(hash+probe) > 3,000·comp (both
+    # pay 20·move and 60·out), i.e. iff a side holds fewer tuples than (hash+probe)/comp:
+    # 200 under the spark profile, 100 under the local one.
+    # spark: shj 20·3 µs = 60 µs, nlj 20·1 µs + 3,000·10 ns = 50 µs: nested loops.
+    # local: shj 20·0.8 µs = 16 µs, nlj 3,000·8 ns = 24 µs: the hash join.
+    cat = catalog(a={"rate": 10, "window": 15}, b={"rate": 10, "window": 15})
     sql = "SELECT * FROM a, b WHERE a.k = b.k"
-    arrivals, comps, out, scans = 20.0, 2000.0, 40.0, 20.0
-    for profile, op in (("spark", "nlj"), ("local", "shj")):
+    arrivals, comps, out, scans = 20.0, 3000.0, 60.0, 20.0
+    by_hand = {"spark": (60e-6, 50e-6, "nlj"), "local": (16e-6, 24e-6, "shj")}
+    for profile, (shj_work, nlj_work, op) in by_hand.items():
         c = R.PROFILES[profile]
         shj = arrivals * (c.move + c.hash + c.probe) + out * c.out
         nlj = arrivals * c.move + comps * c.comp + out * c.out
-        assert (nlj < shj) == (op == "nlj"), profile
+        assert math.isclose(shj - out * c.out, shj_work, rel_tol=1e-12), profile
+        assert math.isclose(nlj - out * c.out, nlj_work, rel_tol=1e-12), profile
         o = Optimizer(sql, cat, cost_model="rate", optimizer="topdown", rate_profile=profile)
         step = o.optimize()
         assert step.plan.op == op, profile
         assert math.isclose(step.cost, min(shj, nlj) + scans * c.select, rel_tol=1e-12)
-    spark = R.PROFILES["spark"]
-    assert math.isclose(80e-6, arrivals * SHJ + out * R.OUT, rel_tol=1e-12)
-    assert math.isclose(60e-6, arrivals * spark.move + comps * spark.comp + out * spark.out,
-                        rel_tol=1e-12)
     # the default is the spark profile, so the hand-worked examples above stay as they were
-    assert Optimizer(sql, cat, cost_model="rate").model.constants == spark
+    assert Optimizer(sql, cat, cost_model="rate").model.constants == R.PROFILES["spark"]
 
 
 def test_profile_errors():

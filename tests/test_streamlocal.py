@@ -71,17 +71,17 @@ def test_presets_are_phases_and_unknown_names_are_one_line_errors(tmp_path):
     """``--phases drift``: thirds of ``--seconds`` with the preset's rates (the catalog the
     first phase's); ``steady`` the same rates throughout; an unknown name is refused."""
     m = generate_stream("nexmark", tmp_path / "d", seconds=6, phases="drift")
-    assert [p["rates"]["persons"] for p in m["phase_list"]] == [0.8, 8, 80]
-    assert all(p["seconds"] == 2 and p["keys"] == 200 for p in m["phase_list"])
-    assert json.loads((tmp_path / "d" / "catalog.json").read_text())["tables"]["persons"][
-        "rate"] == 0.8
+    assert [p["rates"]["bids"] for p in m["phase_list"]] == [8, 80, 800]
+    assert all(p["seconds"] == 2 and p["keys"] == 10 for p in m["phase_list"])
+    assert json.loads((tmp_path / "d" / "catalog.json").read_text())["tables"]["bids"][
+        "rate"] == 8
     m = generate_stream("segtolls", tmp_path / "s", seconds=3, phases="steady")
-    assert {p["rates"]["positions"] for p in m["phase_list"]} == {100}
+    assert {p["rates"]["segstats"] for p in m["phase_list"]} == {10}
     with pytest.raises(ReoptError, match="linearroad has no such preset"):
         generate_stream("linearroad", tmp_path / "l", seconds=3, phases="drift")
 
 
-@pytest.mark.parametrize("workload, least", [("nexmark", 2.0), ("segtolls", 3.0)])
+@pytest.mark.parametrize("workload, least", [("nexmark", 1.5), ("segtolls", 3.0)])
 def test_drift_preset_makes_the_first_plan_bad_and_steady_does_not(workload, least):
     """By the rate model with the in-process executor's profile (the presets' search used
     it): in ``drift`` the best plan changes after the first phase and the first phase's best
