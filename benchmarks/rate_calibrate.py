@@ -3,19 +3,19 @@
 counts of work (:class:`reopt.costmodel.rate.Work`).
 
 Run: ``.venv/bin/python benchmarks/rate_calibrate.py [--workloads nexmark,segtolls]
-[--phases drift,default] [--seconds 36] [--seeds 0,1]`` (no Spark; the in-process executor,
+[--phases calibration,default] [--seconds 36] [--seeds 0,1]`` (no Spark; the in-process executor,
 ``reopt stream --executor local``; a few minutes).
 
-For each workload and phases preset the stream is generated once; a dry pass gives every
-batch's true statistics (:func:`reopt.streamrun.observations`). Several plans are run over
-the whole stream on the executor, one after another: the optimizer's best plans under the
-``spark`` profile with ``nlj`` priced ×1e-3, ×1, ×1e3 and ``shj`` ×1e3 (``cost OP *F``
-deltas; that only makes the optimizer pick varied plans — the ones it might choose — and
-does not enter the counts), and a seeded sample of the query's other plan trees. Per run,
-the model's work is summed over its batches: each batch's statistics as deltas to a fresh
-optimizer (default profile: the counts do not depend on it), and the plan's operators'
-:meth:`RateModel.work` per second times the batch's seconds. The columns fitted, each a
-total over the run's batches:
+For each workload and phases (:data:`CALIBRATION_PHASES` and the default ones) the stream is
+generated once; a dry pass gives every batch's true statistics
+(:func:`reopt.streamrun.observations`). Several plans are run over the whole stream on the
+executor, one after another: the optimizer's best plans under the ``spark`` profile with
+``nlj`` priced ×1e-3, ×1, ×1e3 and ``shj`` ×1e3 (``cost OP *F`` deltas; that only makes the
+optimizer pick varied plans — the ones it might choose — and does not enter the counts), and
+a seeded sample of the query's other plan trees. Per run, the model's work is summed over
+its batches: each batch's statistics as deltas to a fresh optimizer (default profile: the
+counts do not depend on it), and the plan's operators' :meth:`RateModel.work` per second
+times the batch's seconds. The columns fitted, each a total over the run's batches:
 
 * ``move`` — tuples entering a join (``nlj`` and ``shj``);
 * ``hash+probe`` — tuples entering an ``shj`` (``hash`` and ``probe`` are counted alike, so
@@ -68,6 +68,14 @@ from reopt.streamgen import generate_stream
 from reopt.streamlocal import make_query
 from reopt.streamrun import interval_deltas, observations
 
+CALIBRATION_PHASES = {
+    "nexmark": "{s}:auctions=40,bids=8,keys=200;{s}:auctions=40,bids=80,keys=200;"
+               "{s}:auctions=40,bids=800,keys=200",
+    "segtolls": "{s}:accidents=5,keys=160;{s}:segstats=50,accidents=5,keys=160;"
+                "{s}:segstats=500,accidents=5,keys=160"}
+"""``--phases calibration``: one stream 10× faster twice (the ``drift`` presets before they
+were re-searched under the calibrated profile): states from a few to thousands of tuples,
+so that hashing and nested loops each win somewhere."""
 COLUMNS = ("move", "hash+probe", "comp", "out", "select", "batch")
 PRICINGS = (["cost nlj *0.001"], [], ["cost nlj *1000"], ["cost shj *1000"])
 """``cost`` deltas that make the optimizer pick varied plans (module doc)."""
@@ -124,8 +132,11 @@ def measure(workload: str, phases: str | None, seconds: int, seed: int,
             sample: int) -> list[dict]:
     """One row per plan run over the workload's stream (module doc)."""
     rows = []
+    name = phases or "default"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / workload
+        if phases == "calibration":
+            phases = CALIBRATION_PHASES[workload].format(s=seconds // 3)
         generate_stream(workload, root, seconds, seed, phases)
         opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"),
                         cost_model="rate", optimizer="topdown-inc")
@@ -141,7 +152,7 @@ def measure(workload: str, phases: str | None, seconds: int, seed: int,
             work = [features(plan_work(b, plan), 1) for b in batches]
             for k in range(3):  # the phases: thirds of the stream (presets and defaults)
                 part = slice(k * third, (k + 1) * third if k < 2 else len(batches))
-                rows.append({"workload": workload, "phases": phases or "default",
+                rows.append({"workload": workload, "phases": name,
                              "seed": seed, "phase": k + 1, "plan": plan_line(plan),
                              "cpu": sum(cpu[part]),
                              "work": np.sum(work[part], axis=0).tolist()})
@@ -234,8 +245,9 @@ def choose(rows: list[dict]) -> RateConstants:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="nexmark,segtolls")
-    ap.add_argument("--phases", default="drift,default",
-                    help="presets or phase texts, comma-separated (default drift,default)")
+    ap.add_argument("--phases", default="calibration,default",
+                    help="calibration (CALIBRATION_PHASES), default, presets or phase texts, "
+                    "comma-separated (default calibration,default)")
     ap.add_argument("--seconds", type=int, default=36)
     ap.add_argument("--seeds", default="0,1",
                     help="generator seeds, comma-separated (each a stream per workload)")
