@@ -25,6 +25,11 @@ and transmits every result:
   (the seed's ``r_S·t`` before windows bound it);
 * a scan applies the stream's filters to every arrival: ``λ·C_σ``.
 
+The per-tuple costs (``move``, ``hash``, ``probe``, ``comp``, ``out``, ``C_σ``) are a profile,
+:class:`RateConstants`, one per executor (:data:`PROFILES`: ``spark``, the default, and
+``local``, calibrated for the in-process executor); the counts they price are
+:class:`Work`, the same for every profile.
+
 Two objectives (seed §4), each a cost to minimize:
 
 * ``rate`` — CPU seconds of work per second of stream (the load ``U``): ``shj`` costs
