@@ -5,7 +5,8 @@ Run: ``.venv/bin/python benchmarks/fig10.py [--workload segtolls] [--seconds S] 
 [--phases P] [--every 1,5,10] [--migrations auto,moving] [--report-every R] [--no-hindsight]
 [--executor local|spark] [--json FILE]`` (generates the workload with ``reopt data stream``'s
 generator into a temporary folder; one-second micro-batches, intermediate state; the joins in
-process by default, :mod:`reopt.streamlocal`, or on Spark).
+process by default, :mod:`reopt.streamlocal`, or on Spark; the rate model priced with the
+executor's profile, :data:`reopt.costmodel.rate.PROFILES`).
 
 Runs on the same files, interleaved batch by batch (which run goes first alternating, as
 ``benchmarks/stream.py`` does: Spark warms up over a run and the shared machine's load
