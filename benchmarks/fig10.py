@@ -5,7 +5,8 @@ Run: ``.venv/bin/python benchmarks/fig10.py [--workload segtolls] [--seconds S] 
 [--phases P] [--every 1,5,10] [--migrations auto,moving] [--report-every R] [--no-hindsight]
 [--executor local|spark] [--json FILE]`` (generates the workload with ``reopt data stream``'s
 generator into a temporary folder; one-second micro-batches, intermediate state; the joins in
-process by default, :mod:`reopt.streamlocal`, or on Spark).
+process by default, :mod:`reopt.streamlocal`, or on Spark; the rate model priced with the
+executor's profile, :data:`reopt.costmodel.rate.PROFILES`).
 
 Runs on the same files, interleaved batch by batch (which run goes first alternating, as
 ``benchmarks/stream.py`` does: Spark warms up over a run and the shared machine's load
@@ -66,16 +67,17 @@ def p99(values: list[float]) -> float:
     return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
 
 
-def _optimizer(root: Path) -> Optimizer:
+def _optimizer(root: Path, executor: str = "local") -> Optimizer:
+    """The rate model's optimizer, priced with the executor's profile."""
     return Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
-                     optimizer="topdown-inc")
+                     optimizer="topdown-inc", rate_profile=executor)
 
 
 def run_adaptive(root: Path, spark, every: int, migration: str, run: Run,
                  executor: str = "local") -> Iterator[MicroBatch]:
     """Re-planning every ``every`` one-second batches, the Replanner timed call by call;
     yields each batch after recording it (and the optimizer time before it) in ``run``."""
-    opt = _optimizer(root)
+    opt = _optimizer(root, executor)
     t0 = time.perf_counter()
     replanner = Replanner(opt, every, migration, 1)
     initial = time.perf_counter() - t0
@@ -99,7 +101,7 @@ def run_fixed(root: Path, spark, name: str, first: int, run: Run,
               executor: str = "local") -> Iterator[MicroBatch]:
     """``static`` (from the first ``first`` batches' true statistics) or ``hindsight``; the
     optimizer's time (after the dry pass, all up front) is counted before batch 0."""
-    opt = _optimizer(root)
+    opt = _optimizer(root, executor)
     record = Strategy(name)
     run.replannings = 1
     for b in run_strategy(name, opt, root, 1, first, spark, strategy=record,

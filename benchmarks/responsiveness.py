@@ -4,10 +4,11 @@ most one micro-batch of time; p99 micro-batch latency during a migration at most
 steady state").
 
 Each workload's stream has two phases of 20 s, one stream's rate 10× higher in the second
-(:data:`PHASES`: chosen offline with the optimizer so that the rate model's best plan keeps
-a different join state after the jump — the default phases' jumps change only the root's
-operator on nexmark, a swap with nothing to migrate, or tip a near-tie on linearroad). The
-executor (``ContinuousQuery``, intermediate state, one-second micro-batches, on Spark) runs it
+(:data:`PHASES`, per executor: chosen offline with the optimizer, priced with the executor's
+profile, so that the rate model's best plan keeps a different join state after the jump — on
+Spark the default phases' jumps change only the root's operator on nexmark, a swap with
+nothing to migrate, or tip a near-tie on linearroad). The executor (``--executor``: in
+process, the default, or on Spark; intermediate state, one-second micro-batches) runs it
 re-planned after every batch (``Replanner`` with ``--plan-every`` = the batch length) for
 each ``--migrations`` strategy, after three warm-up batches. Printed per run:
 
@@ -23,8 +24,8 @@ each ``--migrations`` strategy, after three warm-up batches. Printed per run:
   the *steady state*: the faster phase's other batches with no plan change in them or in the
   batch before (goal ≤ 2×).
 
-Run: ``.venv/bin/python benchmarks/responsiveness.py [--workloads nexmark,linearroad]
-[--migrations moving,auto] [--seed 0]``.
+Run: ``.venv/bin/python benchmarks/responsiveness.py [--executor local|spark] [--workloads
+nexmark,segtolls] [--migrations moving,auto] [--seed 0]``.
 """
 
 from __future__ import annotations
@@ -39,13 +40,21 @@ import numpy as np
 
 from reopt.api import Optimizer
 from reopt.spark import get_spark
-from reopt.stream import ContinuousQuery, MicroBatch
+from reopt.stream import MicroBatch
 from reopt.streamcli import Replanner
 from reopt.streamgen import WORKLOADS, generate_stream, parse_phases
+from reopt.streamlocal import EXECUTORS, make_query
 
-PHASES = {"nexmark": "20:auctions=40,bids=8;20:auctions=40,bids=80",
-          "linearroad": "20:accidents=5;20:accidents=50"}
-"""Per workload, a base phase and the same with one stream 10× faster (bids, accidents)."""
+PHASES = {"spark": {"nexmark": "20:auctions=40,bids=8;20:auctions=40,bids=80",
+                    "linearroad": "20:accidents=5;20:accidents=50"},
+          "local": {"nexmark": "20:persons=4,auctions=40,bids=8,keys=10;"
+                               "20:persons=4,auctions=40,bids=80,keys=10",
+                    "segtolls": "20:positions=250,segstats=1,accidents=5,keys=40;"
+                                "20:positions=250,segstats=10,accidents=5,keys=40"}}
+"""Per executor (whose rate profile plans) and workload, a base phase and the same with one
+stream 10× faster: on Spark bids and accidents (chosen under the ``spark`` profile), in
+process the first jump of the ``drift`` presets (``reopt/streamgen.py``: bids and
+segstats, chosen under the ``local`` profile)."""
 
 
 def p99(times: list[float]) -> float:
@@ -76,7 +85,8 @@ def analyse(batches: list[MicroBatch], jump: int) -> dict:
     return out
 
 
-def run(name: str, phases: str, migrations: list[str], seed: int) -> list[tuple[str, dict]]:
+def run(name: str, phases: str, migrations: list[str], seed: int,
+        executor: str = "local") -> list[tuple[str, dict]]:
     """Each migration strategy's run over ``name``'s two-phase stream."""
     jump = parse_phases(phases, WORKLOADS[name])[0].seconds
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,17 +95,19 @@ def run(name: str, phases: str, migrations: list[str], seed: int) -> list[tuple[
 
         def optimizer() -> Optimizer:
             return Optimizer(str(root / "query.sql"), str(root / "catalog.json"),
-                             cost_model="rate", optimizer="topdown-inc")
+                             cost_model="rate", optimizer="topdown-inc",
+                             rate_profile=executor)
 
         opt = optimizer()
-        spark = get_spark()
-        warm = ContinuousQuery(opt.query, opt.catalog, root, spark, 1)
+        spark = get_spark() if executor == "spark" else None
+        warm = make_query(executor, opt.query, opt.catalog, root, spark, 1)
         for _ in range(3):  # the first batches after Spark starts are slow
             warm.step(opt.optimize().plan)
         out = []
         for how in migrations:
             o = optimizer()
-            cq = ContinuousQuery(o.query, o.catalog, root, spark, 1, state="intermediate")
+            cq = make_query(executor, o.query, o.catalog, root, spark, 1,
+                            state="intermediate")
             batches = list(cq.run(Replanner(o, 1, how, 1)))
             out.append((how, analyse(batches, jump)))
     return out
@@ -103,16 +115,19 @@ def run(name: str, phases: str, migrations: list[str], seed: int) -> list[tuple[
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="nexmark,linearroad",
-                    help=f"comma-separated, from {', '.join(PHASES)} (default both)")
+    ap.add_argument("--executor", default="local", choices=EXECUTORS,
+                    help="in process (local, default) or on Spark; plans with its profile")
+    ap.add_argument("--workloads", default=None,
+                    help="comma-separated, from the executor's PHASES (default both)")
     ap.add_argument("--migrations", default="moving,auto",
                     help="comma-separated --migration strategies (default moving,auto)")
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
     args = ap.parse_args(argv)
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    phases = PHASES[args.executor]
+    names = [n.strip() for n in (args.workloads or ",".join(phases)).split(",") if n.strip()]
     hows = [m.strip() for m in args.migrations.split(",") if m.strip()]
-    if not names or any(n not in PHASES for n in names):
-        ap.error(f"--workloads: choose from {', '.join(PHASES)}")
+    if not names or any(n not in phases for n in names):
+        ap.error(f"--workloads: choose from {', '.join(phases)}")
     if not hows or any(m not in ("moving", "parallel", "auto") for m in hows):
         ap.error("--migrations: choose from moving, parallel, auto")
     print("| workload (phases) | migration | flaps before jump | jump batch | first switch "
@@ -120,8 +135,8 @@ def main(argv: list[str]) -> int:
           "p99 steady (≤ 2×?) | all plan changes |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        for how, r in run(name, PHASES[name], hows, args.seed):
-            head = (f"| {name} (`{PHASES[name]}`) | {how} | {len(r['flaps'])} | {r['jump']} | ")
+        for how, r in run(name, phases[name], hows, args.seed, args.executor):
+            head = (f"| {name} (`{phases[name]}`) | {how} | {len(r['flaps'])} | {r['jump']} | ")
             if r["switch"] is None:
                 print(f"{head}none | | | | {r['changes']} |")
                 continue

@@ -8,6 +8,7 @@ Run: ``.venv/bin/python benchmarks/stream_baselines.py [--workloads nexmark,segt
 workload with its default drifting phases, or ``--phases``, into a temporary folder;
 adaptive, static and hindsight join in process by default, :mod:`reopt.streamlocal`). Before
 the measured runs, one executor batch and one short Spark streaming query warm the JVM up.
+The rate model plans with the executor's profile of per-tuple costs (``local`` or ``spark``).
 Per strategy: total of its batches' wall times, their driver CPU time (``cpu``: the work of
 the in-process strategies, less disturbed by a loaded machine; on Spark it misses the JVM's
 work), its whole wall time (``wall``: with its set-up
@@ -57,7 +58,7 @@ def _warm_up(root: Path, spark, executor: str) -> None:
 def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
             seed: int, executor: str = "local", migration: str = "auto") -> dict:
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
-                    optimizer="topdown-inc")
+                    optimizer="topdown-inc", rate_profile=executor)
     record = Strategy(name)
     t0 = time.perf_counter()
     if name == "eddy-fixed":

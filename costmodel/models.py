@@ -28,7 +28,7 @@ import numpy as np
 from reopt.costmodel.dist import DistModel
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
-from reopt.costmodel.rate import RateModel
+from reopt.costmodel.rate import RateModel, rate_profile
 from reopt.costmodel.space import (
     ANY,
     NO_COLUMNS,
@@ -446,17 +446,20 @@ MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": Ra
                                 "dist": DistCostModel()}
 
 
-def cost_model(name: str, objective: str | None = None) -> CostModel:
-    """The cost model ``name``; ``objective`` (``rate`` or ``time-to:N``) only for ``rate``."""
+def cost_model(name: str, objective: str | None = None,
+               profile: str | None = None) -> CostModel:
+    """The cost model ``name``; ``objective`` (``rate`` or ``time-to:N``) and ``profile``
+    (the per-tuple costs, :data:`reopt.costmodel.rate.PROFILES`) only for ``rate``."""
     try:
         model = MODELS[name]
     except KeyError:
         raise ReoptError(
             f"unknown cost model '{name}' (choose from {', '.join(sorted(MODELS))})"
         ) from None
-    if objective is None:
+    if objective is None and profile is None:
         return model
     if name != "rate":
-        raise ReoptError(f"an objective ('{objective}') applies to the rate cost model only, "
-                         f"not to '{name}'")
-    return RateCostModel(objective)
+        what = f"an objective ('{objective}')" if objective is not None \
+            else f"a rate profile ('{profile}')"
+        raise ReoptError(f"{what} applies to the rate cost model only, not to '{name}'")
+    return RateCostModel(objective or "rate", rate_profile(profile))

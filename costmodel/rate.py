@@ -25,6 +25,11 @@ and transmits every result:
   (the seed's ``r_S·t`` before windows bound it);
 * a scan applies the stream's filters to every arrival: ``λ·C_σ``.
 
+The per-tuple costs (``move``, ``hash``, ``probe``, ``comp``, ``out``, ``C_σ``) are a profile,
+:class:`RateConstants`, one per executor (:data:`PROFILES`: ``spark``, the default, and
+``local``, calibrated for the in-process executor); the counts they price are
+:class:`Work`, the same for every profile.
+
 Two objectives (seed §4), each a cost to minimize:
 
 * ``rate`` — CPU seconds of work per second of stream (the load ``U``): ``shj`` costs
@@ -56,6 +61,7 @@ implemented.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,6 +77,7 @@ if TYPE_CHECKING:
     from reopt.plan import PlanNode
 
 # --- per-tuple costs in seconds (README, "Cost models") ----------------------------------------
+# The ``spark`` profile's values (the default profile, :data:`PROFILES`).
 MOVE = 1e-6
 """Moving an arriving tuple from the input buffer into memory."""
 HASH = 1e-6
@@ -83,6 +90,75 @@ OUT = 5e-7
 """Transmitting one result tuple to the parent (the seed's ``T``)."""
 SELECT = 2e-7
 """Applying a stream's filters to one arriving tuple (``C_σ``)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an operator does per second of stream (or by ``t_N``), counted per kind of
+    per-tuple operation: the model's counts, before any constant prices them. The costs are
+    :meth:`RateConstants.price` of these; ``benchmarks/rate_calibrate.py`` fits the constants
+    against an executor's CPU time from them."""
+
+    move: float = 0.0
+    hash: float = 0.0
+    probe: float = 0.0
+    comp: float = 0.0
+    out: float = 0.0
+    select: float = 0.0
+
+
+@dataclass(frozen=True)
+class RateConstants:
+    """The rate model's per-tuple costs in seconds, one profile per executor (the module
+    doc's ``move``, ``hash``, ``probe``, ``comp``, ``out`` and ``C_σ``). The formulas are
+    seed 000's for every profile; only these numbers differ, because executors differ in
+    what a hashed tuple costs against a compared pair — and the plan choice turns on that
+    ratio (README, "Rate profiles")."""
+
+    name: str
+    move: float
+    hash: float
+    probe: float
+    comp: float
+    out: float
+    select: float
+
+    def price(self, work: Work) -> float:
+        """Seconds of CPU for ``work``."""
+        return (work.move * self.move + work.hash * self.hash + work.probe * self.probe
+                + work.comp * self.comp + work.out * self.out + work.select * self.select)
+
+
+SPARK = RateConstants("spark", move=MOVE, hash=HASH, probe=PROBE, comp=COMP, out=OUT,
+                      select=SELECT)
+"""The model's original constants (seed 000's orders of magnitude: µs per hashed tuple, 10 ns
+per comparison), kept for the Spark executor and as the default."""
+LOCAL = RateConstants("local", move=0.0, hash=4e-7, probe=4e-7, comp=8e-9, out=8e-8,
+                      select=1.2e-5)
+"""Calibrated for the in-process executor (:mod:`reopt.streamlocal`, pandas) by
+``benchmarks/rate_calibrate.py`` from the CPU time of many plans run on the same streams
+(BENCHMARKS.md, "Calibrating the rate model"): the ratios are the ones whose cheapest plan is
+the executor's cheapest most often (a hashed tuple ``hash + probe`` = 100 compared pairs = 10
+results; moving a tuple is free beside them), their scale and ``select`` the least-squares
+fit of CPU seconds. A plain least-squares fit of all six constants was tried and picks worse
+plans than the ``spark`` profile on nexmark (it prices a result 28× a pair and hashing at 0,
+so it always hashes, where pandas' nested loops over a small state beat a merge): the
+executor's per-call overheads are not in the model's formulas, so the constants that predict
+CPU best are not those that rank plans best, and the profile is for ranking plans."""
+PROFILES = {p.name: p for p in (SPARK, LOCAL)}
+"""``--rate-profile`` / ``Optimizer(rate_profile=...)``; ``reopt stream`` plans with its
+executor's (``local`` or ``spark``)."""
+DEFAULT_PROFILE = "spark"
+
+
+def rate_profile(name: str | None) -> RateConstants:
+    """The profile ``name`` (None: :data:`DEFAULT_PROFILE`); a one-line error otherwise."""
+    try:
+        return PROFILES[DEFAULT_PROFILE if name is None else name]
+    except KeyError:
+        raise ReoptError(f"unknown rate profile '{name}' (choose from "
+                         f"{', '.join(PROFILES)})") from None
+
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(24)
 """Gauss–Legendre: exact for polynomials up to degree 47, i.e. integrands over up to 48
@@ -257,6 +333,7 @@ def eq2_rate(space: PlanSpace, plan: PlanNode) -> float:
     of local costs: the optimizers minimize the load ``U`` instead, and this is reported
     (tests compare the two optima by exhaustive search)."""
     s = streams(space)
+    c = constants_of(space)
 
     def delivered(node: PlanNode) -> float:
         """The share of its expression's rate the node delivers."""
@@ -268,13 +345,19 @@ def eq2_rate(space: PlanSpace, plan: PlanNode) -> float:
         rl, rr = fl * s.rate(left.alt.expr), fr * s.rate(right.alt.expr)
         if node.op == "nlj":
             nl, nr = fl * space.summary(left.alt.expr), fr * space.summary(right.alt.expr)
-            work = rl * (MOVE + nr * COMP) + rr * (MOVE + nl * COMP)
+            work = rl * (c.move + nr * c.comp) + rr * (c.move + nl * c.comp)
         else:
-            work = (rl + rr) * (MOVE + HASH + PROBE)
+            work = (rl + rr) * (c.move + c.hash + c.probe)
         factor = space.adjustments.op_factors.get(node.op, 1.0)  # ``cost shj *F``
-        return fl * fr / max(1.0, (work + full * OUT) * factor)
+        return fl * fr / max(1.0, (work + full * c.out) * factor)
 
     return s.rate(space.all) * delivered(plan)
+
+
+def constants_of(space: PlanSpace) -> RateConstants:
+    """The per-tuple costs the space's model prices work with (a model without a profile:
+    the default's)."""
+    return getattr(space.model, "constants", None) or rate_profile(None)
 
 
 def plan_estimates(space: PlanSpace, plan: PlanNode, cost: float) -> dict[str, float]:
@@ -305,16 +388,18 @@ def plan_estimates(space: PlanSpace, plan: PlanNode, cost: float) -> dict[str, f
 class RateModel:
     """Seed 000's rate-based model (module doc): ``scan`` per stream, joins ``shj`` and
     ``nlj``, symmetric (both handle either input alike), no physical properties, no final
-    operator. ``objective`` is ``rate`` or ``time-to:N``."""
+    operator. ``objective`` is ``rate`` or ``time-to:N``; ``constants`` the per-tuple costs,
+    a profile of :data:`PROFILES` (default ``spark``, the original constants)."""
 
     name = "rate"
     symmetric = True
     join_methods = ("shj", "nlj")
     operators = ("scan", "shj", "nlj")
 
-    def __init__(self, objective: str = "rate"):
+    def __init__(self, objective: str = "rate", constants: RateConstants | None = None):
         self.kind, self.results = parse_objective(objective)
         self.objective = "rate" if self.kind == "rate" else f"time-to:{self.results:g}"
+        self.constants = constants or rate_profile(None)
 
     def reads_root(self, space: PlanSpace) -> bool:
         """Whether every local cost reads the whole query's estimate (``time-to:N``: through
@@ -332,11 +417,16 @@ class RateModel:
         return [Alt(expr, prop, left, "join", method, left, ANY, right, ANY)]
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
+        return self.constants.price(self.work(space, alt))
+
+    def work(self, space: PlanSpace, alt: Alt) -> Work:
+        """The alternative's operations per second (``rate``) or by ``t_N`` (``time-to:N``),
+        by kind (module doc: "Costs are work")."""
         s = streams(space)
         timed = self.kind == "time-to"
         t = s.time_to(self.results) if timed else 1.0
         if alt.log_op == "scan":
-            return s.arrivals[alt.expr.bit_length() - 1] * t * SELECT
+            return Work(select=s.arrivals[alt.expr.bit_length() - 1] * t)
         left, right = alt.left, alt.right
         if timed:
             n = self.results
@@ -344,10 +434,11 @@ class RateModel:
             out = s.produced_by_t_n(alt.expr, n)
         else:
             ins_l, ins_r, out = s.rate(left), s.rate(right), s.rate(alt.expr)
+        ins = ins_l + ins_r
         if alt.phy_op == "shj":
-            return (ins_l + ins_r) * (MOVE + HASH + PROBE) + out * OUT
+            return Work(move=ins, hash=ins, probe=ins, out=out)
         if timed:
             comps = s.comparisons(left, right, t)
         else:
             comps = ins_l * space.summary(right) + ins_r * space.summary(left)
-        return (ins_l + ins_r) * MOVE + comps * COMP + out * OUT
+        return Work(move=ins, comp=comps, out=out)

@@ -189,6 +189,10 @@ class Optimizer:
     steps have ``exact=False`` and a ``reason``); ``max_tuples`` / ``max_iterations`` for the
     declarative optimizer's rule evaluation (:mod:`reopt.evaluator.budget`; None keeps the
     program's, by default 20 million tuples per relation and 10,000 iterations).
+
+    ``objective`` and ``rate_profile`` apply to ``cost_model="rate"`` only: what it minimizes
+    (``rate`` or ``time-to:N``) and its per-tuple costs (``spark``, the default, or ``local``:
+    :data:`reopt.costmodel.rate.PROFILES`).
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class Optimizer:
         max_iterations: int | None = None,
         over_budget: str = "error",
         objective: str | None = None,
+        rate_profile: str | None = None,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
         policy = _choice("observed_supersets policy", observed_supersets, OBSERVED_SUPERSETS)
@@ -224,7 +229,7 @@ class Optimizer:
         self.rules = rules
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
-        self.model = get_cost_model(cost_model, objective)
+        self.model = get_cost_model(cost_model, objective, rate_profile)
         if self.model.name == "rate":
             check_streams(self.query, self.catalog)
         self.adjustments = Adjustments(observed_supersets=policy)

@@ -35,6 +35,7 @@ from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
 from reopt.costmodel.numeric import dumps_strict
+from reopt.costmodel.rate import PROFILES
 from reopt.evaluator.budget import MAX_ITERATIONS, MAX_TUPLES, Budget
 
 
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--objective", metavar="rate|time-to:N",
                    help="what the rate cost model optimizes: the output rate (rate, the "
                    "default) or the time to the first N results (time-to:N)")
+    o.add_argument("--rate-profile", choices=sorted(PROFILES), metavar="spark|local",
+                   help="the rate cost model's per-tuple costs: measured for the in-process "
+                   "stream executor (local) or the original constants (spark, the default)")
     o.add_argument(
         "--optimizer", default=DECLARATIVE,
         help=f"one or a comma-separated list of: {', '.join(OPTIMIZERS)} (default: declarative)",
@@ -235,9 +239,10 @@ def optimize_main(args: argparse.Namespace) -> int:
         raise ReoptError("--master applies to the spark engine of the declarative optimizer; "
                          "nothing in this run uses Spark")
     _declarative_only(args, names)
-    if args.objective is not None and args.cost_model != "rate":
-        raise ReoptError(f"--objective applies to --cost-model rate; this run uses "
-                         f"{args.cost_model}")
+    for flag, value in (("--objective", args.objective), ("--rate-profile", args.rate_profile)):
+        if value is not None and args.cost_model != "rate":
+            raise ReoptError(f"{flag} applies to --cost-model rate; this run uses "
+                             f"{args.cost_model}")
     args.pruning = args.pruning or "all"
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
@@ -252,7 +257,8 @@ def optimize_main(args: argparse.Namespace) -> int:
         Optimizer(query, catalog, cost_model=args.cost_model, optimizer=name,
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
                   max_pairs=args.max_pairs, observed_supersets=args.observed_supersets,
-                  over_budget=args.over_budget, objective=args.objective)
+                  over_budget=args.over_budget, objective=args.objective,
+                  rate_profile=args.rate_profile)
         for query in queries
         for name in names
     ]

@@ -8,7 +8,8 @@ update that proposed the switch:
 
 * **gain** = ``(U_old - U_new)·I``: the old plan's load minus the new plan's, over the
   interval ``I`` (stream seconds until the next re-planning).
-* **moving state** (seed 001, §12.3.1, Equation 12.1 with the rate model's per-tuple costs):
+* **moving state** (seed 001, §12.3.1, Equation 12.1 with the rate model's per-tuple costs,
+  the optimizer's profile's):
   a state whose relation set the old tree also keeps is reused for free (matching and moving
   are pointer work); every other stateful join ``E = L ⋈ R`` of the new tree is recomputed
   once from its children's states, sized as the model's alive results ``n_X =
@@ -37,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reopt.costmodel.rate import COMP, HASH, MOVE, OUT, PROBE, streams
+from reopt.costmodel.rate import constants_of, streams
 from reopt.streamstate import join_nodes
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def moving_cost(space: PlanSpace, old: PlanNode, new: PlanNode) -> float:
     """Work to build ``new``'s states from ``old``'s (module doc)."""
     aliases = list(space.query.aliases)
     kept = {rels for rels, _ in join_nodes(old, aliases)}
+    c = constants_of(space)
     total = 0.0
     for rels, node in join_nodes(new, aliases):
         if rels in kept:
@@ -92,9 +94,9 @@ def moving_cost(space: PlanSpace, old: PlanNode, new: PlanNode) -> float:
         n_l, n_r = space.summary(node.alt.left), space.summary(node.alt.right)
         n_e = space.summary(node.alt.expr)
         if node.op == "nlj":
-            total += (n_l + n_r) * MOVE + n_l * n_r * COMP + n_e * OUT
+            total += (n_l + n_r) * c.move + n_l * n_r * c.comp + n_e * c.out
         else:
-            total += (n_l + n_r) * (MOVE + HASH + PROBE) + n_e * OUT
+            total += (n_l + n_r) * (c.move + c.hash + c.probe) + n_e * c.out
     return total
 
 

@@ -11,8 +11,9 @@ With ``--state windows`` the executor keeps only per-stream window state, so a p
 moves no state; with ``--state intermediate`` (the default) every join keeps its results and a
 plan change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
 plan changes only when the gain over the next interval exceeds the cheaper migration's cost
-(:mod:`reopt.migration`). ``--max-state N`` keeps the plan run within a state budget
-(:mod:`reopt.statebudget`).
+(:mod:`reopt.migration`). The rate model prices work with the executor's profile of
+per-tuple costs (``--rate-profile``, :data:`reopt.costmodel.rate.PROFILES`). ``--max-state
+N`` keeps the plan run within a state budget (:mod:`reopt.statebudget`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from reopt.api import Optimizer
 from reopt.cliargs import UsageParser, positive_int
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.numeric import dumps_strict
+from reopt.costmodel.rate import PROFILES
 from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
@@ -62,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                    "join results) is at most N tuples; when none is, the least-state plan, "
                    "with a warning")
     p.add_argument("--objective", default="rate", help="rate or time-to:N (default rate)")
+    p.add_argument("--rate-profile", choices=sorted(PROFILES), metavar="spark|local",
+                   help="the rate model's per-tuple costs (default: the executor's, "
+                   "--executor local plans with local, spark with spark)")
     p.add_argument("--optimizer", default="topdown-inc", choices=OPTIMIZERS,
                    help="the optimizer that plans and re-plans (default topdown-inc)")
     p.add_argument("--strategy", default="adaptive", choices=STRATEGIES,
@@ -163,7 +168,7 @@ def main(argv: list[str]) -> int:
         raise ReoptError(f"--plan-every {args.plan_every} is not a multiple of --batch-seconds "
                          f"{args.batch_seconds}")
     opt = Optimizer(args.query, catalog, cost_model="rate", objective=args.objective,
-                    optimizer=args.optimizer)
+                    optimizer=args.optimizer, rate_profile=args.rate_profile or args.executor)
     state = args.state
     if state == "windows" and args.migration is not None:
         raise ReoptError(f"--migration {args.migration} needs --state intermediate (window "
@@ -214,6 +219,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         doc = {"query": opt.query.name, "data": args.data, "windows": cq.windows,
                "strategy": args.strategy, "executor": args.executor,
+               "rate_profile": opt.model.constants.name,
                "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
                "state": state, "migration": migration if state == "intermediate" else None,
                "batches": [b.to_json() for b in batches],

@@ -32,16 +32,17 @@ same seed, workload and phases always give the same files.
 
 Presets (``--phases drift`` or ``--phases steady``, nexmark and segtolls; thirds of
 ``--seconds`` as the default phases). The default phases drift in rates and keys, but hardly
-in which plan is best: under the rate model the first phase's best plan stays within 1.03×
-(nexmark) and 1.04–2.2× (segtolls) of each later phase's best load, so no re-planner can
-win much on them. ``drift`` makes one stream's rate jump 10× twice, from a base chosen
-(offline, by a search over base rates ×0.2/×1/×5, key domains and which stream jumps, with
-the model's load of every plan) so that the first phase's best plan becomes a bad one:
-nexmark ``bids`` 8 → 80 → 800/s (``auctions`` 40/s, 200 keys; the first phase's plan's load
-is 2.2× and 3.5× the best in phases 2 and 3), segtolls ``segstats`` 5 → 50 → 500/s
-(``accidents`` 5/s, 160 keys; 3.2× and 23×). ``steady`` is ``drift``'s middle phase
-throughout: stationary, so re-planning has nothing to win (``benchmarks/stream_drift.py``
-prints these ratios for any phases; BENCHMARKS.md).
+in which plan is best, so no re-planner can win much on them. ``drift`` makes one stream's
+rate jump 10× twice, from a base chosen offline by ``benchmarks/stream_drift.py --search
+--fixed 0.0083`` (base rates ×0.2/×1/×5, key domains and which stream jumps, ranked by the
+rate model's load of the first phase's best plan over each phase's best, priced with the
+in-process executor's calibrated ``local`` profile plus its plan-independent cost per
+second) so that the best plan changes and the first one becomes a bad one: nexmark ``bids``
+8 → 80 → 800/s (``persons`` 4/s, ``auctions`` 40/s, 10 keys; the first phase's plan's load
+is 1.55× and 1.8× the best in phases 2 and 3), segtolls ``segstats`` 1 → 10 → 100/s
+(``positions`` 250/s, ``accidents`` 5/s, 40 keys; 1.4× and 8×). ``steady`` is ``drift``'s
+middle phase throughout: stationary, so re-planning has nothing to win
+(``benchmarks/stream_drift.py`` prints these ratios for any phases; BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -93,10 +94,12 @@ WORKLOADS = {
         "     bids [RANGE 5 SECONDS] b\n"
         "WHERE p.id = a.seller AND a.id = b.auction AND b.price > 100\n",
         "{s};{s}:bids=400;{s}:keys=10",
-        presets={"drift": "{s}:auctions=40,bids=8,keys=200;{s}:auctions=40,bids=80,keys=200;"
-                          "{s}:auctions=40,bids=800,keys=200",
-                 "steady": "{s}:auctions=40,bids=80,keys=200;{s}:auctions=40,bids=80,keys=200;"
-                           "{s}:auctions=40,bids=80,keys=200"}),
+        presets={"drift": "{s}:persons=4,auctions=40,bids=8,keys=10;"
+                          "{s}:persons=4,auctions=40,bids=80,keys=10;"
+                          "{s}:persons=4,auctions=40,bids=800,keys=10",
+                 "steady": "{s}:persons=4,auctions=40,bids=80,keys=10;"
+                           "{s}:persons=4,auctions=40,bids=80,keys=10;"
+                           "{s}:persons=4,auctions=40,bids=80,keys=10"}),
     "linearroad": Workload(
         "linearroad", {"positions": 50.0, "segstats": 5.0, "accidents": 1.0}, 40,
         {"positions": 5.0, "segstats": 10.0, "accidents": 30.0},
@@ -117,11 +120,12 @@ WORKLOADS = {
         "  AND x.seg = t.seg AND x.xway = t.xway\n"
         "  AND p.speed < 40 AND q.speed > 80 AND t.cars > 150\n",
         "{s};{s}:accidents=10;{s}:positions=400", streams_of="linearroad",
-        presets={"drift": "{s}:accidents=5,keys=160;{s}:segstats=50,accidents=5,keys=160;"
-                          "{s}:segstats=500,accidents=5,keys=160",
-                 "steady": "{s}:segstats=50,accidents=5,keys=160;"
-                           "{s}:segstats=50,accidents=5,keys=160;"
-                           "{s}:segstats=50,accidents=5,keys=160"}),
+        presets={"drift": "{s}:positions=250,segstats=1,accidents=5,keys=40;"
+                          "{s}:positions=250,segstats=10,accidents=5,keys=40;"
+                          "{s}:positions=250,segstats=100,accidents=5,keys=40",
+                 "steady": "{s}:positions=250,segstats=10,accidents=5,keys=40;"
+                           "{s}:positions=250,segstats=10,accidents=5,keys=40;"
+                           "{s}:positions=250,segstats=10,accidents=5,keys=40"}),
 }
 
 

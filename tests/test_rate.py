@@ -323,6 +323,44 @@ def stream_deltas(q, cat, rng: random.Random, k: int) -> list[str]:
     return out
 
 
+# -- profiles of per-tuple costs --------------------------------------------------------------
+def test_profile_flips_the_join_of_a_hand_worked_example():
+    # A and B: 10 tuples/s each, 15 s windows (150 tuples each), selectivity 1/50:
+    # 0.02·10·10·(15+15) = 60 results/s; each second 10·150 + 10·150 = 3,000 nested-loops
+    # comparisons for 20 arrivals. Nested loops win iff 20·(hash+probe) > 3,000·comp (both
+    # pay 20·move and 60·out), i.e. iff a side holds fewer tuples than (hash+probe)/comp:
+    # 200 under the spark profile, 100 under the local one.
+    # spark: shj 20·3 µs = 60 µs, nlj 20·1 µs + 3,000·10 ns = 50 µs: nested loops.
+    # local: shj 20·0.8 µs = 16 µs, nlj 3,000·8 ns = 24 µs: the hash join.
+    cat = catalog(a={"rate": 10, "window": 15}, b={"rate": 10, "window": 15})
+    sql = "SELECT * FROM a, b WHERE a.k = b.k"
+    arrivals, comps, out, scans = 20.0, 3000.0, 60.0, 20.0
+    by_hand = {"spark": (60e-6, 50e-6, "nlj"), "local": (16e-6, 24e-6, "shj")}
+    for profile, (shj_work, nlj_work, op) in by_hand.items():
+        c = R.PROFILES[profile]
+        shj = arrivals * (c.move + c.hash + c.probe) + out * c.out
+        nlj = arrivals * c.move + comps * c.comp + out * c.out
+        assert math.isclose(shj - out * c.out, shj_work, rel_tol=1e-12), profile
+        assert math.isclose(nlj - out * c.out, nlj_work, rel_tol=1e-12), profile
+        o = Optimizer(sql, cat, cost_model="rate", optimizer="topdown", rate_profile=profile)
+        step = o.optimize()
+        assert step.plan.op == op, profile
+        assert math.isclose(step.cost, min(shj, nlj) + scans * c.select, rel_tol=1e-12)
+    # the default is the spark profile, so the hand-worked examples above stay as they were
+    assert Optimizer(sql, cat, cost_model="rate").model.constants == R.PROFILES["spark"]
+
+
+def test_profile_errors():
+    cat = catalog(a={"rate": 10, "window": 10}, b={"rate": 10, "window": 10})
+    with pytest.raises(ReoptError, match="unknown rate profile 'gpu' .choose from spark, "
+                       "local"):
+        Optimizer("SELECT * FROM a, b WHERE a.k = b.k", cat, cost_model="rate",
+                  rate_profile="gpu")
+    with pytest.raises(ReoptError, match="a rate profile .'local'. applies to the rate cost "
+                       "model only"):
+        Optimizer("tpch:q3", cost_model="io", rate_profile="local")
+
+
 OBJECTIVES = ["rate", "time-to:1000", "time-to:1e7"]
 
 
@@ -340,19 +378,21 @@ def test_dynamic_programming_equals_exhaustive(objective, shape, n, seed):
     assert math.isclose(bottomup(space).cost, best, rel_tol=1e-9)
 
 
-@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("objective, profile", [*((o, "spark") for o in OBJECTIVES),
+                                                ("rate", "local")])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(["chain", "star", "cycle", "clique", "random"]),
        n=st.integers(2, 5), seed=st.integers(0, 2**31), steps=st.integers(1, 6))
 def test_incremental_after_rate_and_window_deltas_equals_from_scratch(
-        objective, shape, n, seed, steps):
+        objective, profile, shape, n, seed, steps):
     q, cat = stream_query(shape, n, seed)
-    m = cost_model("rate", objective)
+    m = cost_model("rate", objective, profile)
     rng = random.Random(seed)
     space = PlanSpace(q, cat, m)
     bu, td = BottomUpInc(space), TopDownInc(space)
     bu.optimize(), td.optimize()
-    decl = Optimizer(q, cat, cost_model="rate", objective=objective, engine="python")
+    decl = Optimizer(q, cat, cost_model="rate", objective=objective, engine="python",
+                     rate_profile=profile)
     decl.optimize()
     adj = Adjustments()
     for text in stream_deltas(q, cat, rng, steps):

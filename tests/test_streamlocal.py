@@ -20,6 +20,7 @@ from test_eddy import segtolls_per_batch
 from test_stream import QUERY
 
 from reopt.api import Optimizer
+from reopt.cli import main
 from reopt.costmodel.errors import ReoptError
 from reopt.execute import answer_digest
 from reopt.optimizers.exhaustive import all_plans
@@ -71,24 +72,27 @@ def test_presets_are_phases_and_unknown_names_are_one_line_errors(tmp_path):
     first phase's); ``steady`` the same rates throughout; an unknown name is refused."""
     m = generate_stream("nexmark", tmp_path / "d", seconds=6, phases="drift")
     assert [p["rates"]["bids"] for p in m["phase_list"]] == [8, 80, 800]
-    assert all(p["seconds"] == 2 and p["keys"] == 200 for p in m["phase_list"])
+    assert all(p["seconds"] == 2 and p["keys"] == 10 for p in m["phase_list"])
     assert json.loads((tmp_path / "d" / "catalog.json").read_text())["tables"]["bids"][
         "rate"] == 8
     m = generate_stream("segtolls", tmp_path / "s", seconds=3, phases="steady")
-    assert {p["rates"]["segstats"] for p in m["phase_list"]} == {50}
+    assert {p["rates"]["segstats"] for p in m["phase_list"]} == {10}
     with pytest.raises(ReoptError, match="linearroad has no such preset"):
         generate_stream("linearroad", tmp_path / "l", seconds=3, phases="drift")
 
 
-@pytest.mark.parametrize("workload, least", [("nexmark", 2.0), ("segtolls", 3.0)])
+@pytest.mark.parametrize("workload, least", [("nexmark", 1.5), ("segtolls", 3.0)])
 def test_drift_preset_makes_the_first_plan_bad_and_steady_does_not(workload, least):
-    """By the rate model: in every later phase of ``drift`` the first phase's best plan has
-    at least ``least`` times the phase's best load (so plan choice can matter); under
-    ``steady`` it stays the best."""
+    """By the rate model with the in-process executor's profile (the presets' search used
+    it): in ``drift`` the best plan changes after the first phase and the first phase's best
+    plan has more load than the best in every later phase, at least ``least`` times it in the
+    last (so plan choice can matter); under ``steady`` it stays the best."""
     from stream_drift import phase_loads
 
-    rows = phase_loads(workload, "drift", 3)
-    assert all(r["static_load"] >= least * r["best_load"] for r in rows[1:]), rows
+    rows = phase_loads(workload, "drift", 3, "local")
+    assert rows[1]["best"] != rows[0]["best"], rows
+    assert all(r["static_load"] > r["best_load"] for r in rows[1:]), rows
+    assert rows[-1]["static_load"] >= least * rows[-1]["best_load"], rows
     rows = phase_loads(workload, "steady", 3)
     assert all(r["static"] == r["best"] for r in rows), rows
 
@@ -122,3 +126,16 @@ def test_adaptive_strategy_switches_in_process_and_equals_batch_sql(spark, tmp_p
         for b in batches:
             assert len(b.rows) == sizes.get(b.index, 0), (migration, b.index)
             assert answer_digest(b.rows) == expected.get(b.index), (migration, b.index)
+
+
+def test_stream_cli_plans_with_the_executors_rate_profile(tmp_path, capsys):
+    """``reopt stream`` prices the rate model with its executor's profile (``local`` by
+    default), ``--rate-profile`` overrides it, and an unknown one is a one-line error."""
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seconds=3)
+    for extra, profile in (([], "local"), (["--rate-profile", "spark"], "spark")):
+        assert main(["stream", QUERY, "--data", str(root), "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["rate_profile"] == profile
+    assert main(["stream", QUERY, "--data", str(root), "--rate-profile", "gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--rate-profile" in err and "'gpu'" in err and "\n" not in err
