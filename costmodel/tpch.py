@@ -85,15 +85,15 @@ whose textbook estimate is off by more than 10x on every TPC-H data set, skewed 
 (1995-06-17), else ``'F'``, and an order is ``'F'`` when all its lines are, ``'O'`` when all
 are, else ``'P'``; only orders whose lines straddle 1995-06-17 are ``'P'``, about 2.6% of them
 (tpchgen-cli at SF 1: 38,543 of 1,500,000), where ``1/distinct`` gives 1/3 (13x too many).
-Such a filtered orders input is estimated too big to broadcast and is truly small, so a plan
-made from the catalog shuffles lineitem to join it where a plan made from observations
-broadcasts it: where misestimates, not just their size, change what a plan costs.
+At SF 1 under ``dist`` such a filtered orders input is estimated above the 10 MB broadcast
+limit and is truly far below it, so the plan made from the catalog shuffles lineitem to join
+it where a plan made from observations broadcasts it: a misestimate that changes what the
+plan does, not only its estimated cost (``BENCHMARKS.md``, "Where adapting pays").
 ``pclerk`` (revenue of partial orders by clerk and priority; orders-lineitem-part, lineitem-
 supplier-nation-region), ``psegment`` (by customer segment and nation; lineitem the hub of
 orders, part and supplier, customer and its nation off orders) and ``pnations`` (by the
 supplier's and the customer's nation, customers outside one region; Q8's graph without
-part). On ``reopt data tpch --correlate`` data ``pnations``' supplier-nation by customer-nation
-groups also carry that rewrite's 25x misestimate (suppliers of the customer's nation).
+part; on ``reopt data tpch --correlate`` data only its 20 same-nation groups are left).
 """
 
 from __future__ import annotations

@@ -32,8 +32,10 @@ def loop(query: str, data, spark, k: int = 3, deltas=(), split=None) -> Loop:
                 data, k, spark, list(deltas), split)
 
 
-@pytest.mark.parametrize("query", ["q3", "q5"])
+@pytest.mark.parametrize("query", ["q3", "q5", "pnations"])
 def test_every_strategy_gives_spark_sqls_whole_answer(spark, tpch_dir, capsys, query):
+    """pnations stands for the three partial-order queries (7 relations, two nation aliases;
+    each of them, run by one plan, is checked against Spark SQL in test_join_queries)."""
     from reopt.cli import main
 
     code = main(["run", f"tpch:{query}", "--data", str(tpch_dir), "--splits", "3",
