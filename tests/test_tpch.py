@@ -187,7 +187,7 @@ def test_query_texts_are_plain() -> None:
 def test_builtin_names() -> None:
     assert builtin_query_names() == [
         "q1", "q3", "q5", "q5s", "q6", "q10", "q8join", "q8joins",
-        "q2join", "q7join", "q8", "q9join", "chain6", "star6",
+        "q2join", "q7join", "q8", "q9join", "chain6", "star6", "pclerk", "psegment", "pnations",
     ]
     for name in builtin_query_names():
         sql = QUERIES.get(name) or JOIN_QUERIES[name]
