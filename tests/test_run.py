@@ -57,21 +57,6 @@ def test_every_strategy_gives_spark_sqls_whole_answer(spark, tpch_dir, capsys, q
     assert not any(x["plan_changed"] for x in static)
 
 
-def test_partial_order_query_answers_as_spark_sql(spark, tpch_dir):
-    """pnations stands for the three partial-order queries (7 relations, two nation aliases):
-    ``hindsight`` over 2 splits, the plans re-optimized from each split's observations, gives
-    Spark SQL's whole answer. Only hindsight, to keep the test cheap (about 25 s on a warm,
-    loaded JVM with adaptive as well); each query run by one plan is checked against Spark SQL
-    in test_join_queries, and every strategy on q3 and Q5 above."""
-    run_loop = loop("pnations", tpch_dir, spark, k=2)
-    rows, truth = spark_sql_digest(run_loop.query, tpch_dir, spark)
-    assert rows  # SF 0.01 has partial orders in every customer region but AFRICA
-    for strategy in ("hindsight",):
-        run = run_loop.run(strategy)
-        assert (run.result_rows, run.answer_digest) == (rows, truth), strategy
-    run_loop.close()
-
-
 def test_observations_change_the_plan_on_skewed_data(spark, skew_dir):
     """Starting from a wrong catalog, the first split's observations change the plan of the
     second; the new plan is the one a from-scratch optimizer picks with the same statistics,
