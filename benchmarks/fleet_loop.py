@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import OTHER_CHECKOUT
+
 from reopt.cliargs import positive_int
 
 HERE = Path(__file__).resolve().parent.parent
@@ -32,13 +34,7 @@ HERE = Path(__file__).resolve().parent.parent
 RUNNER = r"""
 import json, sys, time
 root, n, model, repeat = json.loads(sys.argv[1])
-if root:  # the other checkout in place of this one in the editable install's mapping
-    import importlib, site
-    for d in site.getsitepackages():
-        for f in __import__("pathlib").Path(d).glob("__editable___reopt_*_finder.py"):
-            finder = importlib.import_module(f.stem)
-            for k, v in list(finder.MAPPING.items()):
-                finder.MAPPING[k] = root + v[v.rindex("/"):]
+""" + OTHER_CHECKOUT + r"""
 sys.path.insert(0, sys.argv[2])
 from workload import generate
 import reopt

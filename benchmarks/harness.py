@@ -68,6 +68,20 @@ def frozen_heap(active: bool = True) -> Iterator[None]:
         gc.unfreeze()
 
 
+OTHER_CHECKOUT = '''
+if root:  # the other checkout in place of this one in the editable install's mapping
+    import importlib, site
+    for d in site.getsitepackages():
+        for f in __import__("pathlib").Path(d).glob("__editable___reopt_*_finder.py"):
+            finder = importlib.import_module(f.stem)
+            for k, v in list(finder.MAPPING.items()):
+                finder.MAPPING[k] = root + v[v.rindex("/"):]
+'''
+"""Runner-script lines (A/B benchmarks that run another checkout's reopt in a fresh process:
+``update_ab.py``, ``fleet_loop.py``): with ``root`` set, imports of ``reopt`` resolve to that
+checkout's files instead of this one's."""
+
+
 # -- command lines --------------------------------------------------------------------------
 # The benchmark scripts parse with reopt's UsageParser and run under script(), so bad input is
 # one line ``reopt: …`` and exit 2, as on every other command line of reopt: a traceback, or

@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import OTHER_CHECKOUT
+
 from reopt.cliargs import positive_int
 
 HERE = Path(__file__).resolve().parent.parent
@@ -40,13 +42,7 @@ HERE = Path(__file__).resolve().parent.parent
 RUNNER = r"""
 import gc, json, sys, time
 root, subject, model = json.loads(sys.argv[1])
-if root:  # the other checkout in place of this one in the editable install's mapping
-    import importlib, site
-    for d in site.getsitepackages():
-        for f in __import__("pathlib").Path(d).glob("__editable___reopt_*_finder.py"):
-            finder = importlib.import_module(f.stem)
-            for k, v in list(finder.MAPPING.items()):
-                finder.MAPPING[k] = root + v[v.rindex("/"):]
+""" + OTHER_CHECKOUT + r"""
 from reopt.api import Optimizer
 import reopt
 assert not root or reopt.__file__.startswith(root), reopt.__file__
