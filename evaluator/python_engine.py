@@ -110,9 +110,7 @@ class Relation:
             idx = self._indexes[cols] = {}
             key = key_of(cols)
             self._keyed.append((key, idx))
-            put = idx.setdefault
-            for k, r in zip(map(key, self.rows), self.rows, strict=True):
-                put(k, []).append(r)
+            _insert(key, idx, self.rows)
         return idx
 
     def remove(self, rows: list[tuple]) -> None:
