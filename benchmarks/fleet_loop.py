@@ -19,17 +19,13 @@ editable install's mapping, as in ``benchmarks/update_ab.py``::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-from harness import OTHER_CHECKOUT
+from harness import OTHER_CHECKOUT, run_in_checkout
 
 from reopt.cliargs import positive_int
-
-HERE = Path(__file__).resolve().parent.parent
 
 RUNNER = r"""
 import json, sys, time
@@ -63,13 +59,7 @@ print(json.dumps({"scratch": sum(map(min, scratch)), "update": sum(map(min, upda
 
 
 def run(root: str | None, n: int, model: str, repeat: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps([root, n, model, repeat]),
-                          str(HERE / "benchmarks")], capture_output=True, text=True, cwd="/",
-                         check=False)
-    if out.returncode:
-        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"fleet_loop: {model} ({root or 'this checkout'}): {last}")
-    return json.loads(out.stdout)
+    return run_in_checkout(RUNNER, [n, model, repeat], root, f"fleet_loop: {model}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,12 @@ import argparse
 import contextlib
 import datetime as dt
 import gc
+import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -80,6 +82,21 @@ if root:  # the other checkout in place of this one in the editable install's ma
 """Runner-script lines (A/B benchmarks that run another checkout's reopt in a fresh process:
 ``update_ab.py``, ``fleet_loop.py``): with ``root`` set, imports of ``reopt`` resolve to that
 checkout's files instead of this one's."""
+
+
+def run_in_checkout(runner: str, args: list[Any], root: str | None, what: str) -> Any:
+    """Run ``runner`` (a script that starts with :data:`OTHER_CHECKOUT`'s lines, reads
+    ``[root, *args]`` as JSON from ``sys.argv[1]`` and the benchmarks folder from
+    ``sys.argv[2]``, and prints one JSON document) in a fresh interpreter, against the
+    checkout at ``root`` (None: this one); its JSON. A failure exits with the runner's last
+    line of error, prefixed by ``what``."""
+    out = subprocess.run([sys.executable, "-c", runner, json.dumps([root, *args]),
+                          str(Path(__file__).resolve().parent)], capture_output=True,
+                         text=True, cwd="/", check=False)
+    if out.returncode:
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"{what} ({root or 'this checkout'}): {last}")
+    return json.loads(out.stdout)
 
 
 # -- command lines --------------------------------------------------------------------------

@@ -27,17 +27,13 @@ deltas of ``benchmarks/small_updates.py``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-from harness import OTHER_CHECKOUT
+from harness import OTHER_CHECKOUT, run_in_checkout
 
 from reopt.cliargs import positive_int
-
-HERE = Path(__file__).resolve().parent.parent
 
 RUNNER = r"""
 import gc, json, sys, time
@@ -75,13 +71,7 @@ print(json.dumps({"scratch": scratch, "update": ups, "topdown_inc": incs}))
 
 
 def run(root: str | None, subject: str, model: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", RUNNER, json.dumps([root, subject, model]),
-                          str(HERE / "benchmarks")], capture_output=True, text=True, cwd="/",
-                         check=False)
-    if out.returncode:
-        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"update_ab: {subject} ({root or 'this checkout'}): {last}")
-    return json.loads(out.stdout)
+    return run_in_checkout(RUNNER, [subject, model], root, f"update_ab: {subject}")
 
 
 def per_step_median(runs: list[dict], key: str) -> float:
