@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / args.workload
         generate_stream(args.workload, root, args.seconds, args.seed, args.phases)
-        warm = _optimizer(root)
+        warm = _optimizer(root, args.executor)
         make_query(args.executor, warm.query, warm.catalog, root, spark, 1).step(
             warm.optimize().plan)
         runs = [Run("static")] + ([] if args.no_hindsight else [Run("hindsight")])
