@@ -45,12 +45,15 @@ from reopt.streamcli import Replanner
 from reopt.streamgen import WORKLOADS, generate_stream, parse_phases
 from reopt.streamlocal import EXECUTORS, make_query
 
+
+def _first_jump(workload: str) -> str:
+    """The first two phases of ``workload``'s ``drift`` preset, 20 s each."""
+    return ";".join(WORKLOADS[workload].presets["drift"].format(s=20).split(";")[:2])
+
+
 PHASES = {"spark": {"nexmark": "20:auctions=40,bids=8;20:auctions=40,bids=80",
                     "linearroad": "20:accidents=5;20:accidents=50"},
-          "local": {"nexmark": "20:persons=4,auctions=40,bids=8,keys=10;"
-                               "20:persons=4,auctions=40,bids=80,keys=10",
-                    "segtolls": "20:positions=250,segstats=1,accidents=5,keys=40;"
-                                "20:positions=250,segstats=10,accidents=5,keys=40"}}
+          "local": {w: _first_jump(w) for w in ("nexmark", "segtolls")}}
 """Per executor (whose rate profile plans) and workload, a base phase and the same with one
 stream 10× faster: on Spark bids and accidents (chosen under the ``spark`` profile), in
 process the first jump of the ``drift`` presets (``reopt/streamgen.py``: bids and
