@@ -34,6 +34,7 @@ from pathlib import Path
 from rate_accuracy import param_deltas
 
 from reopt.api import Optimizer
+from reopt.costmodel.rate import PROFILES
 from reopt.migration import plan_load
 from reopt.stream import plan_line
 from reopt.streamgen import WORKLOADS, Phase, generate_stream, parse_phases
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--phases", default="default,drift,steady",
                     help="comma-separated: default, a preset name, or phases text (one only)")
     ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("--profile", default="local", choices=("local", "spark"),
+    ap.add_argument("--profile", default="local", choices=sorted(PROFILES),
                     help="the rate model's per-tuple costs (default local)")
     ap.add_argument("--search", action="store_true", help="search drifting phases instead")
     ap.add_argument("--top", type=int, default=5, help="--search: candidates shown")
