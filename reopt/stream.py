@@ -562,6 +562,22 @@ class ContinuousQuery:
             self.buffers[t] = both[both[time_col] > end - self.horizon[t] - EXPIRY_SLACK
                                    ].reset_index(drop=True)
 
+    # -- checkpoints (reopt.streamcheckpoint) --------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """What the next batches depend on: the next batch's index, the window buffers and
+        the running plans with their join states. The frames are the executor's own, not
+        copies: serialize the snapshot before the next batch runs."""
+        return {"batch": self.batch, "buffers": dict(self.buffers), "tracks": list(self.tracks)}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Continue from :meth:`snapshot`'s point (the same query over the same folder)."""
+        if set(snapshot["buffers"]) != set(self.tables):
+            raise StreamError(f"the checkpoint holds streams {sorted(snapshot['buffers'])}, "
+                              f"query {self.query.name} reads {sorted(self.tables)}")
+        self.batch = snapshot["batch"]
+        self.buffers = dict(snapshot["buffers"])
+        self.tracks = list(snapshot["tracks"])
+
     # -- observations --------------------------------------------------------------------------
     def _window_contents(self, alias: str, end: float) -> pd.DataFrame:
         buf = self.buffers[self.query.table_of(alias)]
@@ -589,13 +605,12 @@ class ContinuousQuery:
         return out
 
     def run(self, plan_for: PlanNode | Callable[[MicroBatch | None],
-                                                 PlanNode | tuple[PlanNode, str]]
-            ) -> Iterator[MicroBatch]:
+                                                 PlanNode | tuple[PlanNode, str]],
+            last: MicroBatch | None = None) -> Iterator[MicroBatch]:
         """Every remaining micro-batch in stream-time order. ``plan_for`` is a plan, or a
-        function of the previous batch (None before the first) returning the next batch's
-        plan, or (plan, migration) to choose the migration of this switch: where a
-        re-planning loop plugs in."""
-        last: MicroBatch | None = None
+        function of the previous batch (None before the first; ``last`` when resuming after
+        it) returning the next batch's plan, or (plan, migration) to choose the migration of
+        this switch: where a re-planning loop plugs in."""
         while self.batch * self.batch_seconds < self.seconds:
             chosen = plan_for if isinstance(plan_for, PlanNode) else plan_for(last)
             plan, migration = chosen if isinstance(chosen, tuple) else (chosen, None)

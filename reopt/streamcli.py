@@ -19,11 +19,15 @@ N`` keeps the plan run within a state budget (:mod:`reopt.statebudget`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from reopt import streamcheckpoint as checkpoints
 from reopt.api import Optimizer
 from reopt.cliargs import UsageParser, positive_int
 from reopt.costmodel.errors import DeltaError, ReoptError
@@ -84,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default $REOPT_SPARK_MASTER or local[*])")
     p.add_argument("--json", action="store_true", help="print the batches as JSON")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="keep the run's state in DIR after every micro-batch and, when DIR "
+                   "holds one, resume after its last batch (adaptive strategy only)")
+    p.add_argument("--max-batches", type=positive_int, metavar="N",
+                   help="run at most N micro-batches (with --checkpoint, the next call "
+                   "resumes after them)")
     return p
 
 
@@ -128,7 +138,7 @@ class Replanner:
     def __call__(self, last: MicroBatch | None) -> PlanNode | tuple[PlanNode, str]:
         if last is None or self.every is None:
             return self.plan
-        self.window.append(last)
+        self.window.append(dataclasses.replace(last, rows=[]))  # rates and sels only
         if len(self.window) < self.every:
             return self.plan
         deltas = self.deltas()
@@ -167,6 +177,9 @@ def main(argv: list[str]) -> int:
     if args.plan_every is not None and args.plan_every % args.batch_seconds:
         raise ReoptError(f"--plan-every {args.plan_every} is not a multiple of --batch-seconds "
                          f"{args.batch_seconds}")
+    if args.checkpoint is not None and args.strategy != "adaptive":
+        raise ReoptError(f"--checkpoint needs --strategy adaptive, not {args.strategy} (the "
+                         "baselines run a stream whole)")
     opt = Optimizer(args.query, catalog, cost_model="rate", objective=args.objective,
                     optimizer=args.optimizer, rate_profile=args.rate_profile or args.executor)
     state = args.state
@@ -188,14 +201,35 @@ def main(argv: list[str]) -> int:
         from reopt.spark import get_spark
 
         cq.spark = get_spark(args.master)
+    resumed, settings = None, {}
+    if args.checkpoint is not None:
+        settings = {"query": opt.query.sql, "data": str(Path(args.data).resolve()),
+                    "catalog": str(Path(catalog).resolve()),
+                    "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
+                    "state": state, "migration": migration, "executor": args.executor,
+                    "rate_profile": opt.model.constants.name, "optimizer": args.optimizer,
+                    "objective": args.objective, "max_state": args.max_state,
+                    "results": str(Path(args.results).resolve()) if args.results else None}
+        resumed = checkpoints.load(args.checkpoint, settings)
+        if resumed is not None:
+            cq.restore(resumed.executor)
+            replanner = resumed.replanner
+            if args.results:
+                checkpoints.cut_results(args.results, resumed.results_bytes)
+            if not args.json:
+                print(f"resumed from {args.checkpoint} after batch {resumed.last.index}")
     record = Strategy(args.strategy)
     if args.strategy == "adaptive":
-        source = cq.run(replanner_with_log(replanner, args.json))
+        source = cq.run(replanner_with_log(replanner, args.json),
+                        resumed.last if resumed is not None else None)
     else:
         source = run_strategy(args.strategy, opt, args.data, args.batch_seconds, every,
                               cq.spark, args.seed, record, args.executor, migration)
+    if args.max_batches is not None:
+        source = itertools.islice(source, args.max_batches)
     batches = []
-    sink = open(args.results, "w", encoding="utf-8") if args.results else None  # noqa: SIM115
+    sink = (open(args.results, "a" if resumed is not None else "w", encoding="utf-8")  # noqa: SIM115
+            if args.results else None)
     try:
         for b in source:
             batches.append(b)
@@ -204,6 +238,14 @@ def main(argv: list[str]) -> int:
                     sink.write(json.dumps({"batch": b.index, **dict(zip(b.columns, row,
                                                                         strict=True))},
                                           default=str) + "\n")
+            if args.checkpoint is not None:
+                written = None
+                if sink is not None:
+                    sink.flush()
+                    os.fsync(sink.fileno())
+                    written = sink.tell()
+                checkpoints.save(args.checkpoint, checkpoints.StreamCheckpoint(
+                    settings, cq.snapshot(), replanner, b, written))
             if not args.json:
                 print(f"batch {b.index} [{b.start:g}, {b.end:g}) s: {b.plan}, {len(b.rows)} "
                       f"results, {b.seconds:.2f} s; arrivals {b.arrivals}; state {b.state}"
@@ -224,7 +266,8 @@ def main(argv: list[str]) -> int:
                "state": state, "migration": migration if state == "intermediate" else None,
                "batches": [b.to_json() for b in batches],
                "replanning": replanner.log if args.strategy == "adaptive" else record.log,
-               "decisions": replanner.decisions}
+               "decisions": replanner.decisions,
+               "resumed_after": resumed.last.index if resumed is not None else None}
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
     else:
         total = sum(len(b.rows) for b in batches)
@@ -240,7 +283,7 @@ def main(argv: list[str]) -> int:
 def replanner_with_log(replanner: Replanner, quiet: bool
                        ) -> Callable[[MicroBatch | None], PlanNode | tuple[PlanNode, str]]:
     """``replanner``, printing each re-planning line as it happens (unless ``quiet``)."""
-    printed = 0
+    printed = len(replanner.log)  # a resumed run's earlier lines were printed before
 
     def plan_for(last: MicroBatch | None) -> PlanNode | tuple[PlanNode, str]:
         nonlocal printed
