@@ -72,8 +72,8 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Const, Var, Wildcard
-from reopt.evaluator.compiler import Call, CompiledProgram, Filter, Scan, Variant
+from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
+from reopt.evaluator.compiler import DELTA, Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
@@ -263,6 +263,45 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
 
 
+def delta_reads(v: Variant) -> tuple[int, ...] | None:
+    """The columns of ``v``'s delta atom that its derivations depend on: those holding a
+    constant, a variable repeated in the atom, or a variable another op or the head uses.
+    Delta tuples equal on these derive the same head tuples, so one of them stands for all
+    (the parents' lookups read a changed group's key, not each of its selected tuples that
+    went or came). None when ``v`` has no delta scan first (nothing is read off then)."""
+    first = v.ops[0] if v.ops else None
+    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+        return None
+    used: set[str] = set()
+    for op in v.ops[1:]:
+        if isinstance(op, Scan):
+            terms: tuple = op.args
+        elif isinstance(op, Call):
+            terms = (*op.inputs, *op.outputs)
+        else:
+            terms = (op.left, op.right)
+        for t in terms:
+            used |= _names(t)
+    for t in v.head:
+        used |= _names(t.var if isinstance(t, Aggregate) else t)
+    seen: dict[str, int] = {}
+    for t in first.args:
+        if isinstance(t, Var):
+            seen[t.name] = seen.get(t.name, 0) + 1
+    return tuple(j for j, t in enumerate(first.args)
+                 if not isinstance(t, (Var, Wildcard))
+                 or (isinstance(t, Var) and (t.name in used or seen[t.name] > 1)))
+
+
+def _names(t: Any) -> set[str]:
+    """The variables of a term."""
+    if isinstance(t, Var):
+        return {t.name}
+    if isinstance(t, Arith):
+        return t.vars()
+    return set()
+
+
 def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
     """``variants`` without those deriving what an earlier one does: the same ops and head
     up to the names of their variables (two rules reading a ``target`` atom alike, cut
@@ -407,6 +446,9 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
+        self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
+        """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
+        reads (:func:`delta_reads`)."""
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames after an evaluation, for revival (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -802,21 +844,35 @@ class MaintainedEngine(PythonEngine):
             if not changed:
                 continue
             changes.update(changed)
-            delta = {plan.target: Relation(t for went, came in changed.values()
-                                           for t in (*went, *came))}
+            moved = [t for went, came in changed.values() for t in (*went, *came)]
+            delta = {plan.target: Relation(moved)}
             parents: set[tuple] = set()
             if partial is None:
                 for v in plan.parents:
                     parents.update(self.run_variant(v, complete, delta))
-            for source, v in plan.reach if partial is not None else ():
+            for (source, v), reads in zip(plan.reach if partial is not None else (),
+                                          self._reach_reads, strict=False):
                 key = key_of(cols_of[source])
-                for row in self.run_variant(v, complete, delta):
+                for row in self.run_variant(v, complete, self._one_each(moved, reads, delta)):
                     parent = key(row)
                     parents.add(parent)
                     if parent not in stale:
                         partial.setdefault(parent, {}).setdefault(source, set()).add(row)
             queue(parents)
         return changes
+
+    def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
+                  delta: dict[str, Relation]) -> dict[str, Relation]:
+        """``delta`` (the changed ``target`` tuples ``moved``), or one of them per value of
+        the columns a variant ``reads`` (:func:`delta_reads`): it derives the same either
+        way."""
+        if reads is None:
+            return delta
+        get = key_of(reads)
+        one = {get(t): t for t in moved}
+        if len(one) == len(moved):
+            return delta
+        return {self.plan.target: Relation(one.values())}
 
     def _ranks(self, groups: Collection[tuple]) -> list[int]:
         """The schedule's rank of each of ``groups`` (in their iteration order), from one
