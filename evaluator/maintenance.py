@@ -87,6 +87,29 @@ FRAME_PROBES = 64
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
 
 
+class Batch:
+    """Distinct tuples of a relation of an earlier stratum, handed to a variant as its delta:
+    what the generated code reads of a delta — its ``rows``, iterated, and for a keyed scan
+    an ``index`` — without the hash set a :class:`Relation` builds of them first (one hash of
+    a wide tuple each). Only for the maintained stratum's sources: a relation of an earlier
+    stratum is never scanned ``OLD`` (the one way a variant asks whether a tuple is in its
+    delta), so the rows need not be a set."""
+
+    __slots__ = ("rows", "_rel")
+
+    def __init__(self, rows: list[tuple]):
+        self.rows = rows
+        self._rel: Relation | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def index(self, cols: tuple[int, ...]) -> dict[tuple, Any]:
+        if self._rel is None:
+            self._rel = Relation(self.rows)
+        return self._rel.index(cols)
+
+
 @dataclass
 class UpdateStats:
     """What one incremental update did."""
@@ -814,13 +837,13 @@ class MaintainedEngine(PythonEngine):
             absent = {g for g in stale if not selected.get(g)}
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
-            deltas: dict[tuple[str, tuple[int, ...]], Relation] = {}  # (rules read one alike)
+            deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
                 delta = deltas.get((source, cols))
                 if delta is None:
                     idx = complete[source].index(cols)
-                    delta = deltas[(source, cols)] = Relation(
-                        r for g in entering for r in idx.get(g, ()))
+                    delta = deltas[(source, cols)] = Batch(
+                        [r for g in entering for r in idx.get(g, ())])
                 key = key_of(cols)
                 for row in set(self.run_variant(v, complete, {source: delta})
                                if delta.rows else ()):
@@ -899,11 +922,11 @@ class MaintainedEngine(PythonEngine):
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
         # the source tuples to run, per (source, key columns, columns embedded in the
         # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
-        firsts: dict[tuple, tuple[Relation, dict[tuple, set[tuple]]]] = {}
-        seconds: dict[tuple, Relation] = {}
+        firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
+        seconds: dict[tuple, Batch] = {}
 
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
-                  ) -> tuple[Relation, dict[tuple, set[tuple]]]:
+                  ) -> tuple[Batch, dict[tuple, set[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run."""
             idx = complete[source].index(cols)
             rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
@@ -915,9 +938,9 @@ class MaintainedEngine(PythonEngine):
                     mine.update(r for t in selected.get(g, ())
                                 if (r := tuple(t[h] for h in embeds)) in have)
                     rows += mine
-            return Relation(rows), used
+            return Batch(rows), used  # (each group's own source tuples: distinct)
 
-        def derive(delta: Relation, source: str, v: Variant) -> None:
+        def derive(delta: Batch, source: str, v: Variant) -> None:
             if delta.rows:
                 for t in self.run_variant(v, complete, {source: delta}):
                     cands[t[:plan.key]].append(t)
@@ -932,8 +955,8 @@ class MaintainedEngine(PythonEngine):
             key = (source, cols, v.embeds)
             if key not in seconds:
                 idx, used = complete[source].index(cols), firsts[key][1]
-                seconds[key] = Relation(r for g in worse for r in idx.get(g, ())
-                                        if r not in used[g])
+                seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
+                                      if r not in used[g]])
             derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
