@@ -1000,11 +1000,13 @@ class MaintainedEngine(PythonEngine):
         """Put group ``g``'s best re-derived candidates in place of its selected tuples;
         returns those that went and those that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        new = set(self._within(plan.target, cands) if self.bounded else cands)
-        if self._sel is not None and new:
-            better = min if self._sel.func == "min" else max
-            best = better(r[self._sel.value] for r in new)
-            new = {r for r in new if r[self._sel.value] == best}
+        kept = self._within(plan.target, cands) if self.bounded else cands
+        if self._sel is not None and kept:  # (the best first: only the best ones hashed)
+            val = self._sel.value
+            best = (min if self._sel.func == "min" else max)(r[val] for r in kept)
+            new = {r for r in kept if r[val] == best}
+        else:
+            new = set(kept)
         rel = complete[plan.target]
         old = set(rel.index(tuple(range(plan.key))).get(g, ()))
         if new == old:
