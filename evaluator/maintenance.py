@@ -88,12 +88,13 @@ tuples is built instead (:meth:`MaintainedEngine._probing`)."""
 
 
 class Batch:
-    """Distinct tuples of a relation of an earlier stratum, handed to a variant as its delta:
-    what the generated code reads of a delta — its ``rows``, iterated, and for a keyed scan
-    an ``index`` — without the hash set a :class:`Relation` builds of them first (one hash of
-    a wide tuple each). Only for the maintained stratum's sources: a relation of an earlier
-    stratum is never scanned ``OLD`` (the one way a variant asks whether a tuple is in its
-    delta), so the rows need not be a set."""
+    """Distinct tuples handed to a variant as its delta: what the generated code reads of a
+    delta — its ``rows``, iterated, and for a keyed scan an ``index`` — without the hash set
+    a :class:`Relation` builds of them first (one hash of a wide tuple each). For the
+    maintained stratum's source tuples. A variant asks whether a tuple is in its delta only
+    for a second atom of the delta's relation scanned ``OLD``; a list answers that the same
+    way (in linear time: the shipped rules read their source once, and the partial
+    re-derivation needs that anyway, :func:`source_variant`)."""
 
     __slots__ = ("rows", "_rel")
 
