@@ -50,6 +50,10 @@ class Builtin:
     """Whether it answers from one query's plan space, the query id being its first input
     (all but arithmetic): a program is decomposable by query only if every such call gets
     its rule's query id (:mod:`reopt.evaluator.decompose`)."""
+    one: Callable[..., object] | None = None
+    """For a built-in with one output that answers every input row with exactly one row:
+    ``one(ctx, *inputs)`` is that row's value (the tuple form is ``[(one(…),)]``), so a
+    tuple-at-a-time engine binds it without a list and a tuple per call."""
 
     def __post_init__(self) -> None:
         if self.batch is None:
@@ -84,31 +88,44 @@ def _final(ctx: Context, q: int, e: int, p: str, m: str):
             for a in ctx[q].final_alternatives(e, p) if a.phy_op == m]
 
 
-def _summary(ctx: Context, q: int, e: int):
-    return [(ctx[q].summary(e),)]
+def _summary1(ctx: Context, q: int, e: int) -> float:
+    return ctx[q].summary(e)
 
 
-def _nonscansummary(ctx: Context, q: int, e: int, lmd: float, rmd: float):
+def _nonscansummary1(ctx: Context, q: int, e: int, lmd: float, rmd: float) -> float:
     # The output estimate is a property of the expression, not of the children's plans.
-    return [(ctx[q].summary(e),)]
+    return ctx[q].summary(e)
 
 
-def _scancost(ctx: Context, q: int, e: int, p: str, i: int, m: str, md: float):
-    return [(ctx[q].local_cost(Alt(e, p, i, "scan", m)),)]
+def _scancost1(ctx: Context, q: int, e: int, p: str, i: int, m: str, md: float) -> float:
+    return ctx[q].local_cost(Alt(e, p, i, "scan", m))
 
 
-def _nonscancost(ctx: Context, q: int, e: int, p: str, i: int, lo: str, m: str,
-                 l: int, lp: str, r: int, rp: str, md: float):  # noqa: E741
+def _nonscancost1(ctx: Context, q: int, e: int, p: str, i: int, lo: str, m: str,
+                  l: int, lp: str, r: int, rp: str, md: float) -> float:  # noqa: E741
     # tuple.__new__: the Alt Alt(...) builds, without the Python-level __new__ of a NamedTuple
-    return [(ctx[q].local_cost(tuple.__new__(Alt, (e, p, i, lo, m, l, lp, r, rp))),)]
+    return ctx[q].local_cost(tuple.__new__(Alt, (e, p, i, lo, m, l, lp, r, rp)))
 
 
-def _rank(ctx: Context, q: int, e: int, p: str):
-    return [(ctx[q].rank(e, p),)]
+def _rank1(ctx: Context, q: int, e: int, p: str) -> int:
+    return ctx[q].rank(e, p)
 
 
-def _sum(ctx: Context, local: float, lcost: float, rcost: float):
-    return [(plan_cost(local, lcost, rcost),)]
+def _sum1(ctx: Context, local: float, lcost: float, rcost: float) -> float:
+    return plan_cost(local, lcost, rcost)
+
+
+def _rows(one: Callable[..., object]) -> Callable[..., list[tuple]]:
+    """The tuple form of a built-in answering each input row with the one value ``one``
+    gives."""
+    def fn(ctx: Context, *args: object) -> list[tuple]:
+        return [(one(ctx, *args),)]
+    fn.__name__ = one.__name__.rstrip("1")
+    return fn
+
+
+_summary, _nonscansummary, _scancost, _nonscancost, _rank, _sum = map(
+    _rows, (_summary1, _nonscansummary1, _scancost1, _nonscancost1, _rank1, _sum1))
 
 
 SEED_SLACK = 1e-9
@@ -298,26 +315,27 @@ BUILTINS: dict[str, Builtin] = {
                 "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
         Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary, _summary_batch,
                 "Fn_scansummary(q, expr, md): estimated rows of a base relation",
-                statistics=True),
+                statistics=True, one=_summary1),
         Builtin("Fn_nonscansummary", (LONG, LONG, DOUBLE, DOUBLE), (DOUBLE,), _nonscansummary,
                 _summary_batch,
                 "Fn_nonscansummary(q, expr, lMd, rMd, md): estimated rows of an operator",
-                statistics=True),
+                statistics=True, one=_nonscansummary1),
         Builtin("Fn_scancost", (LONG, LONG, STRING, LONG, STRING, DOUBLE), (DOUBLE,), _scancost,
                 _scancost_batch,
                 "Fn_scancost(q, expr, prop, index, method, md, cost): local cost of a scan",
-                statistics=True),
+                statistics=True, one=_scancost1),
         Builtin("Fn_nonscancost",
                 (LONG, LONG, STRING, LONG, STRING, STRING, LONG, STRING, LONG, STRING, DOUBLE),
                 (DOUBLE,), _nonscancost, _nonscancost_batch,
                 "Fn_nonscancost(q, expr, prop, index, logOp, method, lExpr, lProp, rExpr, rProp, "
                 "md, cost): local cost of a join, enforcer or final operator",
-                statistics=True),
+                statistics=True, one=_nonscancost1),
         Builtin("Fn_rank", (LONG, LONG, STRING), (LONG,), _rank, _rank_batch,
                 "Fn_rank(q, expr, prop, rank): the OR node's bottom-up rank (children below "
-                "parents), the order scheduled strata follow"),
+                "parents), the order scheduled strata follow", one=_rank1),
         Builtin("Fn_sum", (DOUBLE, DOUBLE, DOUBLE), (DOUBLE,), _sum, _sum_batch,
-                "Fn_sum(localCost, lCost, rCost, cost): a plan's cost", reads_space=False),
+                "Fn_sum(localCost, lCost, rCost, cost): a plan's cost", reads_space=False,
+                one=_sum1),
         Builtin("Fn_seedbound", (LONG,), (DOUBLE,), _seedbound, None,
                 "Fn_seedbound(q, bound): an upper bound on the query's optimal cost known "
                 "before costing (its greedy plan's cost, rounded up)",

@@ -35,8 +35,8 @@ def failed_call(err: BaseException, builtins: Mapping[str, Builtin]
                 ) -> tuple[str, tuple] | None:
     """The innermost built-in call in ``err``'s traceback: its name and its inputs (the
     tuple form's arguments after ``ctx``), or None when no built-in was running."""
-    codes = {b.fn.__code__: name for name, b in builtins.items()
-             if hasattr(b.fn, "__code__")}
+    codes = {f.__code__: name for name, b in builtins.items()
+             for f in (b.fn, b.one) if hasattr(f, "__code__")}  # (one: bound directly)
     found = None
     for frame, _ in traceback.walk_tb(err.__traceback__):
         name = codes.get(frame.f_code)

@@ -72,8 +72,8 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Atom, Const, Var, Wildcard
-from reopt.evaluator.compiler import Call, CompiledProgram, Filter, Scan, Variant
+from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
+from reopt.evaluator.compiler import DELTA, Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
@@ -85,6 +85,30 @@ cost is more than the calls one by one cost: :meth:`MaintainedEngine._ranks`).""
 FRAME_PROBES = 64
 """Lookups of one complete-layer relation made on its frames before a hash index of its
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
+
+
+class Batch:
+    """Distinct tuples handed to a variant as its delta: what the generated code reads of a
+    delta — its ``rows``, iterated, and for a keyed scan an ``index`` — without the hash set
+    a :class:`Relation` builds of them first (one hash of a wide tuple each). For the
+    maintained stratum's source tuples. A variant asks whether a tuple is in its delta only
+    for a second atom of the delta's relation scanned ``OLD``; a list answers that the same
+    way (in linear time: the shipped rules read their source once, and the partial
+    re-derivation needs that anyway, :func:`source_variant`)."""
+
+    __slots__ = ("rows", "_rel")
+
+    def __init__(self, rows: list[tuple]):
+        self.rows = rows
+        self._rel: Relation | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def index(self, cols: tuple[int, ...]) -> dict[tuple, Any]:
+        if self._rel is None:
+            self._rel = Relation(self.rows)
+        return self._rel.index(cols)
 
 
 @dataclass
@@ -263,6 +287,45 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
 
 
+def delta_reads(v: Variant) -> tuple[int, ...] | None:
+    """The columns of ``v``'s delta atom that its derivations depend on: those holding a
+    constant, a variable repeated in the atom, or a variable another op or the head uses.
+    Delta tuples equal on these derive the same head tuples, so one of them stands for all
+    (the parents' lookups read a changed group's key, not each of its selected tuples that
+    went or came). None when ``v`` has no delta scan first (nothing is read off then)."""
+    first = v.ops[0] if v.ops else None
+    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+        return None
+    used: set[str] = set()
+    for op in v.ops[1:]:
+        if isinstance(op, Scan):
+            terms: tuple = op.args
+        elif isinstance(op, Call):
+            terms = (*op.inputs, *op.outputs)
+        else:
+            terms = (op.left, op.right)
+        for t in terms:
+            used |= _names(t)
+    for t in v.head:
+        used |= _names(t.var if isinstance(t, Aggregate) else t)
+    seen: dict[str, int] = {}
+    for t in first.args:
+        if isinstance(t, Var):
+            seen[t.name] = seen.get(t.name, 0) + 1
+    return tuple(j for j, t in enumerate(first.args)
+                 if not isinstance(t, (Var, Wildcard))
+                 or (isinstance(t, Var) and (t.name in used or seen[t.name] > 1)))
+
+
+def _names(t: Any) -> set[str]:
+    """The variables of a term."""
+    if isinstance(t, Var):
+        return {t.name}
+    if isinstance(t, Arith):
+        return t.vars()
+    return set()
+
+
 def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
     """``variants`` without those deriving what an earlier one does: the same ops and head
     up to the names of their variables (two rules reading a ``target`` atom alike, cut
@@ -407,6 +470,9 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
+        self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
+        """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
+        reads (:func:`delta_reads`)."""
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames after an evaluation, for revival (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -772,13 +838,13 @@ class MaintainedEngine(PythonEngine):
             absent = {g for g in stale if not selected.get(g)}
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
-            deltas: dict[tuple[str, tuple[int, ...]], Relation] = {}  # (rules read one alike)
+            deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
                 delta = deltas.get((source, cols))
                 if delta is None:
                     idx = complete[source].index(cols)
-                    delta = deltas[(source, cols)] = Relation(
-                        r for g in entering for r in idx.get(g, ()))
+                    delta = deltas[(source, cols)] = Batch(
+                        [r for g in entering for r in idx.get(g, ())])
                 key = key_of(cols)
                 for row in set(self.run_variant(v, complete, {source: delta})
                                if delta.rows else ()):
@@ -802,21 +868,35 @@ class MaintainedEngine(PythonEngine):
             if not changed:
                 continue
             changes.update(changed)
-            delta = {plan.target: Relation(t for went, came in changed.values()
-                                           for t in (*went, *came))}
+            moved = [t for went, came in changed.values() for t in (*went, *came)]
+            delta = {plan.target: Relation(moved)}
             parents: set[tuple] = set()
             if partial is None:
                 for v in plan.parents:
                     parents.update(self.run_variant(v, complete, delta))
-            for source, v in plan.reach if partial is not None else ():
+            for (source, v), reads in zip(plan.reach if partial is not None else (),
+                                          self._reach_reads, strict=False):
                 key = key_of(cols_of[source])
-                for row in self.run_variant(v, complete, delta):
+                for row in self.run_variant(v, complete, self._one_each(moved, reads, delta)):
                     parent = key(row)
                     parents.add(parent)
                     if parent not in stale:
                         partial.setdefault(parent, {}).setdefault(source, set()).add(row)
             queue(parents)
         return changes
+
+    def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
+                  delta: dict[str, Relation]) -> dict[str, Relation]:
+        """``delta`` (the changed ``target`` tuples ``moved``), or one of them per value of
+        the columns a variant ``reads`` (:func:`delta_reads`): it derives the same either
+        way."""
+        if reads is None:
+            return delta
+        get = key_of(reads)
+        one = {get(t): t for t in moved}
+        if len(one) == len(moved):
+            return delta
+        return {self.plan.target: Relation(one.values())}
 
     def _ranks(self, groups: Collection[tuple]) -> list[int]:
         """The schedule's rank of each of ``groups`` (in their iteration order), from one
@@ -843,11 +923,11 @@ class MaintainedEngine(PythonEngine):
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
         # the source tuples to run, per (source, key columns, columns embedded in the
         # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
-        firsts: dict[tuple, tuple[Relation, dict[tuple, set[tuple]]]] = {}
-        seconds: dict[tuple, Relation] = {}
+        firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
+        seconds: dict[tuple, Batch] = {}
 
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
-                  ) -> tuple[Relation, dict[tuple, set[tuple]]]:
+                  ) -> tuple[Batch, dict[tuple, set[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run."""
             idx = complete[source].index(cols)
             rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
@@ -859,9 +939,9 @@ class MaintainedEngine(PythonEngine):
                     mine.update(r for t in selected.get(g, ())
                                 if (r := tuple(t[h] for h in embeds)) in have)
                     rows += mine
-            return Relation(rows), used
+            return Batch(rows), used  # (each group's own source tuples: distinct)
 
-        def derive(delta: Relation, source: str, v: Variant) -> None:
+        def derive(delta: Batch, source: str, v: Variant) -> None:
             if delta.rows:
                 for t in self.run_variant(v, complete, {source: delta}):
                     cands[t[:plan.key]].append(t)
@@ -876,8 +956,8 @@ class MaintainedEngine(PythonEngine):
             key = (source, cols, v.embeds)
             if key not in seconds:
                 idx, used = complete[source].index(cols), firsts[key][1]
-                seconds[key] = Relation(r for g in worse for r in idx.get(g, ())
-                                        if r not in used[g])
+                seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
+                                      if r not in used[g]])
             derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
                                                                            cands.values()))
@@ -921,11 +1001,13 @@ class MaintainedEngine(PythonEngine):
         """Put group ``g``'s best re-derived candidates in place of its selected tuples;
         returns those that went and those that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        new = set(self._within(plan.target, cands) if self.bounded else cands)
-        if self._sel is not None and new:
-            better = min if self._sel.func == "min" else max
-            best = better(r[self._sel.value] for r in new)
-            new = {r for r in new if r[self._sel.value] == best}
+        kept = self._within(plan.target, cands) if self.bounded else cands
+        if self._sel is not None and kept:  # (the best first: only the best ones hashed)
+            val = self._sel.value
+            best = (min if self._sel.func == "min" else max)(r[val] for r in kept)
+            new = {r for r in kept if r[val] == best}
+        else:
+            new = set(kept)
         rel = complete[plan.target]
         old = set(rel.index(tuple(range(plan.key))).get(g, ()))
         if new == old:

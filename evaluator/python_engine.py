@@ -208,8 +208,15 @@ _UNPACK_FROM = 2
 _OPS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
-def _source(v: Variant) -> tuple[str, list]:
+SINGLE = "/one"
+"""Suffix of a built-in's name in the functions a generated variant is given: its
+single-answer form (:attr:`~reopt.costmodel.builtins.Builtin.one`)."""
+
+
+def _source(v: Variant, single: frozenset[str] = frozenset()) -> tuple[str, list]:
     """Python source of ``v``'s delta plan as nested loops over its ops, and its constants.
+    A call of a built-in in ``single`` (one answer per input row) whose one output is a new
+    variable binds it directly.
 
     The loops visit the bindings in the order an op-at-a-time pipeline would (each op's
     matches of each earlier binding, in turn) without building a tuple per op and binding. A
@@ -302,6 +309,11 @@ def _source(v: Variant) -> tuple[str, list]:
         elif isinstance(op, Call):
             args = "".join(f", {term(t)}" for t in op.inputs)
             matched, binds = match_terms(op.outputs, local)
+            if op.name in single and not matched and len(binds) == 1:
+                # exactly one answer: bound as a value, without a loop over its one row
+                pre.append(f"f{i} = fns[{(op.name + SINGLE)!r}]")
+                emit(f"{bind(binds[0][1])} = f{i}(ctx{args})")
+                continue
             pre.append(f"f{i} = fns[{op.name!r}]")
             emit(f"for r{i} in f{i}(ctx{args}):")
             depth += 1
@@ -346,9 +358,10 @@ _COMPILED: dict[str, Any] = {}
 """Generated source → its code object (the constants are not in the source)."""
 
 
-def _generate(v: Variant) -> Callable:
-    """The function running ``v`` (see :func:`_source`), generated once per variant."""
-    src, consts = _source(v)
+def _generate(v: Variant, single: frozenset[str] = frozenset()) -> Callable:
+    """The function running ``v`` (see :func:`_source`), generated once per variant (its
+    program's built-ins, so ``single``, are the same every time)."""
+    src, consts = _source(v, single)
     code = _COMPILED.get(src)
     if code is None:  # every program loaded from the same rules has the same variants
         code = _COMPILED[src] = compile(src, f"<rule variant of {v.head_pred}>", "exec")
@@ -373,13 +386,15 @@ class PythonEngine:
         self.ctx = ctx
         self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
         self._fns = {name: b.fn for name, b in compiled.builtins.items()}
+        self._single = frozenset(n for n, b in compiled.builtins.items() if b.one is not None)
+        self._fns.update({n + SINGLE: compiled.builtins[n].one for n in self._single})
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
         self, v: Variant, full: Mapping[str, Relation], delta: Mapping[str, Relation]
     ) -> list[tuple]:
         hit = _CODE.get(id(v))
-        fn = hit[1] if hit is not None and hit[0]() is v else _generate(v)
+        fn = hit[1] if hit is not None and hit[0]() is v else _generate(v, self._single)
         try:
             return fn(full, delta, self.ctx, self._fns)
         except ReoptError:

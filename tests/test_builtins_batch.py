@@ -111,3 +111,27 @@ def test_a_query_wider_than_the_bitsets_is_one_clear_error():
     cat = Catalog.from_dict({"tables": {"t": {"rows": 10, "columns": {"a": {}}}}})
     with pytest.raises(QueryError, match="joins 63 relations; reopt plans at most 62"):
         PlanSpace(Query("wide", rels, (), joins), cat, cost_model("cout"))
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 6), qid=st.integers(0, 3))
+def test_single_answer_form_equals_tuple_form(model, qc, qid):
+    """A built-in declaring ``one`` (bound as a value by the generated variants) answers
+    every input row with exactly one one-column row, whose value ``one`` gives bit for bit
+    (fresh spaces for each form: no memo shared)."""
+    q, cat = qc
+    m = cost_model(model)
+    singles = [name for name, b in BUILTINS.items() if b.one is not None]
+    assert {"Fn_nonscancost", "Fn_sum", "Fn_nonscansummary"} <= set(singles)
+    for name, rows in inputs(PlanSpace(q, cat, m), qid).items():
+        b = BUILTINS[name]
+        if b.one is None or not rows:
+            continue
+        tuples = {qid: PlanSpace(q, cat, m)}
+        values = {qid: PlanSpace(q, cat, m)}
+        for args in rows:
+            got = list(b.fn(tuples, *args))
+            assert len(got) == 1 and len(got[0]) == 1, name
+            one = b.one(values, *args)
+            assert type(one) is type(got[0][0]) and (one == got[0][0]), name

@@ -359,6 +359,30 @@ def test_distinct_variants_tells_renamed_ones_from_others():
     assert [(s, w) for s, w in got] == [("S", v), ("S", other), ("S", swapped), ("T", v)]
 
 
+def test_delta_reads_are_the_columns_a_variant_depends_on():
+    """The parents' lookups (R7's and R8's PlanCost atoms cut after SearchSpace) read a
+    changed PlanCost tuple's group key only — q, expr, prop; lMd and lCost are bound but used
+    by nothing the cut keeps (read off rules/optimizer.dl by hand) — so one tuple per changed
+    group stands for its selected tuples that went and came. A constant, a repeated variable
+    and a variable used later are read; a wildcard and an unused variable are not; a variant
+    not starting with its delta's scan has none."""
+    from reopt.evaluator.ast import Const, Var
+    from reopt.evaluator.compiler import Filter, Scan
+    from reopt.evaluator.maintenance import delta_reads
+
+    plan = maintenance_plan(PROGRAMS["all"])
+    assert [delta_reads(v) for _, v in plan.reach] == [(0, 1, 2), (0, 1, 2)]
+    v = plan.reach[0][1]
+    first = v.ops[0]
+    args = list(first.args)
+    args[3], args[4], args[5] = Const(7), Var("q"), Var("zz")  # constant, repeat, unused
+    later = Filter("<", Var("lCost"), Const(1.0))  # lCost (column 11) used after the scan
+    w = replace(v, ops=(replace(first, args=tuple(args)), *v.ops[1:], later))
+    assert delta_reads(w) == (0, 1, 2, 3, 4, 11)
+    assert delta_reads(replace(v, ops=v.ops[1:])) is None
+    assert isinstance(v.ops[1], Scan)
+
+
 @pytest.mark.parametrize("mode", PRUNING_MODES)
 def test_user_relations_are_maintained_like_the_rest(tmp_path, mode):
     """A session holds a user's relations exactly as a from-scratch evaluation does, before

@@ -39,6 +39,9 @@ def test_repro_only_a_comment(capsys, tmp_path):
     # a computed relation set handed to the built-ins (was IndexError)
     ("Goal(q, e2, p) :- Goal(q, e, p), e2 = e + 1.\n", r"optimizer\.dl:\d+:\d+",
      r"called Fn_\w+\(0, \d+, .*is not a relation set of query tpch:q3"),
+    # a computed query id handed to a built-in the variants call for its one answer
+    ("Foo(q, md) :- Expr(q, e, _), q2 = q + 7, Fn_scansummary(q2, e, md).\n",
+     r"extra\.dl:1:1", r"called Fn_scansummary\(7, \d+\), which failed: 7 is not the id"),
     (f"Goal(q, e, p) :- Goal(q, e, p), e != {BIG}.\n", r"extra\.dl:1:38",
      "integer constant of 5,000 digits does not fit 64 bits"),
     ("Goal(q, e, p) :- Goal(q, e, p), e != 1e400.\n", r"extra\.dl:1:38",
