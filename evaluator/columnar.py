@@ -204,11 +204,14 @@ class ColumnarStratum:
         self._hand_back()
 
     def _hand_back(self) -> None:
-        """The stratum's relations back to the engine as tuples (their frames kept)."""
+        """The stratum's relations back to the engine, their frames kept: as relations whose
+        tuples are made from the frame when first read (:meth:`Relation.of_rows`; a frame's
+        rows are distinct, as releases leave them)."""
         for p in self.stratum.preds:
-            rows = self.full[p].rows(names(len(self.types[p])))
-            rel = self.engine.full[p] = type(self.engine.full[p])(rows)
-            self.engine.frames[p] = (rel, rel.version, self.full[p])
+            frame, cols = self.full[p], names(len(self.types[p]))
+            rel = self.engine.full[p] = type(self.engine.full[p]).of_rows(
+                lambda frame=frame, cols=cols: frame.rows(cols), frame.height)
+            self.engine.frames[p] = (rel, rel.version, frame)
 
     def _live_base(self) -> list[Variant]:
         own = set(self.stratum.preds)

@@ -83,8 +83,31 @@ class Relation:
         """While set: every tuple inserted or deleted since, with whether it was there before
         (:meth:`changed`), so what an update changed costs what it changed, not a copy."""
 
+    @classmethod
+    def of_rows(cls, make: Callable[[], Iterable[tuple]], size: int) -> Relation:
+        """A relation of ``size`` distinct tuples that ``make`` builds on first use of
+        :attr:`rows` (then it is an ordinary relation): a stratum evaluated on frames hands
+        its relations back this way, so a relation no one reads as tuples — a large
+        complete layer a from-scratch optimization only reads on frames — is never turned
+        into Python tuples (nor traversed by the garbage collector)."""
+        rel = cls()
+        del rel.rows  # read through __getattr__ until built
+        rel._make, rel._size = make, size
+        return rel
+
+    def __getattr__(self, name: str) -> Any:
+        """:attr:`rows` of a relation made by :meth:`of_rows`, built on first use (only
+        called for attributes not set, so an ordinary relation never comes here)."""
+        make = self.__dict__.get("_make")
+        if name != "rows" or make is None:
+            raise AttributeError(name)
+        self.rows = set(make())
+        del self._make
+        return self.rows
+
     def __len__(self) -> int:
-        return len(self.rows)
+        rows = self.__dict__.get("rows")
+        return self._size if rows is None else len(rows)
 
     def __getstate__(self) -> dict[str, Any]:
         """The tuples only: indexes are rebuilt on demand, and a journal is an update's."""
