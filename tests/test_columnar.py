@@ -10,6 +10,7 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter
 
@@ -121,8 +122,11 @@ def test_a_relation_from_a_frame_makes_its_tuples_once_and_only_when_read():
     assert len(rel) == 2 and not made  # its size without its tuples
     assert rel.rows == {(1, "a"), (2, "b")} and rel.index((1,))[("a",)] == [(1, "a")]
     assert rel.add([(3, "c"), (1, "a")]) == [(3, "c")] and len(rel) == 3
-    assert made == [1]
-    assert not hasattr(Relation(), "_make") and not hasattr(rel, "_make")
+    assert made == [1] and type(rel) is Relation and not hasattr(rel, "_make")
+    again = type(Relation.of_rows(make, 2)).of_rows(make, 2)  # over one not built yet
+    copied = pickle.loads(pickle.dumps(again))  # pickled as the relation it becomes
+    assert type(copied) is Relation and copied.rows == again.rows == {(1, "a"), (2, "b")}
+    assert len(copied) == len(again) == 2 and type(again) is Relation and made == [1, 1]
 
 
 def test_strings_keep_their_order_in_comparisons():
