@@ -296,10 +296,10 @@ def distinct(f: Frame) -> Frame:
     cols = list(f.cols.values())
     h = row_hash(cols, f.height)
     _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if len(first) == f.height:  # no two rows hash alike, so none are equal: nothing to check
+        return f
     rep = first[inv.reshape(-1)]
     if all(np.array_equal(c, c[rep]) for c in cols):
-        if len(first) == f.height:
-            return f
         return f.take(np.sort(first))
     ids = keys([_num(a) for a in f.cols.values()], f.height)
     _, first = np.unique(ids, return_index=True)
