@@ -187,11 +187,16 @@ def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
     memoized per OR node, concatenated with a row index back to the input."""
     rows: list[int] = []
     out: list[list] = [[], [], [], [], []]
-    methods = {qid: set(ctx[qid].model.join_methods) for qid in set(np.asarray(q).tolist())}
-    for k, (qid, expr, prop, method) in enumerate(zip(
-            np.asarray(q).tolist(), np.asarray(e).tolist(), list(p), list(m), strict=True)):
-        if method not in methods[qid]:  # not the model's: no alternative (as join_columns)
-            continue
+    q = np.asarray(q, dtype=np.int64)
+    ops = m if isinstance(m, np.ndarray) else _strings(list(m))
+    ours = np.zeros(len(q), dtype=bool)
+    for qid in np.unique(q).tolist():  # a method not the model's has no alternative (as
+        # join_columns): those rows, most under a model of one join method, are left out first
+        ours |= (q == qid) & np.isin(ops, list(ctx[qid].model.join_methods))
+    at = np.flatnonzero(ours)
+    for k, qid, expr, prop, method in zip(
+            at.tolist(), q[at].tolist(), np.asarray(e)[at].tolist(),
+            np.asarray(p, dtype=object)[at].tolist(), ops[at].tolist(), strict=True):
         cols = ctx[qid].join_columns(expr, prop, method)
         n = cols.count
         if n:

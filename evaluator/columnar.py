@@ -17,7 +17,9 @@ The stratum's loop — semi-naive, or rank by rank under ``.schedule`` — and t
 (aggregate, aggregate selection, bound) work on frames with the tuple engine's semantics, bag
 for bag: each variant yields the same tuples with the same multiplicity, so the relations and
 the counts of :class:`~.python_engine.RunStats` are identical. The tuple engine hands a stratum
-over (:func:`eligible`, :func:`wanted`) and takes the relations back as tuples; the strata that
+over (:func:`eligible`, :func:`wanted`) and takes the relations back, as tuples built from the
+frames on first read (:meth:`~.python_engine.Relation.of_rows`; a from-scratch optimization
+never reads most of a large stratum as tuples, so it never builds them); the strata that
 prune by deleting (tuple source suppression, reference counting) stay with it, and so do small
 evaluations, where a frame operation's fixed cost outweighs its loop.
 """
@@ -204,11 +206,14 @@ class ColumnarStratum:
         self._hand_back()
 
     def _hand_back(self) -> None:
-        """The stratum's relations back to the engine as tuples (their frames kept)."""
+        """The stratum's relations back to the engine, their frames kept: as relations whose
+        tuples are made from the frame when first read (:meth:`Relation.of_rows`; a frame's
+        rows are distinct, as releases leave them)."""
         for p in self.stratum.preds:
-            rows = self.full[p].rows(names(len(self.types[p])))
-            rel = self.engine.full[p] = type(self.engine.full[p])(rows)
-            self.engine.frames[p] = (rel, rel.version, self.full[p])
+            frame, cols = self.full[p], names(len(self.types[p]))
+            rel = self.engine.full[p] = type(self.engine.full[p]).of_rows(
+                lambda frame=frame, cols=cols: frame.rows(cols), frame.height)
+            self.engine.frames[p] = (rel, rel.version, frame)
 
     def _live_base(self) -> list[Variant]:
         own = set(self.stratum.preds)
@@ -582,5 +587,6 @@ def maintains_on_frames(tuples: int) -> bool:
 
 
 def run(engine: PythonEngine, stratum: Stratum) -> None:
-    """Evaluate ``stratum`` on frames for ``engine`` and hand its relations back as tuples."""
+    """Evaluate ``stratum`` on frames for ``engine`` and hand its relations back (their
+    tuples built on first read)."""
     ColumnarStratum(engine, stratum).run()

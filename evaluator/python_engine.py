@@ -83,6 +83,20 @@ class Relation:
         """While set: every tuple inserted or deleted since, with whether it was there before
         (:meth:`changed`), so what an update changed costs what it changed, not a copy."""
 
+    @classmethod
+    def of_rows(cls, make: Callable[[], Iterable[tuple]], size: int) -> Relation:
+        """A relation of ``size`` distinct tuples that ``make`` builds on first use of
+        :attr:`rows` (then it is an ordinary relation): a stratum evaluated on frames hands
+        its relations back this way, so a relation no one reads as tuples — a large
+        complete layer a from-scratch optimization only reads on frames — is never turned
+        into Python tuples (nor traversed by the garbage collector)."""
+        kind = Relation if cls is _Unbuilt else cls  # (handed back over an unbuilt one)
+        rel = kind()
+        del rel.rows  # read through _Unbuilt.__getattr__ until built
+        rel._make, rel._size, rel._kind = make, size, kind
+        rel.__class__ = _Unbuilt
+        return rel
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -158,6 +172,30 @@ class Relation:
             for get, idx in self._keyed:
                 _insert(get, idx, new)
         return new
+
+
+class _Unbuilt(Relation):
+    """A relation of :meth:`Relation.of_rows` whose tuples are not built yet. A class of its
+    own, so that ordinary relations have no ``__getattr__`` (which would slow every
+    attribute read of theirs); once built, the relation takes its class back."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "rows":
+            raise AttributeError(name)
+        state = self.__dict__
+        make, kind = state.pop("_make"), state.pop("_kind")
+        del state["_size"]
+        self.rows = set(make())
+        self.__class__ = kind
+        return self.rows
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as the relation it becomes (built first)."""
+        self.rows  # noqa: B018 - builds the tuples, and the class is the ordinary one again
+        return self.__reduce_ex__(protocol)
 
 
 def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, Bucket],

@@ -10,6 +10,7 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter
 
@@ -28,6 +29,7 @@ from reopt.costmodel.space import PlanSpace
 from reopt.evaluator import columnar, frames
 from reopt.evaluator.driver import PRUNING_MODES, evaluate, load_program
 from reopt.evaluator.frames import Frame, Index
+from reopt.evaluator.python_engine import Relation
 
 PROGRAMS = {mode: load_program(pruning=mode) for mode in PRUNING_MODES}
 # -- frame primitives against plain Python ------------------------------------------------------
@@ -93,6 +95,38 @@ def test_index_grown_by_appends_finds_what_a_rebuilt_one_finds(chunks, probe):
     want = Counter((i, j) for i, p in enumerate(probe) for j, e in enumerate(everything)
                    if p == e)
     assert got == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(keys=st.lists(st.integers(0, 40), max_size=60),
+       probes=st.lists(st.integers(0, 41), min_size=frames.SORTED_PROBES - 5,
+                       max_size=frames.SORTED_PROBES + 40))
+def test_runs_of_many_probes_are_the_equal_keys(keys, probes):
+    """Probes searched in sorted order (many of them) get each its own run of equal keys."""
+    sorted_keys = np.asarray(sorted(keys), dtype=np.uint64)
+    lo, hi = frames.runs(sorted_keys, np.asarray(probes, dtype=np.uint64))
+    for p, a, b in zip(probes, lo.tolist(), hi.tolist(), strict=True):
+        equal = [i for i, k in enumerate(sorted(keys)) if k == p]
+        assert (a, b - a) == ((equal[0], len(equal)) if equal else (a, 0))
+        assert sorted(keys)[:a] == [k for k in sorted(keys) if k < p]
+
+
+def test_a_relation_from_a_frame_makes_its_tuples_once_and_only_when_read():
+    made = []
+
+    def make() -> list[tuple]:
+        made.append(1)
+        return [(1, "a"), (2, "b")]
+
+    rel = Relation.of_rows(make, 2)
+    assert len(rel) == 2 and not made  # its size without its tuples
+    assert rel.rows == {(1, "a"), (2, "b")} and rel.index((1,))[("a",)] == [(1, "a")]
+    assert rel.add([(3, "c"), (1, "a")]) == [(3, "c")] and len(rel) == 3
+    assert made == [1] and type(rel) is Relation and not hasattr(rel, "_make")
+    again = type(Relation.of_rows(make, 2)).of_rows(make, 2)  # over one not built yet
+    copied = pickle.loads(pickle.dumps(again))  # pickled as the relation it becomes
+    assert type(copied) is Relation and copied.rows == again.rows == {(1, "a"), (2, "b")}
+    assert len(copied) == len(again) == 2 and type(again) is Relation and made == [1, 1]
 
 
 def test_strings_keep_their_order_in_comparisons():
