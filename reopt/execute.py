@@ -377,11 +377,17 @@ def find_tables(query: Query, data_dir: str | Path) -> dict[str, Any]:
     return out
 
 
-def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict[str, DataFrame]:
-    """Table -> DataFrame for every table the query uses (see :func:`find_tables`)."""
+def read_tables(query: Query, data_dir: str | Path, spark: SparkSession,
+                have: Iterable[str] = ()) -> dict[str, DataFrame]:
+    """Table -> DataFrame for every table the query uses (see :func:`find_tables`), except
+    those in ``have`` (each must still be in ``data_dir``). Reading a Parquet folder runs a
+    Spark job (its schema): a caller running many plans over the same tables reads them once
+    and passes them as ``inputs`` (:class:`reopt.adaptive.Loop`)."""
     from reopt.costmodel import stats
 
-    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()}
+    skip = set(have)
+    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()
+            if t not in skip}
 
 
 # -- the plan as DataFrames ----------------------------------------------------------------------
@@ -507,7 +513,7 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
     if set(plan.relations) != relations:
         raise ExecutionError(f"the plan covers {sorted(plan.relations)}, query {query.name} "
                              f"has {sorted(relations)}")
-    tables = {**read_tables(query, data_dir, spark), **(inputs or {})}
+    tables = {**read_tables(query, data_dir, spark, have=inputs or ()), **(inputs or {})}
     schemas = {t: df.columns for t, df in tables.items()}
     view = f"reopt_plan_{uuid.uuid4().hex[:12]}"
     prepared = _prepare(query, schemas, view)
