@@ -8,7 +8,8 @@ as ``ANALYZE``d Parquet tables of a scratch database, Spark's settings). Each is
 ``--repeat`` times, alternating, after one untimed run each. Per run: wall seconds, the driver
 JVM's CPU seconds, this Python process's CPU seconds, and ``cores`` = JVM CPU / wall (how many
 cores the run kept busy on average); per stage of the last run: its tasks. ``--plans`` prints
-both executed physical plans. What BENCHMARKS.md ("Why reopt's plans used one core") reads.
+both executed physical plans. What BENCHMARKS.md ("Why reopt's plans ran slower than
+Spark's") reads.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from reopt.adaptive import SPARK_SETTINGS, Loop, plan_shape, spark_settings
 from reopt.answer import keep, release
 from reopt.api import Optimizer, load_catalog
 from reopt.cli import _data_scale_factor
-from reopt.execute import execute, read_tables
+from reopt.execute import execute
 from reopt.spark import get_spark, jvm_cpu_seconds
 
 
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
     loop = Loop(make, args.data, args.splits, spark)
     s, i = loop.splits, args.split
     session, _ = loop._first_plan(None)
-    inputs = {s.table: loop.split_input(i)}
+    split = loop.split_input(i)
+    inputs = {**loop._tables, s.table: split}  # as the loop runs it: the tables read once
     seen = execute(session.plan, loop.split_query, args.data, spark, inputs=inputs, keep=True)
     release(seen.frame)
     plan = session.optimizer.update(seen.deltas()).plan
@@ -93,7 +95,7 @@ def main(argv: list[str]) -> int:
     scratch = tempfile.mkdtemp(prefix="coretrace-")
     current = spark.catalog.currentDatabase()
     spark.sql(f"CREATE DATABASE {db} LOCATION '{Path(scratch).as_uri()}'")
-    tables = {**read_tables(loop.query, args.data, spark), **inputs}
+    tables = inputs
     for t, df in tables.items():
         df.write.format("parquet").saveAsTable(f"{db}.{t}")
         spark.sql(f"ANALYZE TABLE {db}.{t} COMPUTE STATISTICS FOR ALL COLUMNS")
