@@ -5,10 +5,11 @@ same join order and operators, runs it once, and returns the result rows, a dige
 and the observed output rows of every plan node. Nothing is counted in a separate pass, and
 nothing is added to the plan to count: the rows are the output-row counts (SQL metrics) Spark
 keeps anyway for every scan, filter and join of the executed physical plan, read after the
-run by walking that plan alongside reopt's (:func:`_node_counts`). An earlier version put a
-``DataFrame.observe`` node (Spark's ``CollectMetrics``) on every scan and join; each one cut
-the whole-stage generated code in two, and they more than doubled the JVM CPU time of a split
-of ``pclerk`` at SF 1 (BENCHMARKS.md, "Why reopt's plans ran slower than Spark's").
+run by walking that plan alongside reopt's (:func:`reopt.sparkplan.node_counts`). An
+earlier version put a ``DataFrame.observe`` node (Spark's ``CollectMetrics``) on every scan
+and join; each one cut the whole-stage generated code in two, and they more than doubled the
+JVM CPU time of a split of ``pclerk`` at SF 1 (BENCHMARKS.md, "Why reopt's plans ran slower
+than Spark's").
 
 How each reopt operator maps (the plan's right input is the build/inner side):
 
