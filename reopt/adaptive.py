@@ -414,6 +414,8 @@ class Loop:
         self.splits = make_splits(self.query, data_dir, k, spark, split, by, column, subsets)
         self._scratch: str | None = None
         self._inputs: list[Any] = []
+        self._tables: dict[str, Any] = {}
+        """The query's tables, read once (each read of a Parquet folder is a Spark job)."""
 
     def split_input(self, i: int) -> Any:
         """Split ``i`` of the split table as a DataFrame over its own Parquet file; all the
@@ -423,7 +425,8 @@ class Loop:
             s = self.splits
             self._scratch = tempfile.mkdtemp(prefix="reopt-splits-")
             weakref.finalize(self, shutil.rmtree, self._scratch, True)
-            table = read_tables(self.query, self.data_dir, self.spark)[s.table]
+            self._tables = read_tables(self.query, self.data_dir, self.spark)
+            table = self._tables[s.table]
             for j in range(s.k):
                 path = str(Path(self._scratch) / f"split-{j}.parquet")
                 table.filter(s.condition(j)).write.parquet(path)
@@ -434,7 +437,7 @@ class Loop:
         """Remove the written splits (also done when the Loop is collected)."""
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch, self._inputs = None, []
+            self._scratch, self._inputs, self._tables = None, [], {}
 
     def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None,
             per_subset: bool = True) -> StrategyRun:
@@ -496,7 +499,8 @@ class Loop:
                 sessions[key], pending[key] = self._first_plan(key)
             session = sessions[key]
             reopt = pending.pop(key, 0.0)
-            inputs = {s.table: self.split_input(i)}
+            split = self.split_input(i)
+            inputs = {**self._tables, s.table: split}
             o = session.optimizer
             if strategy == "hindsight" and s.rows[i] > 0:
                 seen = execute(session.plan, self.split_query, self.data_dir, self.spark,

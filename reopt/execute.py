@@ -2,8 +2,14 @@
 
 :func:`execute` turns a :class:`~reopt.plan.PlanNode` into a PySpark DataFrame plan with the
 same join order and operators, runs it once, and returns the result rows, a digest of them,
-and the observed output rows of every plan node. Nothing is counted in a separate pass: each
-scan and join carries a ``DataFrame.observe`` count that Spark fills while the query runs.
+and the observed output rows of every plan node. Nothing is counted in a separate pass, and
+nothing is added to the plan to count: the rows are the output-row counts (SQL metrics) Spark
+keeps anyway for every scan, filter and join of the executed physical plan, read after the
+run by walking that plan alongside reopt's (:func:`reopt.sparkplan.node_counts`). An
+earlier version put a ``DataFrame.observe`` node (Spark's ``CollectMetrics``) on every scan
+and join; each one cut the whole-stage generated code in two, and they more than doubled the
+JVM CPU time of a split of ``pclerk`` at SF 1 (BENCHMARKS.md, "Why reopt's plans ran slower
+than Spark's").
 
 How each reopt operator maps (the plan's right input is the build/inner side):
 
@@ -61,6 +67,7 @@ from sqlglot import exp
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Query
 from reopt.plan import PlanNode
+from reopt.sparkplan import node_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -371,11 +378,17 @@ def find_tables(query: Query, data_dir: str | Path) -> dict[str, Any]:
     return out
 
 
-def read_tables(query: Query, data_dir: str | Path, spark: SparkSession) -> dict[str, DataFrame]:
-    """Table -> DataFrame for every table the query uses (see :func:`find_tables`)."""
+def read_tables(query: Query, data_dir: str | Path, spark: SparkSession,
+                have: Iterable[str] = ()) -> dict[str, DataFrame]:
+    """Table -> DataFrame for every table the query uses (see :func:`find_tables`), except
+    those in ``have`` (each must still be in ``data_dir``). Reading a Parquet folder runs a
+    Spark job (its schema): a caller running many plans over the same tables reads them once
+    and passes them as ``inputs`` (:class:`reopt.adaptive.Loop`)."""
     from reopt.costmodel import stats
 
-    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()}
+    skip = set(have)
+    return {t: stats._read(spark, src) for t, src in find_tables(query, data_dir).items()
+            if t not in skip}
 
 
 # -- the plan as DataFrames ----------------------------------------------------------------------
@@ -386,21 +399,10 @@ class _Builder:
         self.tables = tables
         self.prepared = prepared
         self.restrict = restrict
-        self.observed: dict[int, str] = {}  # id(node) -> name of its observation
-        self.scanned: dict[int, str] = {}  # id(scan node) -> its count before filters
+        self.scanned: dict[int, str] = {}
+        """id(scan node) -> the observation counting a restricted relation's rows (its split)
+        before the relation's filters (Spark merges the two filters into one operator)."""
         self.run = uuid.uuid4().hex[:8]
-
-    def _observe(self, node: PlanNode, df: DataFrame, before_filters: bool = False
-                 ) -> DataFrame:
-        """``df`` counted as it flows: a named ``observe`` (Spark's ``CollectMetrics``), read
-        from the executed query's observed metrics (a ``pyspark.sql.Observation`` would wait
-        forever here: the answer is a query over a view of these frames, not the frame the
-        Observation was attached to)."""
-        from pyspark.sql import functions as F
-
-        name = f"reopt_{self.run}_{len(self.observed) + len(self.scanned)}"
-        (self.scanned if before_filters else self.observed)[id(node)] = name
-        return df.observe(name, F.count(F.lit(1)).alias("rows"))
 
     def scan(self, node: PlanNode) -> DataFrame:
         from pyspark.sql import functions as F
@@ -408,16 +410,18 @@ class _Builder:
         alias = node.relations[0]
         i = self.query.index(alias)
         df = self.tables[self.query.relations[i].table]
+        filters = self.prepared.filters.get(i, [])
         if alias in self.restrict:  # one split of this relation: its rows are the split's
             df = df.filter(F.expr(self.restrict[alias]))
+            if filters:  # the split's rows, counted before the filters (a rare path)
+                name = f"reopt_{self.run}_{len(self.scanned)}"
+                self.scanned[id(node)] = name
+                df = df.observe(name, F.count(F.lit(1)).alias("rows"))
         df = df.select(*[F.col(f"`{c}`").alias(_name(i, c))
                          for c in sorted(self.prepared.needed[i])])
-        filters = self.prepared.filters.get(i, [])
-        if filters:  # the table's rows too, counted in the same pass
-            df = self._observe(node, df, before_filters=True)
         for text in filters:
             df = df.filter(F.expr(text))
-        return self._observe(node, df)
+        return df
 
     def join(self, node: PlanNode, left: DataFrame, right: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
@@ -431,10 +435,8 @@ class _Builder:
         if hint is not None:
             right = right.hint(hint)
         if conds:
-            df = left.join(right, F.expr(" AND ".join(f"({c})" for c in conds)), "inner")
-        else:
-            df = left.crossJoin(right)
-        return self._observe(node, df)
+            return left.join(right, F.expr(" AND ".join(f"({c})" for c in conds)), "inner")
+        return left.crossJoin(right)
 
     def build(self, node: PlanNode) -> DataFrame:
         log = node.alt.log_op
@@ -486,19 +488,6 @@ def observed_counts(answer: DataFrame) -> dict[str, int]:
     return out
 
 
-def _observed(node: PlanNode, builder: _Builder, metrics: dict[str, int],
-              result_rows: int) -> int:
-    name = builder.observed.get(id(node))
-    if name is not None:
-        if name not in metrics:  # a bug: every observed frame is part of the answer's plan
-            raise ReoptError(f"Spark reported no row count for plan node {node.op} "
-                             f"{{{', '.join(node.relations)}}}")
-        return metrics[name]
-    if node.alt.log_op == "sort":
-        return _observed(node.children[0], builder, metrics, result_rows)
-    return result_rows  # the final operator: the answer's rows
-
-
 def execute(plan: PlanNode, query: Query, data_dir: str | Path,
             spark: SparkSession, restrict: dict[str, str] | None = None,
             inputs: dict[str, DataFrame] | None = None, keep: bool = False) -> Execution:
@@ -525,7 +514,7 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
     if set(plan.relations) != relations:
         raise ExecutionError(f"the plan covers {sorted(plan.relations)}, query {query.name} "
                              f"has {sorted(relations)}")
-    tables = {**read_tables(query, data_dir, spark), **(inputs or {})}
+    tables = {**read_tables(query, data_dir, spark, have=inputs or ()), **(inputs or {})}
     schemas = {t: df.columns for t, df in tables.items()}
     view = f"reopt_plan_{uuid.uuid4().hex[:12]}"
     prepared = _prepare(query, schemas, view)
@@ -559,15 +548,29 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
             metrics = observed_counts(answer)
             if keep:
                 kept_rows = metrics.pop(counted)
-            spark_plan = answer._jdf.queryExecution().executedPlan().toString()
+            physical = answer._jdf.queryExecution().executedPlan()
+            spark_plan = physical.toString()
         finally:
             spark.catalog.dropTempView(view)
         seconds, cpu = time.perf_counter() - t0, jvm_cpu_seconds(spark) - cpu0
-    nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows),
-                     _observed(n, builder, metrics,
-                               len(rows) if kept_rows is None else kept_rows),
-                     metrics.get(builder.scanned.get(id(n), "")))
-             for n in plan.walk()]
+    counts = node_counts(plan, physical)
+    result_rows = len(rows) if kept_rows is None else kept_rows
+
+    def observed(n: PlanNode) -> int:
+        """A scan's or join's count; a sort's, its input's; the final's, the answer's."""
+        while n.alt.log_op == "sort":
+            n = n.children[0]
+        return counts[id(n)][0] if id(n) in counts else result_rows
+
+    def scanned(n: PlanNode) -> int | None:
+        """A filtered scan's rows before its filters (a restricted one's: its split's)."""
+        if n.alt.log_op != "scan" or not prepared.filters.get(query.index(n.relations[0])):
+            return None
+        name = builder.scanned.get(id(n))
+        return metrics[name] if name is not None else counts[id(n)][1]
+
+    nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows), observed(n),
+                     scanned(n)) for n in plan.walk()]
     return Execution(columns, rows, "" if keep else answer_digest(rows), seconds, nodes,
                      spark_plan, cpu, frame, kept_rows)
 

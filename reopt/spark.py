@@ -681,6 +681,12 @@ EXECUTION_SETTINGS = {
     "spark.sql.cbo.joinReorder.enabled": "false",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.constraintPropagation.enabled": "false",
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
+    "spark.sql.parquet.filterPushdown": "false",
+    "spark.sql.orc.filterPushdown": "false",
+    "spark.sql.csv.filterPushdown.enabled": "false",
+    "spark.sql.json.filterPushdown.enabled": "false",
 }
 """Spark SQL settings while :mod:`reopt.execute` runs a plan, restored after (see
 :func:`execution_settings`)."""
@@ -701,6 +707,15 @@ def execution_settings(spark: SparkSession) -> Iterator[None]:
     * ``spark.sql.codegen.wholeStage=true``: reopt's sessions turn code generation off for
       the optimizer's thousands of tiny plans (:func:`get_spark`), but a plan over tables
       gains from it even at TPC-H SF 0.01 (Q8Join: 19 s -> 11 s on a loaded 2-core machine).
+    * What keeps the rows :mod:`reopt.sparkplan` reads off the executed plan the rows of the
+      plan's scans and filters: ``spark.sql.constraintPropagation.enabled=false`` (no inferred
+      ``IS NOT NULL`` filters on join keys: a scan's filters are the query's),
+      ``spark.sql.optimizer.runtime.bloomFilter.enabled=false`` (no runtime Bloom filter
+      added to one side of a shuffle join), and filter pushdown into the file formats off
+      (``spark.sql.parquet.filterPushdown`` and its ORC, CSV and JSON kin): a scan reads
+      every row of its table, so its output is the table's rows, and the relation's filters
+      are one ``Filter`` above it. (The ``observe`` node reopt counted with before sat under
+      each filter and kept it from being pushed down just the same.)
 
     Every setting is put back as it was (unset if it was unset) when the block ends.
     """

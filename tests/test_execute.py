@@ -241,3 +241,28 @@ def test_execution_settings_are_restored(spark):
     with execution_settings(spark):
         assert conf.get("spark.sql.optimizer.excludedRules") == REORDER_JOIN
     assert conf.get("spark.sql.optimizer.excludedRules", None) in (None, "")
+
+
+def test_a_restricted_relation_counts_its_split(spark, tpch_dir, sub_join_rows):
+    """``restrict`` (one split of a relation): its scan's rows before filters are the split's
+    and every count above is the split's, each a Spark SQL count over the split."""
+    o, plan = plan_of("q3", "io", [])
+    split = "o_orderkey % 3 = 0"
+    run = execute(plan, o.query, tpch_dir, spark, restrict={"orders": split})
+    orders = spark.read.parquet(str(tpch_dir / "orders.parquet"))
+    scan = next(n for n in run.nodes if n.logical == "scan" and n.relations == ("orders",))
+    assert scan.scanned == orders.filter(split).count()
+    joined = next(n for n in run.nodes if n.logical == "join"
+                  and set(n.relations) == {"customer", "orders", "lineitem"})
+    whole = sub_join_rows(o.query.sql, frozenset({"customer", "orders", "lineitem"}))
+    for t in ("customer", "lineitem"):
+        spark.read.parquet(str(tpch_dir / f"{t}.parquet")).createOrReplaceTempView(t)
+    orders.filter(split).createOrReplaceTempView("orders")
+    where = o.query.sql.split("WHERE")[1].split("GROUP BY")[0]
+    try:
+        want = spark.sql(f"SELECT count(*) FROM customer, orders, lineitem WHERE {where}"
+                         ).first()[0]
+    finally:
+        for t in ("customer", "orders", "lineitem"):
+            spark.catalog.dropTempView(t)
+    assert joined.observed == want < whole

@@ -59,6 +59,7 @@ def fake_loop(monkeypatch) -> Loop:
                          ("early a", "late a", "early b", "late b"), (0, 1, 0, 1),
                          ("early", "late"))
     loop.split_input = loop.splits.condition  # no Spark: a split is named by its condition
+    loop._tables = {}  # the other tables, read once by split_input: none here
     return loop
 
 
