@@ -64,6 +64,15 @@ class Arith:
 Term = Var | Const | Wildcard | Arith
 
 
+def term_vars(t: Any) -> set[str]:
+    """The variables of a term (none for a constant, a wildcard or anything else)."""
+    if isinstance(t, Var):
+        return {t.name}
+    if isinstance(t, Arith):
+        return t.vars()
+    return set()
+
+
 @dataclass(frozen=True)
 class Aggregate:
     """``min<cost>`` / ``max<cost>`` in a rule head."""

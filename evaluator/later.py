@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from reopt.costmodel.builtins import stale_keys
-from reopt.evaluator.ast import Aggregate, Arith, Atom, Rule, Var
+from reopt.evaluator.ast import Aggregate, Atom, Rule, Var, term_vars
 from reopt.evaluator.compiler import (
     DELTA,
     Call,
@@ -120,13 +120,13 @@ def key_lookup(v: Variant, key: int) -> Variant:
                 names = {t.name for t in op.args if isinstance(t, Var)}
                 return len(names & bound), len(names & need)
             if isinstance(op, Call):
-                if all(_vars(t) <= bound for t in op.inputs):
+                if all(term_vars(t) <= bound for t in op.inputs):
                     names = {t.name for t in op.outputs if isinstance(t, Var)}
                     return 0, len(names & need)
                 return None
             free = [t for t in (op.left, op.right) if isinstance(t, Var) and t.name not in bound]
             other = op.right if free and free[0] is op.left else op.left
-            if op.op == "=" and len(free) == 1 and _vars(other) <= bound:
+            if op.op == "=" and len(free) == 1 and term_vars(other) <= bound:
                 return 0, int(free[0].name in need)
             return None
         scored = [(sc, n) for n, op in enumerate(rest) if (sc := score(op)) is not None]
@@ -140,21 +140,13 @@ def key_lookup(v: Variant, key: int) -> Variant:
         elif isinstance(op, Call):
             bound.update(t.name for t in op.outputs if isinstance(t, Var))
         else:
-            bound.update(_vars(op.left) | _vars(op.right))
+            bound.update(term_vars(op.left) | term_vars(op.right))
         # comparisons whose variables are all bound now only narrow: keep them
         for f in [f for f in rest if isinstance(f, Filter)
-                  and (_vars(f.left) | _vars(f.right)) <= bound]:
+                  and (term_vars(f.left) | term_vars(f.right)) <= bound]:
             rest.remove(f)
             ops.append(f)
     return replace(v, ops=tuple(ops), head=v.head[:key], embeds=None)
-
-
-def _vars(t: Any) -> set[str]:
-    if isinstance(t, Var):
-        return {t.name}
-    if isinstance(t, Arith):
-        return t.vars()
-    return set()
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ import numpy as np
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
-from reopt.evaluator.ast import Aggregate, Arith, Atom, Const, Var, Wildcard
+from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
 from reopt.evaluator.compiler import DELTA, Call, CompiledProgram, Filter, Scan, Variant
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
@@ -305,9 +305,9 @@ def delta_reads(v: Variant) -> tuple[int, ...] | None:
         else:
             terms = (op.left, op.right)
         for t in terms:
-            used |= _names(t)
+            used |= term_vars(t)
     for t in v.head:
-        used |= _names(t.var if isinstance(t, Aggregate) else t)
+        used |= term_vars(t.var if isinstance(t, Aggregate) else t)
     seen: dict[str, int] = {}
     for t in first.args:
         if isinstance(t, Var):
@@ -315,15 +315,6 @@ def delta_reads(v: Variant) -> tuple[int, ...] | None:
     return tuple(j for j, t in enumerate(first.args)
                  if not isinstance(t, (Var, Wildcard))
                  or (isinstance(t, Var) and (t.name in used or seen[t.name] > 1)))
-
-
-def _names(t: Any) -> set[str]:
-    """The variables of a term."""
-    if isinstance(t, Var):
-        return {t.name}
-    if isinstance(t, Arith):
-        return t.vars()
-    return set()
 
 
 def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
