@@ -55,7 +55,8 @@ def timed_builtins(spent: dict[str, float]) -> Any:
                 spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         return timed
 
-    program.builtins = {n: dataclasses.replace(b, fn=wrap(n, b.fn))
+    program.builtins = {n: dataclasses.replace(b, fn=wrap(n, b.fn),
+                                               one=b.one and wrap(n, b.one))
                         for n, b in program.builtins.items()}
     return program
 
