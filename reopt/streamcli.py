@@ -188,21 +188,8 @@ def main(argv: list[str]) -> int:
                          "buffers alone have no join state to migrate)")
     migration = args.migration or "moving"
     every = None if args.plan_every is None else args.plan_every // args.batch_seconds
-    replanner = Replanner(opt, every, migration, args.batch_seconds, args.max_state)
-    # the eddy and Spark's own join need only the executor's checks and windows here
-    executor = args.executor if args.strategy in ("adaptive", "static", "hindsight") \
-        else "spark"
-    cq = make_query(executor, opt.query, opt.catalog, args.data, None,
-                    args.batch_seconds, opt.adjustments, state=state,
-                    migration="moving" if migration == "auto" else migration)
-    # bad input fails above, before Spark starts
-    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor)
-    if args.strategy == "spark" or (args.executor == "spark" and args.strategy != "eddy"):
-        from reopt.spark import get_spark
-
-        cq.spark = get_spark(args.master)
     resumed, settings = None, {}
-    if args.checkpoint is not None:
+    if args.checkpoint is not None:  # (a checkpoint of another run is refused before Spark)
         settings = {"query": opt.query.sql, "data": str(Path(args.data).resolve()),
                     "catalog": str(Path(catalog).resolve()),
                     "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
@@ -211,13 +198,26 @@ def main(argv: list[str]) -> int:
                     "objective": args.objective, "max_state": args.max_state,
                     "results": str(Path(args.results).resolve()) if args.results else None}
         resumed = checkpoints.load(args.checkpoint, settings)
-        if resumed is not None:
-            cq.restore(resumed.executor)
-            replanner = resumed.replanner
-            if args.results:
-                checkpoints.cut_results(args.results, resumed.results_bytes)
-            if not args.json:
-                print(f"resumed from {args.checkpoint} after batch {resumed.last.index}")
+    replanner = resumed.replanner if resumed is not None else \
+        Replanner(opt, every, migration, args.batch_seconds, args.max_state)
+    # the eddy and Spark's own join need only the executor's checks and windows here
+    executor = args.executor if args.strategy in ("adaptive", "static", "hindsight") \
+        else "spark"
+    cq = make_query(executor, opt.query, opt.catalog, args.data, None,
+                    args.batch_seconds, opt.adjustments, state=state,
+                    migration="moving" if migration == "auto" else migration)
+    if resumed is not None:
+        cq.restore(resumed.executor)
+        if args.results:
+            checkpoints.cut_results(args.results, resumed.results_bytes)
+        if not args.json:
+            print(f"resumed from {args.checkpoint} after batch {resumed.last.index}")
+    # bad input fails above, before Spark starts
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor)
+    if args.strategy == "spark" or (args.executor == "spark" and args.strategy != "eddy"):
+        from reopt.spark import get_spark
+
+        cq.spark = get_spark(args.master)
     record = Strategy(args.strategy)
     if args.strategy == "adaptive":
         source = cq.run(replanner_with_log(replanner, args.json),
