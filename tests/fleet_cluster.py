@@ -45,6 +45,16 @@ def executors(app: str) -> list[int]:
             if "CoarseGrainedExecutorBackend" in line and app in line]
 
 
+def registered(app: str, n: int, timeout: float = 120.0) -> list[int]:
+    """The executor JVMs of ``app`` once ``n`` of them run: ``local-cluster`` starts them
+    after the session is made, so on a loaded machine none may be up yet (a first look
+    found none, under load 9)."""
+    deadline = time.time() + timeout
+    while len(found := executors(app)) < n and time.time() < deadline:
+        time.sleep(0.2)
+    return found
+
+
 def kill_one_when_running(sc, group: str, app: str, seen: dict) -> None:
     """Kill one executor JVM once a stage of the round is under way (as the status tracker
     last heard: its listener bus lags, and a round's tasks may now finish in a fraction of a
@@ -72,7 +82,7 @@ def main(mode: str, master: str, saved: str, out: str) -> None:
     spark = get_spark(master)
     sc = spark.sparkContext
     app = sc.applicationId
-    report: dict = {"driver": os.getpid(), "executors": executors(app), "rounds": {}}
+    report: dict = {"driver": os.getpid(), "executors": registered(app, 2), "rounds": {}}
     if mode == "run":
         fleet = Fleet(cluster_queries(), cost_model=MODEL, spark=spark, partitions=2)
         report["rounds"]["0"] = fleet.optimize().by_name()

@@ -48,8 +48,9 @@ def compare(spaces: list[PlanSpace]):
     return sp, py
 
 
+# (q10 under cout is left out for the suite's time: cout is covered by q3, Q5 and Q5s.)
 @pytest.mark.parametrize("query, model", [("tpch:q3", "io"), ("tpch:q3", "cout"),
-                                          ("tpch:q10", "io"), ("tpch:q10", "cout"),
+                                          ("tpch:q10", "io"),
                                           ("tpch:q5", "cout"), ("tpch:q5s", "cout")])
 def test_tpch_same_as_python_and_reference(spark, query, model):
     ref = Optimizer(query, cost_model=model, optimizer="topdown")
@@ -208,8 +209,10 @@ def test_pruning_same_as_python(spark, query, mode):
 # Few steps: a Spark update costs ~25 jobs; tests/test_incremental.py has the long sequences.
 # A step is k random deltas, or "tie"/"untie": a cost delta alone (only parents reached by
 # propagation are re-derived) making two scans of different operators tie exactly, and back.
+# (Random batches under `all` are covered in process, tests/test_incremental.py; here each
+# Spark update step costs ~10 s on a quiet machine.)
 @pytest.mark.parametrize("mode, shape, n, seed, steps", [
-    ("all", "chain", 3, 5, (2, "tie", "untie")), ("aggsel+bound", "star", 2, 9, (1, 2))])
+    ("all", "chain", 3, 5, ("tie", "untie")), ("aggsel+bound", "star", 2, 9, (2,))])
 def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, seed, steps):
     """Issue 5 on Spark: a session maintained incrementally on Spark holds, after every step
     of a random delta sequence (increases and decreases, a batch), exactly the relations of a
