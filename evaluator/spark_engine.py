@@ -488,7 +488,10 @@ class SparkEngine:
 
     def _frame(self, pred: str, rows) -> DataFrame:
         """A relation given on the driver (facts, inputs, an empty delta) as an inline table
-        (``VALUES``): a local relation in the plan, nothing to compute or checkpoint."""
+        (``VALUES``): a local relation in the plan, nothing to compute or checkpoint. A
+        relation without columns is a frame without columns, of one row or none."""
+        if not self.program.schemas[pred]:
+            return self.spark.range(0, 1 if rows else 0, 1, 1).select()
         cols = [f"CAST({_ident(f'col{i + 1}')} AS {SQL_TYPES[t]}) AS {_ident(n)}"
                 for i, (n, t) in enumerate(zip(self.columns[pred], self.program.schemas[pred],
                                                strict=True))]
@@ -1060,8 +1063,8 @@ class SparkEngine:
         """Group by every column but ``pos`` and keep the min/max of ``pos``."""
         names = self.columns[pred]
         x = _ident(names[pos])
-        grouped = (rows.coalesce(1).groupBy(*(names[:pos] + names[pos + 1:]))
-                   .agg(F.expr(f"{func}({x}) AS {x}")))
+        grouped = _group_agg(rows.coalesce(1), names[:pos] + names[pos + 1:],
+                             f"{func}({x}) AS {x}")
         return _sel(grouped, *map(_ident, names))
 
     def _renamed(self, pred: str, names: list[str]) -> DataFrame:
@@ -1099,11 +1102,11 @@ class SparkEngine:
         if bound is not None and (self.size[bound] or bound in self._unknown):
             b_names = self.columns[bound]
             lead = key[:len(b_names) - 1]  # the bound's key: a prefix of the group's
-            limit = (_sel(self.full[bound],
+            bounds = _sel(self.full[bound],
                           *[f"{_ident(c)} AS {_ident(n)}"
                             for c, n in zip(b_names[:-1], lead, strict=True)],
                           f"{_ident(b_names[-1])} AS {_ident(bnd)}")
-                     .groupBy(*lead).agg(F.expr(f"min({_ident(bnd)}) AS {_ident(bnd)}")))
+            limit = _group_agg(bounds, lead, f"min({_ident(bnd)}) AS {_ident(bnd)}")
             df = (_lookup(df, limit, lead, bnd)
                   .filter(f"{_ident(bnd)} IS NULL OR NOT ({_ident(bnd)} {lt} {v})").drop(bnd))
         return df
@@ -1206,8 +1209,7 @@ class SparkEngine:
         lo, hi = _fresh("_lo", cols), _fresh("_hi", cols)
         u = _sel(self.full[p], "*", f"0 AS {tag}").union(
             _sel(cand, *[_ident(c) for c in cols], f"1 AS {tag}"))
-        grouped = (u.coalesce(1).groupBy(*cols)
-                   .agg(F.expr(f"min({tag}) AS {lo}"), F.expr(f"max({tag}) AS {hi}"))
+        grouped = (_group_agg(u.coalesce(1), cols, f"min({tag}) AS {lo}", f"max({tag}) AS {hi}")
                    .filter(f"{lo} = 0"))
         return _sel(grouped, *[_ident(c) for c in cols], f"{hi} = 1 AS {tag}") \
             .localCheckpoint(eager=False)
@@ -1230,9 +1232,8 @@ class SparkEngine:
         tagged = (_sel(self.counts[pred], "*", f"0 AS {tag}")
                   .union(_sel(rows, *[_ident(x) for x in cols], f"{step}L AS {n}",
                               f"1 AS {tag}")))
-        c = (tagged.coalesce(1).groupBy(*cols)
-             .agg(F.expr(f"sum({n}) AS {n}"), F.expr(f"min({tag}) AS {lo}"),
-                  F.expr(f"max({tag}) AS {hi}"))
+        c = (_group_agg(tagged.coalesce(1), cols, f"sum({n}) AS {n}", f"min({tag}) AS {lo}",
+                        f"max({tag}) AS {hi}")
              .localCheckpoint(eager=False))
         return c, lo, hi
 
@@ -1260,7 +1261,20 @@ class SparkEngine:
         cols, tag = self.columns[pred], self._tag[pred]
         cand = _sel(_union(frames), "*", f"true AS {tag}")
         tagged = cand.union(_sel(full, "*", f"false AS {tag}")).coalesce(1)
-        return tagged.groupBy(*cols).agg(F.expr(f"min({tag}) AS {tag}"))
+        return _group_agg(tagged, cols, f"min({tag}) AS {tag}")
+
+
+def _group_agg(df: DataFrame, cols: list[str], *aggs: str) -> DataFrame:
+    """``df.groupBy(*cols).agg(...)`` with the ``aggs`` as SQL expressions, and a group per
+    distinct value of ``cols`` even when ``cols`` is empty: Spark's ``groupBy()`` without
+    columns is a global aggregate, ONE row even over no input (``min`` of nothing: NULL),
+    which for a relation without columns would be a tuple out of nothing. Grouping on a
+    literal instead keeps it a grouped aggregate: no rows in, no group out."""
+    exprs = [F.expr(a) for a in aggs]
+    if cols:
+        return df.groupBy(*cols).agg(*exprs)
+    key = _fresh("_g", list(df.columns))
+    return df.groupBy(F.lit(0).alias(key)).agg(*exprs).drop(key)
 
 
 def _join(left: DataFrame, right: DataFrame, on: list[str] | None, how: str) -> DataFrame:

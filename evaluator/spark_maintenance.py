@@ -39,7 +39,6 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from reopt.costmodel.builtins import stale_keys
@@ -53,6 +52,7 @@ from reopt.evaluator.spark_engine import (
     SparkRelation,
     _context,
     _fresh,
+    _group_agg,
     _ident,
     _join,
     _lookup,
@@ -219,8 +219,8 @@ class SparkMaintainedEngine(SparkEngine):
                      for v in s.base if v.head_pred == g]
             frames = [f for f in ones if f is not None] or [self._frame(g, [])]
             n = _ident(self._cnt[g])
-            self.counts[g] = (_sel(_union(frames), "*", f"1L AS {n}").coalesce(1)
-                              .groupBy(*self.columns[g]).agg(F.expr(f"sum({n}) AS {n}"))
+            self.counts[g] = (_group_agg(_sel(_union(frames), "*", f"1L AS {n}").coalesce(1),
+                                         self.columns[g], f"sum({n}) AS {n}")
                               .localCheckpoint(eager=False))
             self._later.append(self.counts[g])
         for pruned, source in prog.features.suppress.items():
@@ -327,7 +327,7 @@ class SparkMaintainedEngine(SparkEngine):
         if groups is not None:
             src = _join(src, groups, keys, "left_semi")
         x = _fresh("_x", keys)
-        got = src.coalesce(1).groupBy(*keys).agg(F.expr(f"{func}({value}) AS {_ident(x)}"))
+        got = _group_agg(src.coalesce(1), keys, f"{func}({value}) AS {_ident(x)}")
         order = [*keys[:pos], x, *keys[pos:]]
         got = _sel(got, *[f"{_ident(c)} AS {_ident(n)}"
                           for c, n in zip(order, names, strict=True)])

@@ -19,23 +19,17 @@ from reopt.evaluator.python_engine import PythonEngine
 CASES = [datacases.load(n) for n in datacases.names()]
 VALID = [c for c in CASES if c.error is None]
 INVALID = [c for c in CASES if c.error is not None]
-SPARK_GAPS = {
-    # relations given on the driver become SQL VALUES tables, which need a column; with
-    # that patched (a zero-column range), HasBack() still came out holding () instead of empty
-    "nullary": "relations without columns are not supported by the Spark engine yet",
-}
-"""Cases the Spark engine cannot run yet, and why: left out of its evaluation of all cases and
-run alone, expected to fail (strictly: once it passes, it belongs with the others)."""
-SPARK_SUBSET = ("aggregates", "empty_inputs", "negation_of_recursive")
+SPARK_SUBSET = ("aggregates", "empty_inputs", "negation_of_recursive", "nullary")
 """The cases ``make test`` runs on Spark. A Spark fixpoint costs about half a second per
 iteration on this 2-core machine (several where a built-in starts Python workers), and all
 cases take over a hundred iterations, so these few cover Spark's own SQL paths — grouped
 aggregates with ties, string keys and without keys, empty inputs, recursion, negation of a
-derived relation — in 16 iterations (``.schedule`` and built-ins on Spark are checked against
-the python engine in ``tests/test_spark_engine.py``). ``REOPT_TESTDATA_SPARK=all`` runs every
-case instead."""
-ON_SPARK = [c for c in VALID if c.name not in SPARK_GAPS
-            and (os.environ.get("REOPT_TESTDATA_SPARK") == "all" or c.name in SPARK_SUBSET)]
+derived relation, relations without columns (Spark's grouping without columns is a global
+aggregate: a row out of nothing) — in a few iterations (``.schedule`` and built-ins on Spark
+are checked against the python engine in ``tests/test_spark_engine.py``).
+``REOPT_TESTDATA_SPARK=all`` runs every case instead."""
+ON_SPARK = [c for c in VALID
+            if (os.environ.get("REOPT_TESTDATA_SPARK") == "all" or c.name in SPARK_SUBSET)]
 
 
 def typed(rows) -> set[tuple]:
@@ -114,16 +108,3 @@ def test_spark_engine_cases_at_once(spark):
         got = {rel: rels[prefix + rel].rows for rel in case.expected.rows}
         wrong += mismatches(case, got)
     assert wrong == []
-
-
-@pytest.mark.spark
-@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r))
-                                  for n, r in sorted(SPARK_GAPS.items())])
-def test_spark_engine_gaps(spark, name):
-    from reopt.evaluator.spark_engine import SparkEngine
-
-    case = datacases.load(name)
-    assert case.expected is not None
-    rels, _ = SparkEngine(datacases.compile_case(case), {}, spark).evaluate(case.inputs.rows)
-    assert mismatches(case, {rel: rels[rel].rows for rel in case.expected.rows}) == []
