@@ -308,6 +308,34 @@ def distinct(f: Frame) -> Frame:
     return f.take(np.sort(first))
 
 
+def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndarray]:
+    """:func:`distinct` of ``f`` given its :func:`row_hash` ``h``, by one sort: the distinct
+    rows (the first of equal ones, in ``f``'s order), their hashes ascending, and for each of
+    those the row of the result it is the hash of — what probing an :class:`Index` and
+    adding to it take (:meth:`Index.probe_sorted`, :meth:`Index.add_sorted`), so a release
+    hashes and sorts its rows once instead of three times."""
+    if f.height < 2:
+        return f, h, np.arange(f.height, dtype=np.int64)
+    order = np.argsort(h)
+    hs = h[order]
+    starts = np.empty(f.height, dtype=bool)
+    starts[0] = True
+    np.not_equal(hs[1:], hs[:-1], out=starts[1:])
+    if starts.all():  # no two rows hash alike, so none are equal
+        return f, hs, order
+    at = np.flatnonzero(starts)
+    first = np.minimum.reduceat(order, at)  # per hash, its first row
+    rep = np.empty(f.height, dtype=np.int64)
+    rep[order] = first[np.cumsum(starts) - 1]
+    if not all(np.array_equal(c, c[rep]) for c in f.cols.values()):  # a collision: exact
+        new = distinct(f)
+        h = row_hash(list(new.cols.values()), new.height)
+        order = np.argsort(h)
+        return new, h[order], order
+    keep = np.sort(first)
+    return f.take(keep), hs[at], np.searchsorted(keep, first)
+
+
 def minus(f: Frame, other: Frame) -> Frame:
     """Rows of ``f`` not in ``other`` (same columns)."""
     return anti(f, other, list(f.cols))
@@ -389,17 +417,30 @@ class Index:
         if not len(hashes):
             return
         order = np.argsort(hashes, kind="stable")
-        hashes, rids = hashes[order], rids[order]
+        self.add_sorted(hashes[order], rids[order])
+
+    def add_sorted(self, hashes: np.ndarray, rids: np.ndarray) -> None:
+        """:meth:`add`, the hashes ascending already."""
+        if not len(hashes):
+            return
         at = np.searchsorted(self.hashes, hashes, "right")
         self.hashes = np.insert(self.hashes, at, hashes)
         self.rids = np.insert(self.rids, at, rids)
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, indexed row id) pair with equal hashes."""
-        lo, hi = runs(self.hashes, hashes)
+        return self._pairs(*runs(self.hashes, hashes), len(hashes))
+
+    def probe_sorted(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`probe` with the probes' hashes ascending (searched as they are)."""
+        return self._pairs(np.searchsorted(self.hashes, hashes, "left"),
+                           np.searchsorted(self.hashes, hashes, "right"), len(hashes))
+
+    def _pairs(self, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (probe, row id) pairs of the runs ``[lo, hi)`` of the ``n`` probes."""
         count = hi - lo
         total = int(count.sum())
-        li = np.repeat(np.arange(len(hashes), dtype=np.int64), count)
+        li = np.repeat(np.arange(n, dtype=np.int64), count)
         starts = np.repeat(lo, count)
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
         return li, self.rids[starts + offsets]

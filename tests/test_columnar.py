@@ -68,6 +68,13 @@ def test_sets_and_groups_equal_python(rows, other, by, func):
     names = ["a", "b", "x"]
     f, g = frame_of(rows, names, TYPES), frame_of(other, names, TYPES)
     assert sorted(frames.distinct(f).rows(names), key=repr) == sorted(set(rows), key=repr)
+    # the one-sort form: the same rows in the same order, each hash ascending with its row
+    h = frames.row_hash(list(f.cols.values()), f.height)
+    new, hashes, at = frames.distinct_hashed(f, h)
+    assert new.rows(names) == list(dict.fromkeys(rows))
+    assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
+        range(new.height))
+    assert hashes.tolist() == frames.row_hash(list(new.cols.values()), new.height)[at].tolist()
     assert Counter(frames.minus(f, g).rows(names)) == Counter(r for r in rows if r not in other)
     assert Counter(frames.concat([f, g]).rows(names)) == Counter(rows) + Counter(other)
     best: dict[tuple, float] = {}
@@ -85,16 +92,25 @@ def test_index_grown_by_appends_finds_what_a_rebuilt_one_finds(chunks, probe):
     def h(values: list[int]) -> np.ndarray:
         return frames.row_hash([np.asarray(values, dtype=np.int64)], len(values))
 
+    def ascending(values: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(h(values))
+        return h(values)[order], order
+
     idx = Index(h(chunks[0]), np.arange(len(chunks[0]), dtype=np.int64))
+    grown = Index(h(chunks[0]), np.arange(len(chunks[0]), dtype=np.int64))  # the sorted forms
     everything = list(chunks[0])
     for chunk in chunks[1:]:
         idx.add(h(chunk), np.arange(len(everything), len(everything) + len(chunk)))
+        hashes, order = ascending(chunk)
+        grown.add_sorted(hashes, order + len(everything))
         everything += chunk
-    li, ri = idx.probe(h(probe))
-    got = Counter(zip(li.tolist(), ri.tolist(), strict=True))
     want = Counter((i, j) for i, p in enumerate(probe) for j, e in enumerate(everything)
                    if p == e)
-    assert got == want
+    li, ri = idx.probe(h(probe))
+    assert Counter(zip(li.tolist(), ri.tolist(), strict=True)) == want
+    hashes, order = ascending(probe)
+    li, ri = grown.probe_sorted(hashes)
+    assert Counter(zip(order[li].tolist(), ri.tolist(), strict=True)) == want
 
 
 @settings(max_examples=30, deadline=None)
