@@ -316,6 +316,16 @@ def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndar
     hashes and sorts its rows once instead of three times."""
     if f.height < 2:
         return f, h, np.arange(f.height, dtype=np.int64)
+    packed = _packed(list(f.cols.values()), f.height)
+    if packed is not None:  # small integer columns: the first of each key without a sort
+        key, span = packed
+        first = np.full(span, f.height, dtype=np.int64)
+        np.minimum.at(first, key, np.arange(f.height, dtype=np.int64))
+        keep = np.sort(first[first < f.height])
+        if len(keep) < f.height:
+            f, h = f.take(keep), h[keep]
+        order = np.argsort(h)
+        return f, h[order], order
     order = np.argsort(h)
     hs = h[order]
     starts = np.empty(f.height, dtype=bool)
@@ -334,6 +344,37 @@ def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndar
         return new, h[order], order
     keep = np.sort(first)
     return f.take(keep), hs[at], np.searchsorted(keep, first)
+
+
+PACKED_ROOM = 4
+"""Keys of integer columns are packed into one number while their ranges multiply to at most
+this many times the rows (or 65,536): :func:`distinct_hashed` then finds each key's first row
+in an array of that size (a relation with a few small columns and many repeated tuples, as
+each rule's duplicates of a relation of OR nodes), not by sorting the rows' hashes."""
+
+
+def _packed(columns: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, int] | None:
+    """Each row's columns as one exact ``int64`` in ``[0, span)`` and the span — distinct
+    rows, distinct numbers — or None when a column is not integer (or boolean) or the span
+    is more than :data:`PACKED_ROOM` per row."""
+    limit = max(1 << 16, PACKED_ROOM * n)
+    spans, lows = [], []
+    span = 1
+    for col in columns:
+        if col.dtype.kind not in "iub":
+            return None
+        low, high = int(col.min()), int(col.max())
+        width = high - low + 1
+        span *= width
+        if span > limit:
+            return None
+        spans.append(width)
+        lows.append(low)
+    key = np.zeros(n, dtype=np.int64)
+    for col, low, width in zip(columns, lows, spans, strict=True):
+        key *= width
+        key += col.astype(np.int64, copy=False) - low
+    return key, span
 
 
 def minus(f: Frame, other: Frame) -> Frame:

@@ -22,7 +22,7 @@ from randq import SHAPES, make_query, random_deltas
 from ways import WAYS, way
 
 from reopt.api import Optimizer
-from reopt.costmodel.builtins import DOUBLE, LONG, STRING
+from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
@@ -83,6 +83,29 @@ def test_sets_and_groups_equal_python(rows, other, by, func):
         best[k] = r[2] if k not in best else (min if func == "min" else max)(best[k], r[2])
     got = frames.aggregate(f, names[:by], "x", func).rows([*names[:by], "x"])
     assert sorted(got, key=repr) == sorted(((*k, v) for k, v in best.items()), key=repr)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["", "any", "ü"]),
+                               st.booleans(), st.sampled_from([0, 5, 2**40])), max_size=30),
+       width=st.integers(1, 4), packed=st.booleans())
+def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed):
+    """Integer columns (strings as codes, booleans) packed into one key while their ranges
+    allow (a column of 2**40 and 0 does not), else hashed and sorted (``packed`` False:
+    never packed): either way each distinct row once, in the order of its first occurrence,
+    with its hash."""
+    names, types = ["a", "b", "c", "d"][:width], (LONG, STRING, BOOLEAN, LONG)[:width]
+    rows = [r[:width] for r in rows]
+    f = frame_of(rows, names, types)
+    with pytest.MonkeyPatch.context() as mp:
+        if not packed:
+            mp.setattr(frames, "_packed", lambda cols, n: None)
+        new, hashes, at = frames.distinct_hashed(f, frames.row_hash(list(f.cols.values()),
+                                                                    f.height))
+    assert new.rows(names) == list(dict.fromkeys(rows))
+    assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
+        range(new.height))
+    assert hashes.tolist() == frames.row_hash(list(new.cols.values()), new.height)[at].tolist()
 
 
 @settings(max_examples=100, deadline=None)
