@@ -154,6 +154,9 @@ def keys(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     column."""
     if not columns:
         return np.zeros(n, dtype=np.int64)
+    packed = _packed(columns, n, 1 << 62) if n else None
+    if packed is not None:  # integer columns: the packed key (in the same order, unsorted)
+        return packed[0]
     ids = None
     width = 1
     for col in columns:
@@ -316,7 +319,8 @@ def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndar
     hashes and sorts its rows once instead of three times."""
     if f.height < 2:
         return f, h, np.arange(f.height, dtype=np.int64)
-    packed = _packed(list(f.cols.values()), f.height)
+    packed = _packed(list(f.cols.values()), f.height,
+                     max(1 << 16, PACKED_ROOM * f.height))
     if packed is not None:  # small integer columns: the first of each key without a sort
         key, span = packed
         first = np.full(span, f.height, dtype=np.int64)
@@ -353,11 +357,11 @@ in an array of that size (a relation with a few small columns and many repeated 
 each rule's duplicates of a relation of OR nodes), not by sorting the rows' hashes."""
 
 
-def _packed(columns: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, int] | None:
+def _packed(columns: Sequence[np.ndarray], n: int, limit: int
+            ) -> tuple[np.ndarray, int] | None:
     """Each row's columns as one exact ``int64`` in ``[0, span)`` and the span — distinct
-    rows, distinct numbers — or None when a column is not integer (or boolean) or the span
-    is more than :data:`PACKED_ROOM` per row."""
-    limit = max(1 << 16, PACKED_ROOM * n)
+    rows, distinct numbers, ordered as the rows are lexicographically — or None when a
+    column is not integer (nor boolean) or the span is more than ``limit``."""
     spans, lows = [], []
     span = 1
     for col in columns:

@@ -99,7 +99,7 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
     f = frame_of(rows, names, types)
     with pytest.MonkeyPatch.context() as mp:
         if not packed:
-            mp.setattr(frames, "_packed", lambda cols, n: None)
+            mp.setattr(frames, "_packed", lambda cols, n, limit: None)
         new, hashes, at = frames.distinct_hashed(f, frames.row_hash(list(f.cols.values()),
                                                                     f.height))
     assert new.rows(names) == list(dict.fromkeys(rows))
