@@ -227,6 +227,20 @@ def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
     return batch
 
 
+def _final_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
+    """``Fn_final`` row by row over the rows whose expression is their query's final
+    operator's pseudo-expression (``top``): every other row has no final alternative
+    (:meth:`PlanSpace.final_alternatives`), so it is left out before the Python loop."""
+    tops, exprs = _by_query(ctx, q, e)
+    at = np.flatnonzero(exprs == tops)
+    row, *outs = _FINAL_ROWS(ctx, *(c[at] if isinstance(c, np.ndarray) else
+                                     [c[k] for k in at.tolist()] for c in (q, e, p, m)))
+    return (at[row], *outs)
+
+
+_FINAL_ROWS = _rowwise(_final, (LONG, STRING, LONG, STRING))
+
+
 def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
     """Estimated rows, query by query, vectorized (:meth:`PlanSpace.summaries`)."""
     q = np.asarray(q, dtype=np.int64)
@@ -316,7 +330,7 @@ BUILTINS: dict[str, Builtin] = {
                 _rowwise(_enforce, (LONG, LONG, STRING)),
                 "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
-                _rowwise(_final, (LONG, STRING, LONG, STRING)),
+                _final_batch,
                 "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
         Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary, _summary_batch,
                 "Fn_scansummary(q, expr, md): estimated rows of a base relation",
