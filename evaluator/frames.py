@@ -37,6 +37,11 @@ class Strings:
 
     def encode(self, values: Iterable[Any]) -> np.ndarray:
         code, text = self.code, self.text
+        if isinstance(values, np.ndarray):
+            few = self._few(values) if len(values) >= FEW_FROM else None
+            if few is not None:
+                return few
+            values = values.tolist()
         values = values if isinstance(values, list) else list(values)
         try:  # every string known: one C-level pass
             return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
@@ -51,6 +56,34 @@ class Strings:
             out.append(c)
         return np.asarray(out, dtype=np.int64)
 
+    def _few(self, values: np.ndarray) -> np.ndarray | None:
+        """The codes of an ``object`` array of at most :data:`FEW` distinct strings — a
+        built-in's property or operator column, most often one value throughout — by one
+        vectorized comparison per distinct string instead of a dictionary lookup per value;
+        None when it holds more (or something not a string). New strings get their codes in
+        the order they first occur, as :meth:`encode`'s loop gives them."""
+        out = np.empty(len(values), dtype=np.int64)
+        rest, at = values, None
+        for _ in range(FEW):
+            v = rest[0]
+            if type(v) is not str:
+                return None
+            c = self.code.get(v)
+            if c is None:
+                c = self.code[v] = len(self.text)
+                self.text.append(v)
+            same = np.asarray(rest == v, dtype=bool)
+            if at is None and same.all():
+                out[:] = c
+                return out
+            out[same.nonzero()[0] if at is None else at[same]] = c
+            other = ~same
+            at = other.nonzero()[0] if at is None else at[other]
+            rest = values[at]
+            if not len(rest):
+                return out
+        return None
+
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """The strings of ``codes`` as an ``object`` array."""
         if len(self._array) != len(self.text):
@@ -58,6 +91,12 @@ class Strings:
             self._array[:] = self.text
         return self._array[codes]
 
+
+FEW = 3
+"""Distinct strings up to which an ``object`` column is encoded by comparisons
+(:meth:`Strings._few`)."""
+FEW_FROM = 64
+"""Values from which :meth:`Strings.encode` tries :meth:`Strings._few` first."""
 
 STRINGS = Strings()
 
@@ -141,7 +180,7 @@ class Frame:
 def column(values: Iterable[Any], kind: str) -> np.ndarray:
     """Python values (or an ``object`` array) as a column of type ``kind``."""
     if kind == STRING:
-        return STRINGS.encode(values.tolist() if isinstance(values, np.ndarray) else values)
+        return STRINGS.encode(values)
     if isinstance(values, np.ndarray):
         return values.astype(NUMPY[kind], copy=False)
     return np.asarray(list(values) if not isinstance(values, (list, tuple)) else values,

@@ -109,6 +109,25 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 
 
 @settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.sampled_from(["any", "sort:a", "ü", "", "x"]), min_size=1,
+                       max_size=frames.FEW + 1, unique=True).flatmap(
+           lambda pool: st.lists(st.sampled_from(pool), min_size=frames.FEW_FROM - 4,
+                                 max_size=frames.FEW_FROM * 3)),
+       known=st.lists(st.sampled_from(["any", "x", "z"]), max_size=3))
+def test_strings_of_an_array_get_the_codes_a_list_gets(values, known):
+    """An ``object`` column (compared per distinct string when it has few) and the same
+    values as a list (looked up one by one) get the same codes, new strings numbered in the
+    order they first occur."""
+    by_array, by_list = frames.Strings(), frames.Strings()
+    for strings in (by_array, by_list):
+        strings.encode(known)
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    assert by_array.encode(column).tolist() == by_list.encode(list(values)).tolist()
+    assert by_array.text == by_list.text
+
+
+@settings(max_examples=100, deadline=None)
 @given(chunks=st.lists(st.lists(st.integers(0, 5), max_size=8), min_size=1, max_size=4),
        probe=st.lists(st.integers(0, 6), max_size=8))
 def test_index_grown_by_appends_finds_what_a_rebuilt_one_finds(chunks, probe):
