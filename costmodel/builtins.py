@@ -190,9 +190,18 @@ def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
     q = np.asarray(q, dtype=np.int64)
     ops = m if isinstance(m, np.ndarray) else _strings(list(m))
     ours = np.zeros(len(q), dtype=bool)
+    done: list[tuple[np.ndarray, ...]] = []
     for qid in np.unique(q).tolist():  # a method not the model's has no alternative (as
         # join_columns): those rows, most under a model of one join method, are left out first
-        ours |= (q == qid) & np.isin(ops, list(ctx[qid].model.join_methods))
+        mine = q == qid
+        space = ctx[qid]
+        at = np.flatnonzero(mine)
+        whole = space.model.joins_batch(space, np.asarray(e)[at],
+                                        np.asarray(p, dtype=object)[at], ops[at])
+        if whole is not None:  # the model answers every row of the query at once
+            done.append((at[whole[0]], *whole[1:]))
+            continue
+        ours |= mine & np.isin(ops, list(space.model.join_methods))
     at = np.flatnonzero(ours)
     for k, qid, expr, prop, method in zip(
             at.tolist(), q[at].tolist(), np.asarray(e)[at].tolist(),
@@ -206,8 +215,16 @@ def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
             out[2] += cols.left_prop
             out[3] += cols.right
             out[4] += cols.right_prop
-    return (np.asarray(rows, dtype=np.int64),
-            *_columns((LONG, LONG, STRING, LONG, STRING), out))
+    looped = (np.asarray(rows, dtype=np.int64), *_columns((LONG, LONG, STRING, LONG, STRING),
+                                                          out))
+    parts = [part for part in (looped, *done) if len(part[0])]
+    if len(parts) <= 1:  # (one query, as usual)
+        return parts[0] if parts else looped
+    # in input order (each part's rows ascend)
+    row = np.concatenate([part[0] for part in parts])
+    order = np.argsort(row, kind="stable")
+    return tuple(np.concatenate([np.asarray(part[j], dtype=object if j in (3, 5) else np.int64)
+                                 for part in parts])[order] for j in range(6))
 
 
 def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
@@ -225,6 +242,20 @@ def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
                     out[j].append(v)
         return (np.asarray(rows, dtype=np.int64), *_columns(outputs, out))
     return batch
+
+
+def _final_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
+    """``Fn_final`` row by row over the rows whose expression is their query's final
+    operator's pseudo-expression (``top``): every other row has no final alternative
+    (:meth:`PlanSpace.final_alternatives`), so it is left out before the Python loop."""
+    tops, exprs = _by_query(ctx, q, e)
+    at = np.flatnonzero(exprs == tops)
+    row, *outs = _FINAL_ROWS(ctx, *(c[at] if isinstance(c, np.ndarray) else
+                                     [c[k] for k in at.tolist()] for c in (q, e, p, m)))
+    return (at[row], *outs)
+
+
+_FINAL_ROWS = _rowwise(_final, (LONG, STRING, LONG, STRING))
 
 
 def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
@@ -316,7 +347,7 @@ BUILTINS: dict[str, Builtin] = {
                 _rowwise(_enforce, (LONG, LONG, STRING)),
                 "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
-                _rowwise(_final, (LONG, STRING, LONG, STRING)),
+                _final_batch,
                 "Fn_final(q, expr, prop, method, index, logOp, lExpr, lProp): final group-by/sort"),
         Builtin("Fn_scansummary", (LONG, LONG), (DOUBLE,), _summary, _summary_batch,
                 "Fn_scansummary(q, expr, md): estimated rows of a base relation",

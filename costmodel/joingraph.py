@@ -89,6 +89,9 @@ class JoinGraph:
         self.components = self._components()
         self._csgs: list[int] | None = None
         self._halves: dict[int, list[int]] | None = None
+        self._flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """:meth:`halves` as arrays, when the compiled enumeration made them
+        (:meth:`flat_halves`)."""
         self._lefts: dict[int, list[int]] | None = None
         self._pairs = 0
         self._budget: int | None = None
@@ -284,11 +287,23 @@ class JoinGraph:
             return {}
         union = left | right
         order = np.lexsort((left, union))  # by union, each union's left sides ascending
-        union, lefts = union[order], left[order].tolist()
+        union, ordered = union[order], left[order]
+        lefts = ordered.tolist()
         cuts = (np.flatnonzero(np.diff(union)) + 1).tolist()
         starts, ends = [0, *cuts], [*cuts, len(lefts)]
+        self._flat = (union[starts], np.asarray([*starts, len(lefts)], dtype=np.int64),
+                      ordered)
         return dict(zip(union[starts].tolist(),
                         (lefts[a:b] for a, b in zip(starts, ends, strict=True)), strict=True))
+
+    def flat_halves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`halves` as three arrays — the expressions ascending, where each one's left
+        sides start (and, last, where the final one's end), and every left side, ascending
+        per expression — or None where the compiled enumeration did not make them (Python
+        enumeration; a disconnected graph, whose cross-product splits are added after):
+        what a batch of many OR nodes' splits reads (:meth:`CostModel.joins_batch`)."""
+        self.halves()
+        return self._flat if len(self.components) == 1 else None
 
     def lefts(self) -> dict[int, list[int]]:
         """Expression → the left sides of its splits in both orders, sorted (the right side
@@ -331,7 +346,7 @@ class JoinGraph:
             try:
                 self.halves()
             except _OverBudget:
-                self._csgs, self._halves, self.examined = None, None, start
+                self._csgs, self._halves, self._flat, self.examined = None, None, None, start
                 return None
             finally:
                 self._budget = None

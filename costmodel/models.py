@@ -125,6 +125,14 @@ class CostModel:
             out += self.join_alternatives(space, expr, prop, left, expr ^ left, method)
         return AltColumns.of(out)
 
+    def joins_batch(self, space: PlanSpace, exprs: np.ndarray, props: np.ndarray,
+                    methods: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """:meth:`joins` of many OR nodes at once (the batch ``Fn_split``): for each input
+        row's (expression, property, method), its joins in split order, as columns — the row
+        each came from, index, left, left property, right, right property — or None: ask
+        :meth:`joins` node by node (what every model but one answers)."""
+        return None
+
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         return []
 
@@ -200,6 +208,31 @@ class CoutModel(CostModel):
         # (tuple.__new__: without the Python-level __new__ of a NamedTuple, once per node)
         return tuple.__new__(AltColumns, (lefts, joins, joins, lefts, anys,
                                           [expr ^ left for left in lefts], anys))
+
+    def joins_batch(self, space, exprs, props, methods):
+        # joins() of every row at once, from the splits as arrays: a row of method "join",
+        # property "any" and an expression with splits (not the top) has one join per split
+        flat = space.graph.flat_halves()
+        if flat is None or type(self).joins is not CoutModel.joins:
+            return None
+        unions, bounds, lefts = flat
+        exprs = np.asarray(exprs, dtype=np.int64)
+        pos = np.searchsorted(unions, exprs).clip(0, max(len(unions) - 1, 0))
+        ok = ((np.asarray(methods, dtype=object) == "join")
+              & (np.asarray(props, dtype=object) == ANY) & (exprs != space.top))
+        if len(unions):
+            ok &= unions[pos] == exprs
+        else:
+            ok[:] = False
+        at = np.flatnonzero(ok)
+        lo, hi = bounds[pos[at]], bounds[pos[at] + 1]
+        count = hi - lo
+        row = np.repeat(at, count)
+        offsets = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(count) - count, count)
+        left = lefts[np.repeat(lo, count) + offsets]
+        anys = np.full(len(row), ANY, dtype=object)
+        return row, left, left, anys, exprs[row] ^ left, anys
 
     def node_columns(self, space, expr, prop):
         # what all_columns assembles, directly: a leaf's OR node holds its scan, any other

@@ -63,6 +63,7 @@ from reopt.evaluator.frames import (
     column,
     concat,
     distinct,
+    distinct_hashed,
     group_best,
     join,
     lookup,
@@ -338,28 +339,45 @@ class ColumnarStratum:
         sel = prog.features.aggsel.get(pred)
         if sel is not None and rows.height:
             rows = self._select(sel, rows)
-        new = distinct(rows)
+        # hashed and sorted once: for distinct, the probe of the relation, its index's add
+        whole = tuple(range(len(cols)))
+        new, hashes, at = distinct_hashed(rows, row_hash([rows.cols[c] for c in cols],
+                                                         rows.height))
         have = self.before[pred] = self.full[pred]
-        width = len(cols)
         if have.height and new.height:
-            li, ri = self._probe(pred, tuple(range(width)), [new.cols[c] for c in cols])
+            li, ri = self._probe(pred, whole, [new.cols[c] for c in cols], sorted_hashes=(
+                hashes, at))
             seen = np.zeros(new.height, dtype=bool)
             seen[li] = True
-            new = new.filter(~seen)
-        self.append(pred, new)
+            if seen.any():
+                fresh = ~seen
+                keep = fresh[at]
+                at = (np.cumsum(fresh) - 1)[at[keep]]
+                hashes = hashes[keep]
+                new = new.filter(fresh)
+        self.append(pred, new, {whole: (hashes, at)})
         stats.derived[pred] = stats.derived.get(pred, 0) + new.height
         return new
 
-    def append(self, pred: str, rows: Frame) -> None:
-        """Append ``rows`` to ``pred``'s frame, and to every index of it."""
+    def append(self, pred: str, rows: Frame,
+               hashed: Mapping[tuple[int, ...], tuple[np.ndarray, np.ndarray]] | None = None
+               ) -> None:
+        """Append ``rows`` to ``pred``'s frame, and to every index of it; ``hashed``: per
+        index columns, the rows' hashes on them ascending and the row of each (as
+        :func:`~.frames.distinct_hashed` gives them), so that index is not hashed again."""
         if not rows.height:
             return
         have = self.full[pred]
         self.full[pred] = concat([have, rows])
-        rids = np.arange(have.height, have.height + rows.height, dtype=np.int64)
-        for (p, at), idx in self.indexes.items():
-            if p == pred:
-                idx.add(row_hash([rows.cols[f"c{j}"] for j in at], rows.height), rids)
+        for (p, cols), idx in self.indexes.items():
+            if p != pred:
+                continue
+            known = hashed.get(cols) if hashed else None
+            if known is not None:
+                idx.add_sorted(known[0], known[1] + have.height)
+            else:
+                idx.add(row_hash([rows.cols[f"c{j}"] for j in cols], rows.height),
+                        np.arange(have.height, have.height + rows.height, dtype=np.int64))
 
     def _select(self, sel: AggSel, rows: Frame) -> Frame:
         """Aggregate selection (as the tuple engine's ``_select``): per group, the tuples with
@@ -455,12 +473,20 @@ class ColumnarStratum:
         return np.asarray(COMPARE[op](lc, rc), dtype=bool)
 
     def _probe(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
-               below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               below: int | None = None,
+               sorted_hashes: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """The (row of ``values``, row of ``pred``) pairs equal on ``cols`` — by hash through
-        the index, then value by value — among the first ``below`` rows of ``pred``."""
+        the index, then value by value — among the first ``below`` rows of ``pred``;
+        ``sorted_hashes``: the rows' hashes ascending and the row of each, known already."""
         rel = self.full[pred]
-        n = len(values[0]) if values else 0
-        li, ri = self._index(pred, cols).probe(row_hash(values, n))
+        if sorted_hashes is not None:
+            hashes, at = sorted_hashes
+            li, ri = self._index(pred, cols).probe_sorted(hashes)
+            li = at[li]
+        else:
+            n = len(values[0]) if values else 0
+            li, ri = self._index(pred, cols).probe(row_hash(values, n))
         if below is not None:
             keep = ri < below
             li, ri = li[keep], ri[keep]

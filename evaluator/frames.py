@@ -37,6 +37,11 @@ class Strings:
 
     def encode(self, values: Iterable[Any]) -> np.ndarray:
         code, text = self.code, self.text
+        if isinstance(values, np.ndarray):
+            few = self._few(values) if len(values) >= FEW_FROM else None
+            if few is not None:
+                return few
+            values = values.tolist()
         values = values if isinstance(values, list) else list(values)
         try:  # every string known: one C-level pass
             return np.fromiter(map(code.__getitem__, values), np.int64, len(values))
@@ -51,6 +56,34 @@ class Strings:
             out.append(c)
         return np.asarray(out, dtype=np.int64)
 
+    def _few(self, values: np.ndarray) -> np.ndarray | None:
+        """The codes of an ``object`` array of at most :data:`FEW` distinct strings — a
+        built-in's property or operator column, most often one value throughout — by one
+        vectorized comparison per distinct string instead of a dictionary lookup per value;
+        None when it holds more (or something not a string). New strings get their codes in
+        the order they first occur, as :meth:`encode`'s loop gives them."""
+        out = np.empty(len(values), dtype=np.int64)
+        rest, at = values, None
+        for _ in range(FEW):
+            v = rest[0]
+            if type(v) is not str:
+                return None
+            c = self.code.get(v)
+            if c is None:
+                c = self.code[v] = len(self.text)
+                self.text.append(v)
+            same = np.asarray(rest == v, dtype=bool)
+            if at is None and same.all():
+                out[:] = c
+                return out
+            out[same.nonzero()[0] if at is None else at[same]] = c
+            other = ~same
+            at = other.nonzero()[0] if at is None else at[other]
+            rest = values[at]
+            if not len(rest):
+                return out
+        return None
+
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """The strings of ``codes`` as an ``object`` array."""
         if len(self._array) != len(self.text):
@@ -58,6 +91,12 @@ class Strings:
             self._array[:] = self.text
         return self._array[codes]
 
+
+FEW = 3
+"""Distinct strings up to which an ``object`` column is encoded by comparisons
+(:meth:`Strings._few`)."""
+FEW_FROM = 64
+"""Values from which :meth:`Strings.encode` tries :meth:`Strings._few` first."""
 
 STRINGS = Strings()
 
@@ -141,7 +180,7 @@ class Frame:
 def column(values: Iterable[Any], kind: str) -> np.ndarray:
     """Python values (or an ``object`` array) as a column of type ``kind``."""
     if kind == STRING:
-        return STRINGS.encode(values.tolist() if isinstance(values, np.ndarray) else values)
+        return STRINGS.encode(values)
     if isinstance(values, np.ndarray):
         return values.astype(NUMPY[kind], copy=False)
     return np.asarray(list(values) if not isinstance(values, (list, tuple)) else values,
@@ -154,6 +193,9 @@ def keys(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     column."""
     if not columns:
         return np.zeros(n, dtype=np.int64)
+    packed = _packed(columns, n, 1 << 62) if n else None
+    if packed is not None:  # integer columns: the packed key (in the same order, unsorted)
+        return packed[0]
     ids = None
     width = 1
     for col in columns:
@@ -308,6 +350,76 @@ def distinct(f: Frame) -> Frame:
     return f.take(np.sort(first))
 
 
+def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndarray]:
+    """:func:`distinct` of ``f`` given its :func:`row_hash` ``h``, by one sort: the distinct
+    rows (the first of equal ones, in ``f``'s order), their hashes ascending, and for each of
+    those the row of the result it is the hash of — what probing an :class:`Index` and
+    adding to it take (:meth:`Index.probe_sorted`, :meth:`Index.add_sorted`), so a release
+    hashes and sorts its rows once instead of three times."""
+    if f.height < 2:
+        return f, h, np.arange(f.height, dtype=np.int64)
+    packed = _packed(list(f.cols.values()), f.height,
+                     max(1 << 16, PACKED_ROOM * f.height))
+    if packed is not None:  # small integer columns: the first of each key without a sort
+        key, span = packed
+        first = np.full(span, f.height, dtype=np.int64)
+        np.minimum.at(first, key, np.arange(f.height, dtype=np.int64))
+        keep = np.sort(first[first < f.height])
+        if len(keep) < f.height:
+            f, h = f.take(keep), h[keep]
+        order = np.argsort(h)
+        return f, h[order], order
+    order = np.argsort(h)
+    hs = h[order]
+    starts = np.empty(f.height, dtype=bool)
+    starts[0] = True
+    np.not_equal(hs[1:], hs[:-1], out=starts[1:])
+    if starts.all():  # no two rows hash alike, so none are equal
+        return f, hs, order
+    at = np.flatnonzero(starts)
+    first = np.minimum.reduceat(order, at)  # per hash, its first row
+    rep = np.empty(f.height, dtype=np.int64)
+    rep[order] = first[np.cumsum(starts) - 1]
+    if not all(np.array_equal(c, c[rep]) for c in f.cols.values()):  # a collision: exact
+        new = distinct(f)
+        h = row_hash(list(new.cols.values()), new.height)
+        order = np.argsort(h)
+        return new, h[order], order
+    keep = np.sort(first)
+    return f.take(keep), hs[at], np.searchsorted(keep, first)
+
+
+PACKED_ROOM = 4
+"""Keys of integer columns are packed into one number while their ranges multiply to at most
+this many times the rows (or 65,536): :func:`distinct_hashed` then finds each key's first row
+in an array of that size (a relation with a few small columns and many repeated tuples, as
+each rule's duplicates of a relation of OR nodes), not by sorting the rows' hashes."""
+
+
+def _packed(columns: Sequence[np.ndarray], n: int, limit: int
+            ) -> tuple[np.ndarray, int] | None:
+    """Each row's columns as one exact ``int64`` in ``[0, span)`` and the span — distinct
+    rows, distinct numbers, ordered as the rows are lexicographically — or None when a
+    column is not integer (nor boolean) or the span is more than ``limit``."""
+    spans, lows = [], []
+    span = 1
+    for col in columns:
+        if col.dtype.kind not in "iub":
+            return None
+        low, high = int(col.min()), int(col.max())
+        width = high - low + 1
+        span *= width
+        if span > limit:
+            return None
+        spans.append(width)
+        lows.append(low)
+    key = np.zeros(n, dtype=np.int64)
+    for col, low, width in zip(columns, lows, spans, strict=True):
+        key *= width
+        key += col.astype(np.int64, copy=False) - low
+    return key, span
+
+
 def minus(f: Frame, other: Frame) -> Frame:
     """Rows of ``f`` not in ``other`` (same columns)."""
     return anti(f, other, list(f.cols))
@@ -389,17 +501,30 @@ class Index:
         if not len(hashes):
             return
         order = np.argsort(hashes, kind="stable")
-        hashes, rids = hashes[order], rids[order]
+        self.add_sorted(hashes[order], rids[order])
+
+    def add_sorted(self, hashes: np.ndarray, rids: np.ndarray) -> None:
+        """:meth:`add`, the hashes ascending already."""
+        if not len(hashes):
+            return
         at = np.searchsorted(self.hashes, hashes, "right")
         self.hashes = np.insert(self.hashes, at, hashes)
         self.rids = np.insert(self.rids, at, rids)
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, indexed row id) pair with equal hashes."""
-        lo, hi = runs(self.hashes, hashes)
+        return self._pairs(*runs(self.hashes, hashes), len(hashes))
+
+    def probe_sorted(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`probe` with the probes' hashes ascending (searched as they are)."""
+        return self._pairs(np.searchsorted(self.hashes, hashes, "left"),
+                           np.searchsorted(self.hashes, hashes, "right"), len(hashes))
+
+    def _pairs(self, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (probe, row id) pairs of the runs ``[lo, hi)`` of the ``n`` probes."""
         count = hi - lo
         total = int(count.sum())
-        li = np.repeat(np.arange(len(hashes), dtype=np.int64), count)
+        li = np.repeat(np.arange(n, dtype=np.int64), count)
         starts = np.repeat(lo, count)
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
         return li, self.rids[starts + offsets]

@@ -461,6 +461,15 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
+        self._embeds = shape.embedded
+        self._rules_of = {p: sum(r.head.pred == p for r in compiled.rules) for p in shape.layer}
+        """Relation of the layer → how many rules derive it."""
+        self._kept_sources: dict[str, set[tuple]] | None = None
+        """During a from-scratch revival on frames: per suppressed source relation, the only
+        tuples of it that can be live (:meth:`_suppression_keeps`); else None."""
+        self._candidate_indexes: dict[tuple[str, tuple[int, ...]], dict[tuple, list]] = {}
+        """During a from-scratch revival: the candidates of a relation by columns
+        (:meth:`_candidates`)."""
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
@@ -569,9 +578,13 @@ class MaintainedEngine(PythonEngine):
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
             work: deque[tuple[str, Iterable[tuple]]] = deque()
-            for p in self._seeds:
-                self._spread(p, list(self.full[p].rows), work)
-            self._revive_all(work)
+            self._kept_sources = self._suppression_keeps()
+            try:
+                for p in self._seeds:
+                    self._spread(p, list(self.full[p].rows), work)
+                self._revive_all(work)
+            finally:
+                self._kept_sources, self._candidate_indexes = None, {}
         else:
             self._count_and_suppress()
         for stratum in prog.strata[self.plan.stratum + 1:]:
@@ -1182,7 +1195,7 @@ class MaintainedEngine(PythonEngine):
                 # once: a candidate not supported yet is queued again by the embedded source
                 # that makes it supported, when that source's tuple becomes live
                 queued.add((h, v.embeds))
-                work.append((h, self._complete_rows(h, v.embeds, rs)))
+                work.append((h, self._candidates(h, v.embeds, rs)))
 
     def _supported(self, rows: list[tuple], pred: str) -> list[tuple]:
         """The complete-layer tuples of ``rows`` that belong in the live layer given what is
@@ -1192,7 +1205,10 @@ class MaintainedEngine(PythonEngine):
             return [r for r in rows if counts.get(r, 0) > 0]
         rows = self._within(pred, rows)
         pruned = self._suppressing.get(pred)
-        if pruned is not None and rows and pruned in self._caps:
+        if pruned is not None and self._kept_sources is not None:
+            keeps = self._kept_sources[pred]
+            rows = [r for r in rows if r in keeps]
+        elif pruned is not None and rows and pruned in self._caps:
             cols = self._suppressed_key[pred]
             have = {t[:len(cols)] for t in self._within(
                 pruned, self._complete_rows(pruned, cols, rows))}
@@ -1206,6 +1222,53 @@ class MaintainedEngine(PythonEngine):
         full = self.full
         return [r for r in rows
                 if any(all(key(r) in full[src].rows for src, key in atoms) for atoms in rules)]
+
+    def _suppression_keeps(self) -> dict[str, set[tuple]] | None:
+        """For a revival from scratch on frames: per suppressed source relation, its tuples
+        that the complete layer's suppressing relation keeps (a tuple of it whose leading
+        columns they are, within the bounds) — the only ones :meth:`_supported` can let in.
+        Taken from the suppressing side (on large-clique-17: 7,652 ``PlanCost`` tuples
+        instead of the 53,534 ``SearchSpace`` candidates of the live ``Goal`` tuples looked
+        up, built and probed). They are tuples of the complete source relation because every
+        rule of the suppressing relation embeds the source in those columns, and the complete
+        layer never deletes a source tuple; None (look candidates up as an update does)
+        without frames (a small layer, whose hash indexes an update reuses) or when some
+        rule does not embed it so."""
+        if self._frames is None:
+            return None
+        prog, out = self.program, {}
+        for source, pruned in self._suppressing.items():
+            lead = self._suppressed_key[source]
+            rules = self._embeds.get(pruned, [])
+            if (pruned in prog.inputs or prog.facts.get(pruned)
+                    or len(rules) != self._rules_of.get(pruned)
+                    or not all((source, lead) in atoms for atoms in rules)):
+                return None
+            width = len(lead)
+            out[source] = {r[:width] for r in self._within(pruned, self.complete[pruned].rows)}
+        return out
+
+    def _candidates(self, pred: str, cols: tuple[int, ...], keys: list[tuple]) -> list[tuple]:
+        """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of
+        ``keys`` that :meth:`_supported` may let in: during a revival from scratch, only the
+        source tuples the suppressing relation keeps (:meth:`_suppression_keeps`), or of a
+        relation whose tuples are built, through an index made for the revival and dropped
+        after it; otherwise :meth:`_complete_rows`."""
+        if self._kept_sources is None:
+            return self._complete_rows(pred, cols, keys)
+        idx = self._candidate_indexes.get((pred, cols))
+        if idx is None:
+            if pred in self._kept_sources:
+                rows: Iterable[tuple] = self._kept_sources[pred]
+            elif self.complete[pred].built():
+                rows = self.complete[pred].rows
+            else:
+                return self._complete_rows(pred, cols, keys)
+            idx = self._candidate_indexes[(pred, cols)] = {}
+            get = key_of(cols)
+            for t in rows:
+                idx.setdefault(get(t), []).append(t)
+        return [t for k in keys for t in idx.get(k, ())]
 
     def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                        ) -> list[tuple]:

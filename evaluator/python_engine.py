@@ -112,6 +112,11 @@ class Relation:
         """The same tuples; indexes are rebuilt on demand."""
         return Relation(self.rows)
 
+    def built(self) -> bool:
+        """Whether the tuples are made (a relation of :meth:`of_rows` makes them when first
+        read)."""
+        return True
+
     def has_index(self, cols: tuple[int, ...]) -> bool:
         """Whether the index on ``cols`` is built already."""
         return cols in self._indexes
@@ -191,6 +196,9 @@ class _Unbuilt(Relation):
 
     def __len__(self) -> int:
         return self._size
+
+    def built(self) -> bool:
+        return False
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickled as the relation it becomes (built first)."""

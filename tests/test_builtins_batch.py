@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from randq import make_query, queries
 
+from reopt.costmodel import ccp
 from reopt.costmodel.builtins import BUILTINS
 from reopt.costmodel.errors import QueryError
 from reopt.costmodel.models import cost_model
@@ -67,10 +68,14 @@ def inputs(space: PlanSpace, q: int) -> dict[str, list[tuple]]:
 
 @pytest.mark.parametrize("model", ["cout", "io"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(qc=queries(2, 6), qid=st.integers(0, 3))
-def test_batch_equals_tuple_form(model, qc, qid):
+@given(qc=queries(2, 6), qid=st.integers(0, 3), compiled=st.booleans())
+def test_batch_equals_tuple_form(model, qc, qid, compiled):
+    """Every built-in's batch form against its tuple form; ``compiled``: the join graph
+    enumerated by the compiled kernel (else Python, as below 14 relations), whose splits as
+    arrays a model may read for the whole batch (``cout``'s ``Fn_split``)."""
     q, cat = qc
     space = PlanSpace(q, cat, cost_model(model))
+    space.graph.compiled = compiled and ccp.AVAILABLE
     ctx = {qid: space}
     for name, rows in inputs(space, qid).items():
         if not rows:
@@ -95,6 +100,20 @@ def test_batches_mix_queries_and_keep_the_row_order():
     assert left.dtype == np.int64 and right.dtype == np.int64 and lprop.dtype == object
     assert ((left | right) == np.asarray([rows[k][1] for k in row.tolist()])).all()
     assert not (left & right).any()
+
+
+def test_a_batch_of_splits_answered_whole_and_node_by_node_keeps_the_row_order():
+    """``cout`` on a compiled enumeration answers its query's rows at once, ``io`` node by
+    node: rows of both, interleaved, come back as the tuple form gives them, row by row."""
+    a, cat_a = make_query("clique", 5, 3)
+    b, cat_b = make_query("star", 5, 2, final=False)
+    sa, sb = PlanSpace(a, cat_a, cost_model("cout")), PlanSpace(b, cat_b, cost_model("io"))
+    sa.graph.compiled = ccp.AVAILABLE
+    ctx = {0: sa, 7: sb}
+    rows = [(0, e, p, m) for e, p in sorted(sa.or_nodes()) for m in ("join", "hashjoin")]
+    rows += [(7, e, p, "hashjoin") for e, p in sorted(sb.or_nodes())]
+    rows = rows[::2] + rows[1::2][::-1]
+    assert as_batch(BUILTINS["Fn_split"], ctx, rows) == per_row(BUILTINS["Fn_split"], ctx, rows)
 
 
 def test_every_builtin_has_a_batch_form():

@@ -22,7 +22,7 @@ from randq import SHAPES, make_query, random_deltas
 from ways import WAYS, way
 
 from reopt.api import Optimizer
-from reopt.costmodel.builtins import DOUBLE, LONG, STRING
+from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
@@ -68,6 +68,13 @@ def test_sets_and_groups_equal_python(rows, other, by, func):
     names = ["a", "b", "x"]
     f, g = frame_of(rows, names, TYPES), frame_of(other, names, TYPES)
     assert sorted(frames.distinct(f).rows(names), key=repr) == sorted(set(rows), key=repr)
+    # the one-sort form: the same rows in the same order, each hash ascending with its row
+    h = frames.row_hash(list(f.cols.values()), f.height)
+    new, hashes, at = frames.distinct_hashed(f, h)
+    assert new.rows(names) == list(dict.fromkeys(rows))
+    assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
+        range(new.height))
+    assert hashes.tolist() == frames.row_hash(list(new.cols.values()), new.height)[at].tolist()
     assert Counter(frames.minus(f, g).rows(names)) == Counter(r for r in rows if r not in other)
     assert Counter(frames.concat([f, g]).rows(names)) == Counter(rows) + Counter(other)
     best: dict[tuple, float] = {}
@@ -78,6 +85,48 @@ def test_sets_and_groups_equal_python(rows, other, by, func):
     assert sorted(got, key=repr) == sorted(((*k, v) for k, v in best.items()), key=repr)
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["", "any", "ü"]),
+                               st.booleans(), st.sampled_from([0, 5, 2**40])), max_size=30),
+       width=st.integers(1, 4), packed=st.booleans())
+def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed):
+    """Integer columns (strings as codes, booleans) packed into one key while their ranges
+    allow (a column of 2**40 and 0 does not), else hashed and sorted (``packed`` False:
+    never packed): either way each distinct row once, in the order of its first occurrence,
+    with its hash."""
+    names, types = ["a", "b", "c", "d"][:width], (LONG, STRING, BOOLEAN, LONG)[:width]
+    rows = [r[:width] for r in rows]
+    f = frame_of(rows, names, types)
+    with pytest.MonkeyPatch.context() as mp:
+        if not packed:
+            mp.setattr(frames, "_packed", lambda cols, n, limit: None)
+        new, hashes, at = frames.distinct_hashed(f, frames.row_hash(list(f.cols.values()),
+                                                                    f.height))
+    assert new.rows(names) == list(dict.fromkeys(rows))
+    assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
+        range(new.height))
+    assert hashes.tolist() == frames.row_hash(list(new.cols.values()), new.height)[at].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.sampled_from(["any", "sort:a", "ü", "", "x"]), min_size=1,
+                       max_size=frames.FEW + 1, unique=True).flatmap(
+           lambda pool: st.lists(st.sampled_from(pool), min_size=frames.FEW_FROM - 4,
+                                 max_size=frames.FEW_FROM * 3)),
+       known=st.lists(st.sampled_from(["any", "x", "z"]), max_size=3))
+def test_strings_of_an_array_get_the_codes_a_list_gets(values, known):
+    """An ``object`` column (compared per distinct string when it has few) and the same
+    values as a list (looked up one by one) get the same codes, new strings numbered in the
+    order they first occur."""
+    by_array, by_list = frames.Strings(), frames.Strings()
+    for strings in (by_array, by_list):
+        strings.encode(known)
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    assert by_array.encode(column).tolist() == by_list.encode(list(values)).tolist()
+    assert by_array.text == by_list.text
+
+
 @settings(max_examples=100, deadline=None)
 @given(chunks=st.lists(st.lists(st.integers(0, 5), max_size=8), min_size=1, max_size=4),
        probe=st.lists(st.integers(0, 6), max_size=8))
@@ -85,16 +134,25 @@ def test_index_grown_by_appends_finds_what_a_rebuilt_one_finds(chunks, probe):
     def h(values: list[int]) -> np.ndarray:
         return frames.row_hash([np.asarray(values, dtype=np.int64)], len(values))
 
+    def ascending(values: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(h(values))
+        return h(values)[order], order
+
     idx = Index(h(chunks[0]), np.arange(len(chunks[0]), dtype=np.int64))
+    grown = Index(h(chunks[0]), np.arange(len(chunks[0]), dtype=np.int64))  # the sorted forms
     everything = list(chunks[0])
     for chunk in chunks[1:]:
         idx.add(h(chunk), np.arange(len(everything), len(everything) + len(chunk)))
+        hashes, order = ascending(chunk)
+        grown.add_sorted(hashes, order + len(everything))
         everything += chunk
-    li, ri = idx.probe(h(probe))
-    got = Counter(zip(li.tolist(), ri.tolist(), strict=True))
     want = Counter((i, j) for i, p in enumerate(probe) for j, e in enumerate(everything)
                    if p == e)
-    assert got == want
+    li, ri = idx.probe(h(probe))
+    assert Counter(zip(li.tolist(), ri.tolist(), strict=True)) == want
+    hashes, order = ascending(probe)
+    li, ri = grown.probe_sorted(hashes)
+    assert Counter(zip(order[li].tolist(), ri.tolist(), strict=True)) == want
 
 
 @settings(max_examples=30, deadline=None)
