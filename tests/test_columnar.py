@@ -129,6 +129,35 @@ def test_a_relation_from_a_frame_makes_its_tuples_once_and_only_when_read():
     assert len(copied) == len(again) == 2 and type(again) is Relation and made == [1, 1]
 
 
+def python_index(rows, cols: tuple[int, ...]) -> dict[tuple, set[tuple]]:
+    out: dict[tuple, set[tuple]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[c] for c in cols), set()).add(r)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=rows_of(TYPES), cols=st.sampled_from([(), (0,), (1,), (2,), (0, 1), (2, 1, 0)]),
+       extra=rows_of(TYPES))
+def test_an_index_cut_from_a_frames_runs_groups_as_python_does(rows, cols, extra):
+    """A relation built from a frame indexes its tuples by slicing the frame's runs
+    (:func:`frames.runs_by`): the same buckets as grouping the tuples in Python (equal keys
+    under ``==``: ``0.0`` and ``-0.0`` alike, strings by value), also for an index asked
+    for after the relation changed (then built tuple by tuple)."""
+    names = ["a", "b", "x"]
+    f = frames.distinct(frame_of(rows, names, TYPES))
+    rel = Relation.of_rows(lambda: f.rows(names), f.height,
+                           lambda key: frames.runs_by(f, [names[j] for j in key]))
+    idx = rel.index(cols)
+    want = python_index(set(rows), cols)
+    assert {k: set(b) for k, b in idx.items()} == want
+    assert all(len(b) == len(set(b)) for b in idx.values())
+    rel.add(extra)
+    assert {k: set(b) for k, b in rel.index(cols).items()} == python_index(rel.rows, cols)
+    other = tuple(c for c in (1, 0) if c not in cols)
+    assert {k: set(b) for k, b in rel.index(other).items()} == python_index(rel.rows, other)
+
+
 def test_strings_keep_their_order_in_comparisons():
     """Strings are codes inside frames; ``<`` must still compare the strings themselves."""
     f = frame_of([("b",), ("a",), ("c",)], ["$s"], (STRING,))
