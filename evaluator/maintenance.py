@@ -65,6 +65,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -73,7 +75,15 @@ from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
-from reopt.evaluator.compiler import DELTA, Call, CompiledProgram, Filter, Scan, Variant
+from reopt.evaluator.compiler import (
+    COMPARE,
+    DELTA,
+    Call,
+    CompiledProgram,
+    Filter,
+    Scan,
+    Variant,
+)
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
@@ -317,6 +327,52 @@ def delta_reads(v: Variant) -> tuple[int, ...] | None:
                  or (isinstance(t, Var) and (t.name in used or seen[t.name] > 1)))
 
 
+Test = tuple[str, Any, Any]
+"""A test of a source tuple read off a variant (:func:`source_tests`): ``("held", cols,
+None)`` — the group its columns ``cols`` name is present in the maintained relation — or
+``("cmp", compare, (left, right))`` with each side ``("col", j)`` or ``("const", value)``."""
+
+
+def source_tests(v: Variant, target: str, key: int) -> tuple[Test, ...]:
+    """Tests every source tuple that derives anything through ``v`` passes, read off ``v``
+    (a variant whose first op scans its delta, a source relation's tuples): its comparisons
+    of the delta atom's variables and constants, and per scan of ``target`` whose group key
+    — its leading ``key`` arguments — is all variables the delta's atom binds, that the
+    group those columns name is present in ``target`` (the scan finds nothing otherwise).
+    A tuple failing one derives nothing, so it is dropped before the variant runs, by a
+    comparison or a dictionary probe made in C (:meth:`MaintainedEngine._present`),
+    instead of being joined one by one: the join starts, in effect, from the children
+    that are there. Empty when ``v`` does not start with a delta scan."""
+    first = v.ops[0] if v.ops else None
+    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+        return ()
+    pos: dict[str, int] = {}
+    for j, t in enumerate(first.args):
+        if isinstance(t, Var):
+            pos.setdefault(t.name, j)
+
+    def side(t: Any) -> tuple[str, Any] | None:
+        if isinstance(t, Var) and t.name in pos:
+            return ("col", pos[t.name])
+        return ("const", t.value) if isinstance(t, Const) else None
+
+    cmps: list[Test] = []
+    held: list[Test] = []
+    for op in v.ops[1:]:
+        if isinstance(op, Filter):
+            left, right = side(op.left), side(op.right)
+            if left is not None and right is not None and "col" in (left[0], right[0]):
+                cmps.append(("cmp", COMPARE[op.op], (left, right)))
+        elif isinstance(op, Scan) and op.pred == target and not op.negated and len(
+                op.args) >= key:
+            args = op.args[:key]
+            if all(isinstance(t, Var) and t.name in pos for t in args):
+                test = ("held", tuple(pos[t.name] for t in args), None)  # type: ignore
+                if test not in held:
+                    held.append(test)
+    return (*cmps, *held)  # (the comparisons first: cheaper, and often decisive)
+
+
 def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
     """``variants`` without those deriving what an earlier one does: the same ops and head
     up to the names of their variables (two rules reading a ``target`` atom alike, cut
@@ -461,6 +517,12 @@ class MaintainedEngine(PythonEngine):
                                 for s in self._suppressing}
         """Source relation → its columns (the leading columns of the relation keeping it)."""
         self._alternatives = shape.alternatives
+        self._source_tests = {id(v): source_tests(v, self.plan.target, self.plan.key)
+                              for v in (*(v for _, _, v in self.plan.sources),
+                                        *(v for _, v in self.plan.enter))}
+        """Per variant reading the maintained relation's source tuples (the rules and their
+        cuts of :attr:`MaintenancePlan.enter`), the tests a source tuple must pass to derive
+        anything through it (:func:`source_tests`)."""
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
@@ -837,8 +899,9 @@ class MaintainedEngine(PythonEngine):
                     delta = deltas[(source, cols)] = Batch(
                         [r for g in entering for r in idx.get(g, ())])
                 key = key_of(cols)
-                for row in set(self.run_variant(v, complete, {source: delta})
-                               if delta.rows else ()):
+                present = self._present(v, delta)
+                for row in set(self.run_variant(v, complete, {source: present})
+                               if present.rows else ()):
                     partial.setdefault(key(row), {}).setdefault(source, set()).add(row)
             entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
@@ -875,6 +938,28 @@ class MaintainedEngine(PythonEngine):
                         partial.setdefault(parent, {}).setdefault(source, set()).add(row)
             queue(parents)
         return changes
+
+    def _present(self, v: Variant, delta: Batch) -> Batch:
+        """``delta`` without the source tuples that fail one of ``v``'s
+        :func:`source_tests` — a comparison, or a group the complete layer does not hold —
+        and so derive nothing through ``v`` (on the large queries most of a stale group's
+        alternatives read a child above its bound). Each test runs in C over the tuples."""
+        tests = self._source_tests.get(id(v), ())
+        if not tests or not delta.rows:
+            return delta
+        rows = delta.rows
+        for kind, what, sides in tests:
+            if kind == "held":
+                held = self.complete[self.plan.target].index(tuple(range(self.plan.key)))
+                keep = map(held.__contains__, map(key_of(what), rows))
+            else:
+                left, right = (map(itemgetter(x), rows) if k == "col" else repeat(x)
+                               for k, x in sides)
+                keep = map(what, left, right)
+            rows = list(compress(rows, keep))
+            if not rows:
+                break
+        return delta if len(rows) == len(delta.rows) else Batch(rows)
 
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
@@ -933,6 +1018,7 @@ class MaintainedEngine(PythonEngine):
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
         def derive(delta: Batch, source: str, v: Variant) -> None:
+            delta = self._present(v, delta)
             if delta.rows:
                 for t in self.run_variant(v, complete, {source: delta}):
                     cands[t[:plan.key]].append(t)
