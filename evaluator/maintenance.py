@@ -65,15 +65,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import compress, repeat
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator import columnar
+from reopt.evaluator import columnar, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
 from reopt.evaluator.compiler import (
     COMPARE,
@@ -87,6 +85,7 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
+from reopt.evaluator.sourcerows import SourceRows
 
 BATCH_RANKS_FROM = 64
 """Groups whose ranks one call of the rank built-in's batch form gives (below, numpy's fixed
@@ -339,10 +338,10 @@ def source_tests(v: Variant, target: str, key: int) -> tuple[Test, ...]:
     of the delta atom's variables and constants, and per scan of ``target`` whose group key
     — its leading ``key`` arguments — is all variables the delta's atom binds, that the
     group those columns name is present in ``target`` (the scan finds nothing otherwise).
-    A tuple failing one derives nothing, so it is dropped before the variant runs, by a
-    comparison or a dictionary probe made in C (:meth:`MaintainedEngine._present`),
-    instead of being joined one by one: the join starts, in effect, from the children
-    that are there. Empty when ``v`` does not start with a delta scan."""
+    A tuple failing one derives nothing, so it may be dropped before the variant runs
+    (:mod:`.sourcerows` does so on arrays) instead of being joined one by one: the join
+    starts, in effect, from the children that are there. Empty when ``v`` does not start
+    with a delta scan."""
     first = v.ops[0] if v.ops else None
     if not isinstance(first, Scan) or first.version != DELTA or first.negated:
         return ()
@@ -523,6 +522,9 @@ class MaintainedEngine(PythonEngine):
         """Per variant reading the maintained relation's source tuples (the rules and their
         cuts of :attr:`MaintenancePlan.enter`), the tests a source tuple must pass to derive
         anything through it (:func:`source_tests`)."""
+        self._source_rows: dict[tuple[str, tuple[int, ...]], SourceRows | None] = {}
+        """Per source relation and group columns, its tuples on arrays after an evaluation
+        on frames (:meth:`_picker`); made again after every evaluation."""
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
@@ -588,6 +590,7 @@ class MaintainedEngine(PythonEngine):
         self.program = self.complete_program
         self._frames = None
         self._probes = {}
+        self._source_rows = {}
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
@@ -893,15 +896,16 @@ class MaintainedEngine(PythonEngine):
         if partial is not None and entering:
             deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                delta = deltas.get((source, cols))
-                if delta is None:
+                picker = self._picker(source, cols)
+                if picker is not None:
+                    delta = Batch(picker.pick(id(v), list(entering)))
+                elif (delta := deltas.get((source, cols))) is None:
                     idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
                         [r for g in entering for r in idx.get(g, ())])
                 key = key_of(cols)
-                present = self._present(v, delta)
-                for row in set(self.run_variant(v, complete, {source: present})
-                               if present.rows else ()):
+                for row in set(self.run_variant(v, complete, {source: delta})
+                               if delta.rows else ()):
                     partial.setdefault(key(row), {}).setdefault(source, set()).add(row)
             entering = {g for g in entering if g in partial}
         pending: dict[int, set[tuple]] = {}
@@ -939,27 +943,31 @@ class MaintainedEngine(PythonEngine):
             queue(parents)
         return changes
 
-    def _present(self, v: Variant, delta: Batch) -> Batch:
-        """``delta`` without the source tuples that fail one of ``v``'s
-        :func:`source_tests` — a comparison, or a group the complete layer does not hold —
-        and so derive nothing through ``v`` (on the large queries most of a stale group's
-        alternatives read a child above its bound). Each test runs in C over the tuples."""
-        tests = self._source_tests.get(id(v), ())
-        if not tests or not delta.rows:
-            return delta
-        rows = delta.rows
-        for kind, what, sides in tests:
-            if kind == "held":
-                held = self.complete[self.plan.target].index(tuple(range(self.plan.key)))
-                keep = map(held.__contains__, map(key_of(what), rows))
-            else:
-                left, right = (map(itemgetter(x), rows) if k == "col" else repeat(x)
-                               for k, x in sides)
-                keep = map(what, left, right)
-            rows = list(compress(rows, keep))
-            if not rows:
-                break
-        return delta if len(rows) == len(delta.rows) else Batch(rows)
+    def _picker(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
+        """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick a
+        batch's source tuples that can derive (:mod:`.sourcerows`): made on first use after
+        an evaluation that left the source on a frame, while it is the relation built from
+        that frame (it never changes between evaluations); None otherwise (the loops take
+        every source tuple)."""
+        k = (source, cols)
+        if k in self._source_rows:
+            return self._source_rows[k]
+        picker = None
+        rel = self.complete[source]
+        kept = self.frames.get(source)
+        if kept is not None and kept[0] is rel and kept[1] == rel.version and len(
+                rel) >= sourcerows.PICK_FROM:
+            rows = rel.as_built()
+            if rows is not None:
+                plan = self.plan
+                tests = {id(v): self._source_tests[id(v)]
+                         for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
+                             (None, None)] * len(plan.sources), strict=True)
+                         if (s, c) == k for v in (rule, cut) if v is not None}
+                held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
+                picker = SourceRows.of(rows, kept[2], cols, tests, held)
+        self._source_rows[k] = picker
+        return picker
 
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
@@ -1002,11 +1010,15 @@ class MaintainedEngine(PythonEngine):
         firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
         seconds: dict[tuple, Batch] = {}
 
+        whole = [g for g in groups if g not in partial]
+
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
                   ) -> tuple[Batch, dict[tuple, set[tuple]]]:
-            """The groups' source tuples to run first, and per partial group those run."""
+            """The groups' source tuples to run first, and per partial group those run;
+            without the whole groups' when they are picked per variant (:meth:`_picker`)."""
             idx = complete[source].index(cols)
-            rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
+            rows = [] if self._picker(source, cols) is not None else [
+                r for g in whole for r in idx.get(g, ())]
             have = complete[source].rows
             used: dict[tuple, set[tuple]] = {}
             for g in groups:
@@ -1017,8 +1029,9 @@ class MaintainedEngine(PythonEngine):
                     rows += mine
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
-        def derive(delta: Batch, source: str, v: Variant) -> None:
-            delta = self._present(v, delta)
+        def derive(delta: Batch, source: str, v: Variant, picked: list[tuple] = ()) -> None:
+            if picked:  # (the whole groups' tuples that can derive through v, and the rest)
+                delta = Batch(picked + delta.rows if delta.rows else picked)
             if delta.rows:
                 for t in self.run_variant(v, complete, {source: delta}):
                     cands[t[:plan.key]].append(t)
@@ -1027,7 +1040,9 @@ class MaintainedEngine(PythonEngine):
             key = (source, cols, v.embeds)
             if key not in firsts:
                 firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
-            derive(firsts[key][0], source, v)
+            picker = self._picker(source, cols) if whole else None
+            derive(firsts[key][0], source, v,
+                   picker.pick(id(v), whole) if picker is not None else [])
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
@@ -1092,6 +1107,10 @@ class MaintainedEngine(PythonEngine):
         removed, added = old - new, new - old
         rel.remove(list(removed))
         rel.add(added)
+        if bool(old) != bool(new):
+            for picker in self._source_rows.values():
+                if picker is not None:
+                    picker.set_held(g, bool(new))
         for agg in plan.aggregates:
             self._set_group(complete, agg, g)
         return removed, added

@@ -142,6 +142,13 @@ class Relation:
             self._keyed.append((key, idx))
         return idx
 
+    def as_built(self) -> np.ndarray | None:
+        """The tuples as an object array in the order of the frame they were built from
+        (:meth:`of_rows` with a grouping), while the relation is as built; else None."""
+        self.rows  # noqa: B018 - built first, if it is not
+        made = self.__dict__.get("_made")
+        return made[1] if made is not None and made[0] == self.version else None
+
     def _grouped(self, cols: tuple[int, ...], key: Callable[[tuple], tuple]
                  ) -> dict[tuple, Bucket] | None:
         """The index on ``cols`` cut from the runs of the tuples a frame built, ordered by
