@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from reopt.costmodel.builtins import STRING
-from reopt.evaluator.frames import STRINGS, Frame, keys, runs_by
+from reopt.evaluator.frames import STRINGS, Frame, row_hash, runs_by
 from reopt.evaluator.python_engine import key_of
 
 PICK_FROM = 256
@@ -36,17 +36,15 @@ them cost less than the arrays' fixed cost)."""
 
 class SourceRows:
     """The source relation's tuples (``rows``, an object array in ``frame``'s row order),
-    their group ids, and per variant its exact tests as arrays (:meth:`pick`)."""
+    their groups' runs, per held test the hash of the group each tuple joins with, and per
+    variant its comparisons as a mask (:meth:`pick`)."""
 
     @staticmethod
     def of(rows: np.ndarray, frame: Frame, key: tuple[int, ...],
            tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
            held: Iterable[tuple]) -> SourceRows | None:
-        """The arrays for these tuples, or None where ids could disagree with Python's
-        equality (NaN in a key column: one id here, unequal keys there)."""
-        if any(frame.cols[f"c{j}"].dtype.kind == "f" and np.isnan(frame.cols[f"c{j}"]).any()
-               for j in range(len(frame.cols))):
-            return None
+        """The arrays for these tuples, or None where runs could disagree with Python's
+        equality of keys (then the loops take every tuple)."""
         try:
             return SourceRows(rows, frame, key, tests, held)
         except _Unequal:
@@ -57,81 +55,94 @@ class SourceRows:
                  held: Iterable[tuple]):
         """``key``: the source's columns holding the group key; ``tests``: per variant (by
         id) its :func:`~.maintenance.source_tests`; ``held``: the groups the maintained
-        relation holds now (kept up to date by :meth:`set_held`)."""
+        relation holds now (kept up to date by :meth:`set_held`).
+
+        Whether a tuple's child group is held is told by the hash of the child's key
+        (:func:`~.frames.row_hash`), counted per hash among the held groups: keys that
+        collide only make a tuple look held, which keeps it — never drops one that
+        derives."""
         self.rows = rows
         n = frame.height
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
-        sets = [key]
-        for ts in tests.values():
-            for kind, cols, _ in ts:
-                if kind == "held" and cols not in sets and len(cols) == len(key) and all(
-                        col[a].dtype == col[b].dtype and kinds[a] == kinds[b]
-                        for a, b in zip(cols, key)):  # noqa: B905
-                    sets.append(cols)
-        # one id space over the group keys and every key a held test reads
-        joint = [np.concatenate([col[s[j]] for s in sets]) for j in range(len(key))]
-        ids = keys([a.astype(np.int64) if a.dtype == np.bool_ else a for a in joint],
-                   n * len(sets))
-        uniq, first, ids = np.unique(ids, return_index=True, return_inverse=True)
-        ids = ids.astype(np.int64).reshape(-1)
-        self.ids = {s: ids[i * n:(i + 1) * n] for i, s in enumerate(sets)}
-        self.id_of: dict[tuple, int] = {}
-        for i, p in enumerate(first.tolist()):
-            s = sets[p // n]
-            self.id_of[key_of(s)(rows[p % n])] = i
-        if len(self.id_of) != len(uniq):  # two ids for keys equal in Python
-            raise _Unequal
-        self.held = np.zeros(len(uniq), dtype=bool)
-        for g in held:
-            self.set_held(g, True)
         order, starts = runs_by(frame, [f"c{j}" for j in key])
         self.order = order
-        group = self.ids[key][order[starts]] if n else np.empty(0, np.int64)
-        bounds = np.append(starts, n)
-        self.start = np.zeros(len(uniq), dtype=np.int64)
-        self.count = np.zeros(len(uniq), dtype=np.int64)
-        self.start[group] = bounds[:-1]
-        self.count[group] = np.diff(bounds)
+        bounds = np.append(starts, n).tolist()
+        get = key_of(key)
+        first = order[starts].tolist()
+        self.run: dict[tuple, tuple[int, int]] = {
+            get(rows[i]): (lo, hi - lo)
+            for i, lo, hi in zip(first, bounds, bounds[1:])}  # noqa: B905
+        if len(self.run) != len(first):  # two runs of keys equal in Python
+            raise _Unequal
+        key_hash = row_hash([col[j] for j in key], n)
+        self.hash_of = dict(zip(self.run, key_hash[order[starts]].tolist()))  # noqa: B905
+        """Group → the hash of its key (the groups a held test can find: the source's)."""
+        self.held_count: dict[int, int] = {}
+        self._held: np.ndarray | None = None
+        for g in held:
+            self.set_held(g, True)
+        hashes: dict[tuple[int, ...], np.ndarray] = {key: key_hash}
         self.masks: dict[int, np.ndarray | None] = {}
         self.held_by: dict[int, list[np.ndarray]] = {}
         for v, ts in tests.items():
             mask = None
             for kind, what, sides in ts:
                 if kind == "held":
-                    if what in self.ids:
-                        self.held_by.setdefault(v, []).append(self.ids[what])
-                    continue
+                    if len(what) == len(key) and all(
+                            col[a].dtype == col[b].dtype and kinds[a] == kinds[b]
+                            for a, b in zip(what, key)):  # noqa: B905
+                        if what not in hashes:
+                            hashes[what] = row_hash([col[j] for j in what], n)
+                        self.held_by.setdefault(v, []).append(hashes[what])
+                    continue  # (columns of other types: left to the loop)
                 m = _compare(what, sides, col, kinds, n)
                 if m is not None:
                     mask = m if mask is None else mask & m
             self.masks[v] = mask
 
     def set_held(self, g: tuple, held: bool) -> None:
-        """Group ``g`` of the maintained relation is now held (or not)."""
-        i = self.id_of.get(g)
-        if i is not None:
-            self.held[i] = held
+        """Group ``g`` of the maintained relation is now held (or no longer)."""
+        h = self.hash_of.get(g)
+        if h is None:
+            return  # (no source tuple joins a group that has no source tuples)
+        n = self.held_count.get(h, 0) + (1 if held else -1)
+        if n:
+            self.held_count[h] = n
+        else:
+            del self.held_count[h]
+        self._held = None
 
     def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
-        """The source tuples of ``groups`` that pass variant ``v``'s exact tests."""
-        gids = np.fromiter((i for g in groups if (i := self.id_of.get(g)) is not None),
-                           np.int64)
-        count = self.count[gids]
+        """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+        runs = [r for g in groups if (r := self.run.get(g)) is not None]
+        if not runs:
+            return []
+        start, count = np.asarray(runs, dtype=np.int64).T
         total = int(count.sum())
         if not total:
             return []
-        lo = np.repeat(self.start[gids] - (np.cumsum(count) - count), count)
+        lo = np.repeat(start - (np.cumsum(count) - count), count)
         pos = self.order[lo + np.arange(total, dtype=np.int64)]
         mask = self.masks.get(v)
         keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
-        for ids in self.held_by.get(v, ()):
-            keep &= self.held[ids[pos]]
+        tests = self.held_by.get(v, ())
+        if tests:
+            held = self._held
+            if held is None:  # (sorted, for binary searches; made again after changes)
+                held = self._held = np.sort(np.fromiter(self.held_count, np.uint64,
+                                                        len(self.held_count)))
+            if not len(held):
+                return []
+            for hashes in tests:
+                at = hashes[pos[keep]]
+                i = np.minimum(np.searchsorted(held, at), len(held) - 1)
+                keep[keep] = held[i] == at
         return self.rows[pos[keep]].tolist()
 
 
 class _Unequal(Exception):
-    """Ids that do not follow Python's equality of keys (:meth:`SourceRows.of`)."""
+    """Runs that do not follow Python's equality of keys (:meth:`SourceRows.of`)."""
 
 
 def _compare(compare: Any, sides: tuple, col: list[np.ndarray], kinds: list[str], n: int

@@ -277,6 +277,17 @@ def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
         assert got == want
         picked += len(got)
     assert picked and picked < sum(len(idx[g]) for g in some) * 3  # (some, not all)
+    # every key hashing alike: a child looks held whenever any group is, so more tuples
+    # are kept (the loops then drop them), never fewer
+    rel = eng.complete[source]
+    with mock.patch.object(sourcerows, "row_hash", lambda cols, n: np.zeros(n, np.uint64)):
+        colliding = sourcerows.SourceRows.of(rel.as_built(), eng.frames[source][2], cols,
+                                             {id(v): source_tests(v, plan.target, plan.key)
+                                              for _, _, v in plan.sources}, held)
+    assert colliding is not None
+    for _, _, v in plan.sources:
+        assert Counter(picker.pick(id(v), some)) <= Counter(colliding.pick(id(v), some))
+    assert sum(len(colliding.pick(id(v), some)) for _, _, v in plan.sources) > picked / 2
     assert any(t[1] is operator.eq for t in source_tests(plan.sources[0][2], plan.target,
                                                           plan.key))
 
