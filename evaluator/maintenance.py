@@ -896,7 +896,7 @@ class MaintainedEngine(PythonEngine):
         if partial is not None and entering:
             deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                picker = self._picker(source, cols)
+                picker = self._picker(source, cols, entering)
                 if picker is not None:
                     delta = Batch(picker.pick(id(v), list(entering)))
                 elif (delta := deltas.get((source, cols))) is None:
@@ -943,12 +943,20 @@ class MaintainedEngine(PythonEngine):
             queue(parents)
         return changes
 
-    def _picker(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
-        """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick a
-        batch's source tuples that can derive (:mod:`.sourcerows`): made on first use after
-        an evaluation that left the source on a frame, while it is the relation built from
-        that frame (it never changes between evaluations); None otherwise (the loops take
-        every source tuple)."""
+    def _picker(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+                ) -> SourceRows | None:
+        """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick
+        the source tuples of ``groups`` that can derive (:mod:`.sourcerows`): made on first
+        use after an evaluation that left the source on a frame, while it is the relation
+        built from that frame (it never changes between evaluations); None otherwise, or
+        when ``groups`` have few source tuples (the loops take every source tuple)."""
+        picker = self._arrays(source, cols) if groups else None
+        if picker is None or picker.tuples(groups) < sourcerows.PICK_FROM:
+            return None
+        return picker
+
+    def _arrays(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
+        """:meth:`_picker`'s arrays, whatever the batch."""
         k = (source, cols)
         if k in self._source_rows:
             return self._source_rows[k]
@@ -1011,13 +1019,15 @@ class MaintainedEngine(PythonEngine):
         seconds: dict[tuple, Batch] = {}
 
         whole = [g for g in groups if g not in partial]
+        pickers = {(source, cols): self._picker(source, cols, whole)
+                   for source, cols, _ in plan.sources}
 
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
                   ) -> tuple[Batch, dict[tuple, set[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run;
             without the whole groups' when they are picked per variant (:meth:`_picker`)."""
             idx = complete[source].index(cols)
-            rows = [] if self._picker(source, cols) is not None else [
+            rows = [] if pickers[(source, cols)] is not None else [
                 r for g in whole for r in idx.get(g, ())]
             have = complete[source].rows
             used: dict[tuple, set[tuple]] = {}
@@ -1040,7 +1050,7 @@ class MaintainedEngine(PythonEngine):
             key = (source, cols, v.embeds)
             if key not in firsts:
                 firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
-            picker = self._picker(source, cols) if whole else None
+            picker = pickers[(source, cols)]
             derive(firsts[key][0], source, v,
                    picker.pick(id(v), whole) if picker is not None else [])
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]

@@ -30,8 +30,8 @@ from reopt.evaluator.frames import STRINGS, Frame, row_hash, runs_by
 from reopt.evaluator.python_engine import key_of
 
 PICK_FROM = 256
-"""Source tuples from which a source relation's are picked on arrays (below, the loops over
-them cost less than the arrays' fixed cost)."""
+"""Source tuples from which a source relation's, and a batch's, are picked on arrays (below,
+the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
 
 
 class SourceRows:
@@ -112,6 +112,11 @@ class SourceRows:
         else:
             del self.held_count[h]
         self._held = None
+
+    def tuples(self, groups: Iterable[tuple]) -> int:
+        """How many source tuples ``groups`` have."""
+        run = self.run
+        return sum(r[1] for g in groups if (r := run.get(g)) is not None)
 
     def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
         """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""

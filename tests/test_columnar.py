@@ -252,7 +252,7 @@ def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
     eng = o._session.engine
     plan = eng.plan
     source, cols, _ = plan.sources[0]
-    picker = eng._picker(source, cols)
+    picker = eng._arrays(source, cols)
     assert picker is not None
     held = eng.complete[plan.target].index(tuple(range(plan.key)))
     idx = eng.complete[source].index(cols)
