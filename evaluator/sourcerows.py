@@ -7,10 +7,11 @@ join with is absent from the bounded complete layer, or a comparison of the rule
 scan's ``lExpr = 0`` for a join). Joined one by one in the generated loops, each still costs
 a Python iteration. The source relation never changes between evaluations (no statistics
 built-in runs before the maintained stratum), so when a from-scratch evaluation left it on a
-frame, every source tuple gets, once, an id for its group and for each group it joins with,
-and each rule variant a mask of the tuples passing its comparisons; an update then picks a
-rank's source tuples for a variant with a few array operations — the groups' runs, the
-variant's mask, and whether each child group is held — and hands only those to the loop.
+frame, its tuples are ordered once into runs by group, each gets the hash of every group
+key it joins with, and each rule variant a mask of the tuples passing its comparisons; an
+update then picks a rank's source tuples for a variant with a few array operations — the
+groups' runs, the variant's mask, and whether each child group is held (its hash among the
+held groups', counted per hash) — and hands only those to the loop.
 
 What a variant is tested with is read off it (:func:`~.maintenance.source_tests`); a test
 that cannot be evaluated exactly on the columns here (an order comparison of strings, columns
