@@ -8,7 +8,9 @@ Each subject runs in a fresh process per checkout, the checkouts interleaved (A,
 the whole call as a user pays it. It also times a second from-scratch declarative
 optimization (the first pays the process's warm-up) and checks after every step that both
 optimizers found the same cost. Per subject: the median over steps of each step's median
-over rounds.
+over rounds; also the first step alone (a session's first update, which builds the hash
+indexes of relations a from-scratch evaluation left on frames) and the median of the later
+steps.
 
 The other checkout uses this interpreter and its dependencies: its source tree is put in
 place of this one's in the editable install's mapping, e.g.::
@@ -27,6 +29,7 @@ deltas of ``benchmarks/small_updates.py``).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -74,10 +77,10 @@ def run(root: str | None, subject: str, model: str) -> dict:
     return run_in_checkout(RUNNER, [subject, model], root, f"update_ab: {subject}")
 
 
-def per_step_median(runs: list[dict], key: str) -> float:
-    """Median over steps of each step's median over rounds."""
+def per_step_median(runs: list[dict], key: str, steps: slice = slice(None)) -> float:
+    """Median over ``steps`` of each step's median over rounds."""
     return statistics.median(statistics.median(r[key][i] for r in runs)
-                             for i in range(len(runs[0][key])))
+                             for i in range(len(runs[0][key]))[steps])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tpch-model", default="cout")
     args = ap.parse_args(argv)
     print("| subject | from scratch ms | old update ms | new update ms | old / new "
-          "| scratch / update | topdown-inc ms | update / topdown-inc |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| scratch / update | topdown-inc ms | update / topdown-inc | old first ms "
+          "| new first ms | old later ms | new later ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in args.subjects:
         model = args.tpch_model if s.startswith("tpch:") else "cout"
         old: list[dict] = []
@@ -101,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         ti = per_step_median(new, "topdown_inc")
         sc = statistics.median(r["scratch"] for r in new)
         name = s if s.startswith("tpch:") else Path(s).name
+        first = [per_step_median(x, "update", slice(0, 1)) for x in (old, new)]
+        later = [per_step_median(x, "update", slice(1, None)) if len(x[0]["update"]) > 1
+                 else math.nan for x in (old, new)]
         print(f"| {name} ({model}, {len(new[0]['update'])} steps) | {sc * 1e3:.1f} "
               f"| {o * 1e3:.1f} | {n * 1e3:.1f} | {o / n:.2f}× | {sc / n:.1f}× "
-              f"| {ti * 1e3:.1f} | {n / ti:.2f}× |", flush=True)
+              f"| {ti * 1e3:.1f} | {n / ti:.2f}× | {first[0] * 1e3:.1f} | {first[1] * 1e3:.1f} "
+              f"| {later[0] * 1e3:.1f} | {later[1] * 1e3:.1f} |", flush=True)
     return 0
 
 

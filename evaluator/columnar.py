@@ -69,6 +69,7 @@ from reopt.evaluator.frames import (
     lookup,
     minus,
     row_hash,
+    runs_by,
 )
 
 if TYPE_CHECKING:
@@ -213,7 +214,8 @@ class ColumnarStratum:
         for p in self.stratum.preds:
             frame, cols = self.full[p], names(len(self.types[p]))
             rel = self.engine.full[p] = type(self.engine.full[p]).of_rows(
-                lambda frame=frame, cols=cols: frame.rows(cols), frame.height)
+                lambda frame=frame, cols=cols: frame.rows(cols), frame.height,
+                lambda key, frame=frame, cols=cols: runs_by(frame, [cols[j] for j in key]))
             self.engine.frames[p] = (rel, rel.version, frame)
 
     def _live_base(self) -> list[Variant]:

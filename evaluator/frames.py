@@ -466,6 +466,23 @@ def aggregate(f: Frame, by: Sequence[str], value: str, func: str) -> Frame:
     return Frame(cols, out.types, out.height)
 
 
+def runs_by(f: Frame, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``f`` ordered by the columns ``by`` (stable: in row order within a key)
+    and the position in that order where each key's run starts (runs of values equal under
+    ``==``: NaN's rows each a run of its own). For building a hash index of the tuples run
+    by run (:meth:`~.python_engine.Relation.of_rows`)."""
+    n = f.height
+    cols = [_num(f.cols[c]) for c in by]
+    if not n or not cols:
+        return np.arange(n, dtype=np.int64), np.zeros(min(n, 1), dtype=np.int64)
+    order = np.lexsort(cols[::-1])  # (by the first column, then the next, …)
+    change = np.zeros(n - 1, dtype=bool)
+    for c in cols:
+        ordered = c[order]
+        change |= ordered[1:] != ordered[:-1]
+    return order, np.flatnonzero(np.concatenate(([True], change)))
+
+
 # -- hashing and indexes ------------------------------------------------------------------------
 _SEED = np.uint64(0x9E3779B97F4A7C15)
 _MULT = np.uint64(0xBF58476D1CE4E5B9)

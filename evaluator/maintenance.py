@@ -71,12 +71,21 @@ import numpy as np
 
 from reopt.costmodel.builtins import stale_keys
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator import columnar
+from reopt.evaluator import columnar, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
-from reopt.evaluator.compiler import DELTA, Call, CompiledProgram, Filter, Scan, Variant
+from reopt.evaluator.compiler import (
+    COMPARE,
+    DELTA,
+    Call,
+    CompiledProgram,
+    Filter,
+    Scan,
+    Variant,
+)
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
+from reopt.evaluator.sourcerows import SourceRows
 
 BATCH_RANKS_FROM = 64
 """Groups whose ranks one call of the rank built-in's batch form gives (below, numpy's fixed
@@ -317,6 +326,52 @@ def delta_reads(v: Variant) -> tuple[int, ...] | None:
                  or (isinstance(t, Var) and (t.name in used or seen[t.name] > 1)))
 
 
+Test = tuple[str, Any, Any]
+"""A test of a source tuple read off a variant (:func:`source_tests`): ``("held", cols,
+None)`` — the group its columns ``cols`` name is present in the maintained relation — or
+``("cmp", compare, (left, right))`` with each side ``("col", j)`` or ``("const", value)``."""
+
+
+def source_tests(v: Variant, target: str, key: int) -> tuple[Test, ...]:
+    """Tests every source tuple that derives anything through ``v`` passes, read off ``v``
+    (a variant whose first op scans its delta, a source relation's tuples): its comparisons
+    of the delta atom's variables and constants, and per scan of ``target`` whose group key
+    — its leading ``key`` arguments — is all variables the delta's atom binds, that the
+    group those columns name is present in ``target`` (the scan finds nothing otherwise).
+    A tuple failing one derives nothing, so it may be dropped before the variant runs
+    (:mod:`.sourcerows` does so on arrays) instead of being joined one by one: the join
+    starts, in effect, from the children that are there. Empty when ``v`` does not start
+    with a delta scan."""
+    first = v.ops[0] if v.ops else None
+    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+        return ()
+    pos: dict[str, int] = {}
+    for j, t in enumerate(first.args):
+        if isinstance(t, Var):
+            pos.setdefault(t.name, j)
+
+    def side(t: Any) -> tuple[str, Any] | None:
+        if isinstance(t, Var) and t.name in pos:
+            return ("col", pos[t.name])
+        return ("const", t.value) if isinstance(t, Const) else None
+
+    cmps: list[Test] = []
+    held: list[Test] = []
+    for op in v.ops[1:]:
+        if isinstance(op, Filter):
+            left, right = side(op.left), side(op.right)
+            if left is not None and right is not None and "col" in (left[0], right[0]):
+                cmps.append(("cmp", COMPARE[op.op], (left, right)))
+        elif isinstance(op, Scan) and op.pred == target and not op.negated and len(
+                op.args) >= key:
+            args = op.args[:key]
+            if all(isinstance(t, Var) and t.name in pos for t in args):
+                test = ("held", tuple(pos[t.name] for t in args), None)  # type: ignore
+                if test not in held:
+                    held.append(test)
+    return (*cmps, *held)  # (the comparisons first: cheaper, and often decisive)
+
+
 def distinct_variants(variants: list[tuple[str, Variant]]) -> list[tuple[str, Variant]]:
     """``variants`` without those deriving what an earlier one does: the same ops and head
     up to the names of their variables (two rules reading a ``target`` atom alike, cut
@@ -470,6 +525,15 @@ class MaintainedEngine(PythonEngine):
         self._candidate_indexes: dict[tuple[str, tuple[int, ...]], dict[tuple, list]] = {}
         """During a from-scratch revival: the candidates of a relation by columns
         (:meth:`_candidates`)."""
+        self._source_tests = {id(v): source_tests(v, self.plan.target, self.plan.key)
+                              for v in (*(v for _, _, v in self.plan.sources),
+                                        *(v for _, v in self.plan.enter))}
+        """Per variant reading the maintained relation's source tuples (the rules and their
+        cuts of :attr:`MaintenancePlan.enter`), the tests a source tuple must pass to derive
+        anything through it (:func:`source_tests`)."""
+        self._source_rows: dict[tuple[str, tuple[int, ...]], SourceRows | None] = {}
+        """Per source relation and group columns, its tuples on arrays after an evaluation
+        on frames (:meth:`_picker`); made again after every evaluation."""
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
@@ -535,6 +599,7 @@ class MaintainedEngine(PythonEngine):
         self.program = self.complete_program
         self._frames = None
         self._probes = {}
+        self._source_rows = {}
         self.start(inputs)
         for stratum in self.program.strata[:self.plan.stratum + 1]:
             self.run_stratum(stratum)
@@ -844,8 +909,10 @@ class MaintainedEngine(PythonEngine):
         if partial is not None and entering:
             deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                delta = deltas.get((source, cols))
-                if delta is None:
+                picker = self._picker(source, cols, entering)
+                if picker is not None:
+                    delta = Batch(picker.pick(id(v), list(entering)))
+                elif (delta := deltas.get((source, cols))) is None:
                     idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
                         [r for g in entering for r in idx.get(g, ())])
@@ -889,6 +956,40 @@ class MaintainedEngine(PythonEngine):
             queue(parents)
         return changes
 
+    def _picker(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+                ) -> SourceRows | None:
+        """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick
+        the source tuples of ``groups`` that can derive (:mod:`.sourcerows`): made on first
+        use after an evaluation that left the source on a frame, while it is the relation
+        built from that frame (it never changes between evaluations); None otherwise, or
+        when ``groups`` have few source tuples (the loops take every source tuple)."""
+        picker = self._arrays(source, cols) if groups else None
+        if picker is None or picker.tuples(groups) < sourcerows.PICK_FROM:
+            return None
+        return picker
+
+    def _arrays(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
+        """:meth:`_picker`'s arrays, whatever the batch."""
+        k = (source, cols)
+        if k in self._source_rows:
+            return self._source_rows[k]
+        picker = None
+        rel = self.complete[source]
+        kept = self.frames.get(source)
+        if kept is not None and kept[0] is rel and kept[1] == rel.version and len(
+                rel) >= sourcerows.PICK_FROM:
+            rows = rel.as_built()
+            if rows is not None:
+                plan = self.plan
+                tests = {id(v): self._source_tests[id(v)]
+                         for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
+                             (None, None)] * len(plan.sources), strict=True)
+                         if (s, c) == k for v in (rule, cut) if v is not None}
+                held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
+                picker = SourceRows.of(rows, kept[2], cols, tests, held)
+        self._source_rows[k] = picker
+        return picker
+
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
         """``delta`` (the changed ``target`` tuples ``moved``), or one of them per value of
@@ -930,11 +1031,17 @@ class MaintainedEngine(PythonEngine):
         firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
         seconds: dict[tuple, Batch] = {}
 
+        whole = [g for g in groups if g not in partial]
+        pickers = {(source, cols): self._picker(source, cols, whole)
+                   for source, cols, _ in plan.sources}
+
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
                   ) -> tuple[Batch, dict[tuple, set[tuple]]]:
-            """The groups' source tuples to run first, and per partial group those run."""
+            """The groups' source tuples to run first, and per partial group those run;
+            without the whole groups' when they are picked per variant (:meth:`_picker`)."""
             idx = complete[source].index(cols)
-            rows = [r for g in groups if g not in partial for r in idx.get(g, ())]
+            rows = [] if pickers[(source, cols)] is not None else [
+                r for g in whole for r in idx.get(g, ())]
             have = complete[source].rows
             used: dict[tuple, set[tuple]] = {}
             for g in groups:
@@ -945,7 +1052,9 @@ class MaintainedEngine(PythonEngine):
                     rows += mine
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
-        def derive(delta: Batch, source: str, v: Variant) -> None:
+        def derive(delta: Batch, source: str, v: Variant, picked: list[tuple] = ()) -> None:
+            if picked:  # (the whole groups' tuples that can derive through v, and the rest)
+                delta = Batch(picked + delta.rows if delta.rows else picked)
             if delta.rows:
                 for t in self.run_variant(v, complete, {source: delta}):
                     cands[t[:plan.key]].append(t)
@@ -954,7 +1063,9 @@ class MaintainedEngine(PythonEngine):
             key = (source, cols, v.embeds)
             if key not in firsts:
                 firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
-            derive(firsts[key][0], source, v)
+            picker = pickers[(source, cols)]
+            derive(firsts[key][0], source, v,
+                   picker.pick(id(v), whole) if picker is not None else [])
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
@@ -1019,6 +1130,10 @@ class MaintainedEngine(PythonEngine):
         removed, added = old - new, new - old
         rel.remove(list(removed))
         rel.add(added)
+        if bool(old) != bool(new):
+            for picker in self._source_rows.values():
+                if picker is not None:
+                    picker.set_held(g, bool(new))
         for agg in plan.aggregates:
             self._set_group(complete, agg, g)
         return removed, added

@@ -10,9 +10,11 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import operator
 import pickle
 import random
 from collections import Counter
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
-from reopt.evaluator import columnar, frames
+from reopt.evaluator import columnar, frames, sourcerows
 from reopt.evaluator.driver import PRUNING_MODES, evaluate, load_program
 from reopt.evaluator.frames import Frame, Index
 from reopt.evaluator.python_engine import Relation
@@ -187,6 +189,35 @@ def test_a_relation_from_a_frame_makes_its_tuples_once_and_only_when_read():
     assert len(copied) == len(again) == 2 and type(again) is Relation and made == [1, 1]
 
 
+def python_index(rows, cols: tuple[int, ...]) -> dict[tuple, set[tuple]]:
+    out: dict[tuple, set[tuple]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[c] for c in cols), set()).add(r)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=rows_of(TYPES), cols=st.sampled_from([(), (0,), (1,), (2,), (0, 1), (2, 1, 0)]),
+       extra=rows_of(TYPES))
+def test_an_index_cut_from_a_frames_runs_groups_as_python_does(rows, cols, extra):
+    """A relation built from a frame indexes its tuples by slicing the frame's runs
+    (:func:`frames.runs_by`): the same buckets as grouping the tuples in Python (equal keys
+    under ``==``: ``0.0`` and ``-0.0`` alike, strings by value), also for an index asked
+    for after the relation changed (then built tuple by tuple)."""
+    names = ["a", "b", "x"]
+    f = frames.distinct(frame_of(rows, names, TYPES))
+    rel = Relation.of_rows(lambda: f.rows(names), f.height,
+                           lambda key: frames.runs_by(f, [names[j] for j in key]))
+    idx = rel.index(cols)
+    want = python_index(set(rows), cols)
+    assert {k: set(b) for k, b in idx.items()} == want
+    assert all(len(b) == len(set(b)) for b in idx.values())
+    rel.add(extra)
+    assert {k: set(b) for k, b in rel.index(cols).items()} == python_index(rel.rows, cols)
+    other = tuple(c for c in (1, 0) if c not in cols)
+    assert {k: set(b) for k, b in rel.index(other).items()} == python_index(rel.rows, other)
+
+
 def test_strings_keep_their_order_in_comparisons():
     """Strings are codes inside frames; ``<`` must still compare the strings themselves."""
     f = frame_of([("b",), ("a",), ("c",)], ["$s"], (STRING,))
@@ -235,11 +266,13 @@ def test_hash_collisions_are_told_apart(monkeypatch):
        how=st.sampled_from(["frames", "handover"]))
 def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how):
     """Sessions whose evaluation ran on frames (``frames``) or on tuples (``handover``: its
-    costing stratum), both maintained on frames, against from-scratch optimizations."""
+    costing stratum), both maintained on frames — the source tuples re-derived picked on
+    arrays (:mod:`~reopt.evaluator.sourcerows`) whatever their number — against
+    from-scratch optimizations."""
     q, cat = make_query(shape, n, seed)
     rng = random.Random(seed)
     ops = cost_model(model).operators
-    with way(how):
+    with way(how), mock.patch.object(sourcerows, "PICK_FROM", 0):  # (picked on arrays)
         o = Optimizer(q, cat, cost_model=model, optimizer="declarative", engine="python",
                       pruning=mode)
         o.optimize()
@@ -256,6 +289,65 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
             assert step.cost == again.cost
             assert {p: o._evaluation.rows(p) for p in o._evaluation.relations} == \
                 {p: fresh._evaluation.rows(p) for p in fresh._evaluation.relations}
+
+
+def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
+    """What :class:`~reopt.evaluator.sourcerows.SourceRows` picks for a variant and some
+    groups, after updates moved which groups are held, equals the groups' source tuples
+    that pass the variant's tests evaluated in Python on the tuples (the comparisons with
+    ``operator``, the held groups looked up in the complete layer): for every rule variant
+    and its cut, on a query large enough to leave SearchSpace on a frame."""
+    from reopt.evaluator.maintenance import source_tests
+
+    q, cat = make_query("clique", 6, 3)
+    with way("frames"):
+        o = Optimizer(q, cat, cost_model="cout", optimizer="declarative", engine="python",
+                      pruning="all")
+        o.optimize()
+        rng = random.Random(3)
+        for delta in random_deltas(q, rng, 3, cost_model("cout").operators):
+            o.update([delta])
+    eng = o._session.engine
+    plan = eng.plan
+    source, cols, _ = plan.sources[0]
+    picker = eng._arrays(source, cols)
+    assert picker is not None
+    held = eng.complete[plan.target].index(tuple(range(plan.key)))
+    idx = eng.complete[source].index(cols)
+    groups = sorted(idx, key=repr)
+    rng.shuffle(groups)
+    some = groups[:len(groups) // 2]
+    picked = 0
+    for v in (*(v for _, _, v in plan.sources), *(v for _, v in plan.enter)):
+        tests = source_tests(v, plan.target, plan.key)
+
+        def passes(r: tuple, tests=tests) -> bool:
+            for kind, what, sides in tests:
+                if kind == "held":
+                    if tuple(r[c] for c in what) not in held:
+                        return False
+                elif not what(*(r[x] if k == "col" else x for k, x in sides)):
+                    return False
+            return True
+
+        want = Counter(r for g in some for r in idx[g] if passes(r))
+        got = Counter(picker.pick(id(v), some))
+        assert got == want
+        picked += len(got)
+    assert picked and picked < sum(len(idx[g]) for g in some) * 3  # (some, not all)
+    # every key hashing alike: a child looks held whenever any group is, so more tuples
+    # are kept (the loops then drop them), never fewer
+    rel = eng.complete[source]
+    with mock.patch.object(sourcerows, "row_hash", lambda cols, n: np.zeros(n, np.uint64)):
+        colliding = sourcerows.SourceRows.of(rel.as_built(), eng.frames[source][2], cols,
+                                             {id(v): source_tests(v, plan.target, plan.key)
+                                              for _, _, v in plan.sources}, held)
+    assert colliding is not None
+    for _, _, v in plan.sources:
+        assert Counter(picker.pick(id(v), some)) <= Counter(colliding.pick(id(v), some))
+    assert sum(len(colliding.pick(id(v), some)) for _, _, v in plan.sources) > picked / 2
+    assert any(t[1] is operator.eq for t in source_tests(plan.sources[0][2], plan.target,
+                                                          plan.key))
 
 
 def test_a_bad_mode_is_one_line(monkeypatch):

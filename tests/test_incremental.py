@@ -383,6 +383,41 @@ def test_delta_reads_are_the_columns_a_variant_depends_on():
     assert isinstance(v.ops[1], Scan)
 
 
+def test_source_tests_are_what_a_source_tuple_must_pass():
+    """The tests dropping a stale group's SearchSpace tuples before R6-R8 run (read off
+    rules/optimizer.dl by hand): R6 needs lExpr = 0 (column 6); R7 lExpr != 0, rExpr = 0
+    (column 8) and its left child (q, lExpr, lProp: columns 0, 6, 7) held in PlanCost; R8
+    rExpr != 0 and both children held (the right one: 0, 8, 9). A comparison with a
+    variable the source does not bind, a negated scan and a scan keyed by such a variable
+    give no test; a variant not starting with its delta's scan has none."""
+    import operator
+
+    from reopt.evaluator.ast import Const, Var
+    from reopt.evaluator.compiler import Filter
+    from reopt.evaluator.maintenance import source_tests
+
+    plan = maintenance_plan(PROGRAMS["all"])
+    tests = {v.rule.pos.line: source_tests(v, plan.target, plan.key)
+             for _, _, v in plan.sources}
+    eq, ne, zero = operator.eq, operator.ne, ("const", 0)
+    r6, r7, r8 = (tests[k] for k in sorted(tests))  # (in the file's order)
+    assert r6 == (("cmp", eq, (("col", 6), zero)),)
+    assert r7 == (("cmp", ne, (("col", 6), zero)), ("cmp", eq, (("col", 8), zero)),
+                  ("held", (0, 6, 7), None))
+    assert r8 == (("cmp", ne, (("col", 8), zero)), ("held", (0, 6, 7), None),
+                  ("held", (0, 8, 9), None))
+    v = max((v for _, _, v in plan.sources), key=lambda v: v.rule.pos.line)
+    left = v.ops[2]  # R8: its SearchSpace scan, rExpr != 0, then the left child's scan
+    assert left.pred == plan.target and v.ops[0].pred == "SearchSpace"
+    other = replace(left, args=(Var("nope"), *left.args[1:]))
+    negated = replace(left, negated=True)
+    free = Filter("<", Var("lCost"), Const(1.0))  # lCost is PlanCost's, not the source's
+    w = replace(v, ops=(v.ops[0], other, negated, free, *v.ops[1:]))
+    assert [t for t in source_tests(w, plan.target, plan.key) if t[0] == "held"] == [
+        ("held", (0, 6, 7), None), ("held", (0, 8, 9), None)]  # from the original scans
+    assert source_tests(replace(v, ops=v.ops[1:]), plan.target, plan.key) == ()
+
+
 @pytest.mark.parametrize("mode", PRUNING_MODES)
 def test_user_relations_are_maintained_like_the_rest(tmp_path, mode):
     """A session holds a user's relations exactly as a from-scratch evaluation does, before

@@ -1,0 +1,186 @@
+"""A maintained relation's source tuples on numpy, for re-derivation to start from the
+children that are there.
+
+An update re-derives a stale group from its source tuples (for the optimizer: an OR node's
+SearchSpace alternatives, R6–R8). On a large query most of them derive nothing: a child they
+join with is absent from the bounded complete layer, or a comparison of the rule fails (a
+scan's ``lExpr = 0`` for a join). Joined one by one in the generated loops, each still costs
+a Python iteration. The source relation never changes between evaluations (no statistics
+built-in runs before the maintained stratum), so when a from-scratch evaluation left it on a
+frame, its tuples are ordered once into runs by group, each gets the hash of every group
+key it joins with, and each rule variant a mask of the tuples passing its comparisons; an
+update then picks a rank's source tuples for a variant with a few array operations — the
+groups' runs, the variant's mask, and whether each child group is held (its hash among the
+held groups', counted per hash) — and hands only those to the loop.
+
+What a variant is tested with is read off it (:func:`~.maintenance.source_tests`); a test
+that cannot be evaluated exactly on the columns here (an order comparison of strings, columns
+of different types) is left to the loop, which applies every test anyway: dropping fewer
+tuples is always exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from reopt.costmodel.builtins import STRING
+from reopt.evaluator.frames import STRINGS, Frame, row_hash, runs_by
+from reopt.evaluator.python_engine import key_of
+
+PICK_FROM = 256
+"""Source tuples from which a source relation's, and a batch's, are picked on arrays (below,
+the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
+
+
+class SourceRows:
+    """The source relation's tuples (``rows``, an object array in ``frame``'s row order),
+    their groups' runs, per held test the hash of the group each tuple joins with, and per
+    variant its comparisons as a mask (:meth:`pick`)."""
+
+    @staticmethod
+    def of(rows: np.ndarray, frame: Frame, key: tuple[int, ...],
+           tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
+           held: Iterable[tuple]) -> SourceRows | None:
+        """The arrays for these tuples, or None where runs could disagree with Python's
+        equality of keys (then the loops take every tuple)."""
+        try:
+            return SourceRows(rows, frame, key, tests, held)
+        except _Unequal:
+            return None
+
+    def __init__(self, rows: np.ndarray, frame: Frame, key: tuple[int, ...],
+                 tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
+                 held: Iterable[tuple]):
+        """``key``: the source's columns holding the group key; ``tests``: per variant (by
+        id) its :func:`~.maintenance.source_tests`; ``held``: the groups the maintained
+        relation holds now (kept up to date by :meth:`set_held`).
+
+        Whether a tuple's child group is held is told by the hash of the child's key
+        (:func:`~.frames.row_hash`), counted per hash among the held groups: keys that
+        collide only make a tuple look held, which keeps it — never drops one that
+        derives."""
+        self.rows = rows
+        n = frame.height
+        col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
+        kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
+        order, starts = runs_by(frame, [f"c{j}" for j in key])
+        self.order = order
+        bounds = np.append(starts, n).tolist()
+        get = key_of(key)
+        first = order[starts].tolist()
+        self.run: dict[tuple, tuple[int, int]] = {
+            get(rows[i]): (lo, hi - lo)
+            for i, lo, hi in zip(first, bounds, bounds[1:])}  # noqa: B905
+        if len(self.run) != len(first):  # two runs of keys equal in Python
+            raise _Unequal
+        key_hash = row_hash([col[j] for j in key], n)
+        self.hash_of = dict(zip(self.run, key_hash[order[starts]].tolist()))  # noqa: B905
+        """Group → the hash of its key (the groups a held test can find: the source's)."""
+        self.held_count: dict[int, int] = {}
+        self._held: np.ndarray | None = None
+        for g in held:
+            self.set_held(g, True)
+        hashes: dict[tuple[int, ...], np.ndarray] = {key: key_hash}
+        self.masks: dict[int, np.ndarray | None] = {}
+        self.held_by: dict[int, list[np.ndarray]] = {}
+        for v, ts in tests.items():
+            mask = None
+            for kind, what, sides in ts:
+                if kind == "held":
+                    if len(what) == len(key) and all(
+                            col[a].dtype == col[b].dtype and kinds[a] == kinds[b]
+                            for a, b in zip(what, key)):  # noqa: B905
+                        if what not in hashes:
+                            hashes[what] = row_hash([col[j] for j in what], n)
+                        self.held_by.setdefault(v, []).append(hashes[what])
+                    continue  # (columns of other types: left to the loop)
+                m = _compare(what, sides, col, kinds, n)
+                if m is not None:
+                    mask = m if mask is None else mask & m
+            self.masks[v] = mask
+
+    def set_held(self, g: tuple, held: bool) -> None:
+        """Group ``g`` of the maintained relation is now held (or no longer)."""
+        h = self.hash_of.get(g)
+        if h is None:
+            return  # (no source tuple joins a group that has no source tuples)
+        n = self.held_count.get(h, 0) + (1 if held else -1)
+        if n:
+            self.held_count[h] = n
+        else:
+            del self.held_count[h]
+        self._held = None
+
+    def tuples(self, groups: Iterable[tuple]) -> int:
+        """How many source tuples ``groups`` have."""
+        run = self.run
+        return sum(r[1] for g in groups if (r := run.get(g)) is not None)
+
+    def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
+        """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+        runs = [r for g in groups if (r := self.run.get(g)) is not None]
+        if not runs:
+            return []
+        start, count = np.asarray(runs, dtype=np.int64).T
+        total = int(count.sum())
+        if not total:
+            return []
+        lo = np.repeat(start - (np.cumsum(count) - count), count)
+        pos = self.order[lo + np.arange(total, dtype=np.int64)]
+        mask = self.masks.get(v)
+        keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
+        tests = self.held_by.get(v, ())
+        if tests:
+            held = self._held
+            if held is None:  # (sorted, for binary searches; made again after changes)
+                held = self._held = np.sort(np.fromiter(self.held_count, np.uint64,
+                                                        len(self.held_count)))
+            if not len(held):
+                return []
+            for hashes in tests:
+                at = hashes[pos[keep]]
+                i = np.minimum(np.searchsorted(held, at), len(held) - 1)
+                keep[keep] = held[i] == at
+        return self.rows[pos[keep]].tolist()
+
+
+class _Unequal(Exception):
+    """Runs that do not follow Python's equality of keys (:meth:`SourceRows.of`)."""
+
+
+def _compare(compare: Any, sides: tuple, col: list[np.ndarray], kinds: list[str], n: int
+             ) -> np.ndarray | None:
+    """A comparison of source columns and constants as a mask, or None where the columns
+    cannot decide it exactly (strings compared by order, mixed kinds, unknown values)."""
+    vals = []
+    kind = None
+    for k, x in sides:
+        if k == "col":
+            if kind is not None and kinds[x] != kind:
+                return None
+            kind = kinds[x]
+            vals.append(col[x])
+        else:
+            vals.append(x)
+    if kind == STRING:
+        if compare.__name__ not in ("eq", "ne"):
+            return None  # (codes are not in the strings' order)
+        coded = []
+        for (k, _), v in zip(sides, vals):  # noqa: B905
+            if k == "col":
+                coded.append(v)
+            elif not isinstance(v, str):
+                return None
+            else:
+                c = STRINGS.code.get(v)
+                coded.append(np.int64(-1) if c is None else np.int64(c))  # -1: no such code
+        vals = coded
+    elif any(k == "const" and (isinstance(x, str) or x is None) for k, x in sides):
+        return None
+    out = compare(vals[0], vals[1])
+    if not isinstance(out, np.ndarray) or out.dtype != np.bool_ or out.shape != (n,):
+        return None
+    return out
