@@ -88,6 +88,21 @@ def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
     return _Winners(space, winner)(node or space.root)
 
 
+class WinnersPlan:
+    """A finished search's plan, made when called (what :meth:`Result.later
+    <reopt.optimizers.base.Result.later>` takes): :func:`plan_of_winners` over a memo of
+    ``(cost, index of the winning alternative)`` entries, as topdown's memo and bottomup's DP
+    table hold them. A callable object, not a closure: picklable, and no reference cycle."""
+
+    def __init__(self, space: PlanSpace, memo: Mapping[tuple[int, str], tuple[float, Any]]):
+        self.space = space
+        self.memo = memo
+
+    def __call__(self) -> PlanNode:
+        memo = self.memo
+        return plan_of_winners(self.space, lambda g: memo[g][1])
+
+
 class _Winners:
     """Makes the plan node of an OR node from its winner, its children recursively (a
     callable object, not a recursive closure: that is a reference cycle, which would keep

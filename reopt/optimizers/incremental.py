@@ -203,6 +203,10 @@ class TopDownInc(Incremental, TopDown):
             self.bulk.read_all()
         return result
 
+    def _with_plan(self, cost: float, explored: dict[str, int]) -> Result:
+        # made now: the next update rewrites the memo, and the plan cache is this plan's
+        return Result(cost, self._plan(), explored)
+
     def _plan(self) -> PlanNode:
         memo = self.memo
         return self.plans.build(self.space, lambda g: memo[g][1], self._unchanged)
