@@ -151,16 +151,21 @@ class PlanCache:
 
     def __init__(self) -> None:
         self.nodes: dict[tuple[int, str], tuple[int, PlanNode]] = {}
+        self.space: PlanSpace | None = None
+        """The space the cached plan was built on."""
 
     def build(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int],
-              unchanged: Callable[[int], bool] | None) -> PlanNode:
+              unchanged: Callable[[int], bool] | None, since: PlanSpace | None = None
+              ) -> PlanNode:
         """:func:`plan_of_winners`, reusing the last plan's subtrees whose expression is
-        ``unchanged`` (None: nothing is reused, as after an operator's cost factor changed or
-        without a last plan)."""
-        build = _Reusing(space, winner, self.nodes if unchanged is not None else {},
-                         unchanged)
+        ``unchanged`` from ``since`` to ``space`` — only if the last plan was built on
+        ``since`` (plans are made when first read, so the last one built may be older).
+        ``unchanged`` None: nothing is reused, as after an operator's cost factor changed or
+        without a last plan."""
+        reuse = unchanged is not None and since is not None and self.space is since
+        build = _Reusing(space, winner, self.nodes if reuse else {}, unchanged)
         root = build(space.root)
-        self.nodes = build.new
+        self.nodes, self.space = build.new, space
         return root
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import PlanNode, WinnersPlan, plan_of_winners
+from reopt.plan import WinnersPlan
 
 Group = tuple[int, str]
 Entry = tuple[float, Alt | None]
@@ -65,11 +65,6 @@ class TopDown:
         """The result, its plan made from the memo's winners when first read: a search
         from scratch is over, nothing writes its memo again (a winner is final)."""
         return Result.later(cost, WinnersPlan(self.space, self.memo), explored)
-
-    def _plan(self) -> PlanNode:
-        """The root's plan tree from the memo's winners."""
-        memo = self.memo
-        return plan_of_winners(self.space, lambda g: memo[g][1])
 
     def _and_nodes(self, searched: Iterable[Group]) -> int:
         """The alternatives of the ``searched`` groups (counted by the search when they are
