@@ -103,7 +103,9 @@ class DPTable:
                     costs = costs * by_code[self.op_code[alts]]
                 local[alts] = costs
                 return
-        for k in nodes.tolist():
+        nodes = nodes.tolist()
+        space.estimate([groups[k][0] for k in nodes])
+        for k in nodes:
             local[offsets[k]:offsets[k + 1]] = space.local_costs(*groups[k])
 
     def alternatives_of(self, nodes: np.ndarray) -> np.ndarray:

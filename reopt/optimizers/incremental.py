@@ -259,6 +259,7 @@ class TopDownInc(Incremental, TopDown):
         if self.bulk is not None:
             return self.bulk.update(old, space, ops)
         stale = {g for g in entries if moved(g[0])}
+        space.estimate([g[0] for g in stale])  # (all at once: each is about to be re-costed)
         seeds = set(stale)
         if ops:
             self._index(entries)
