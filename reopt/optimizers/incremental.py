@@ -165,18 +165,31 @@ class BottomUpInc(Incremental):
             return self.optimize()
         moved, ops = space.changed_inputs(old)
         self._reuse_unmoved(moved, ops)
-        stale = space.moved_exprs(old, table.exprs)
-        if ops:
-            stale |= table.using(ops)
-        table.cost_nodes(space, np.flatnonzero(stale))
+        if table.scalar:  # a small table: lists (moved() is moved_exprs() of one expression)
+            stale = [moved(e) for e in table.expr_list]
+            if ops:
+                stale = [a or b for a, b in zip(stale, table.using(ops).tolist(), strict=True)]
+            table.cost_nodes(space, [k for k, on in enumerate(stale) if on])
+        else:
+            stale = space.moved_exprs(old, table.exprs)
+            if ops:
+                stale |= table.using(ops)
+            table.cost_nodes(space, np.flatnonzero(stale))
         # a moved node's parents are moved too; only a cost delta needs propagation
         return self._settled(table.settle(stale, propagate=bool(ops)))
 
-    def _settled(self, done: np.ndarray) -> Result:
+    def _settled(self, done: np.ndarray | list[bool]) -> Result:
         table, space = self.table, self.space
-        picked = np.flatnonzero(done)
-        self.touched_or = {table.groups[k] for k in picked.tolist()}
-        ands = int((table.offsets[picked + 1] - table.offsets[picked]).sum())
+        groups = table.groups
+        if isinstance(done, list):  # a small table's (DPTable.settle)
+            picked = [k for k, on in enumerate(done) if on]
+            sizes = table.lists[3]
+            ands = sum([sizes[k] for k in picked])
+        else:
+            at = np.flatnonzero(done)
+            ands = int((table.offsets[at + 1] - table.offsets[at]).sum())
+            picked = at.tolist()
+        self.touched_or = {groups[k] for k in picked}
         root = table.entry(space.root)
         if root is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
