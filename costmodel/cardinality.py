@@ -264,6 +264,11 @@ def _fraction_below(stats: ColumnStats, value: object) -> float | None:
     return _clamp01(share(x, lo, hi))
 
 
+def _largest_first(kv: tuple[int, float]) -> tuple[int, int]:
+    """Sort key of observations: larger relation sets first, ties by mask."""
+    return -kv[0].bit_count(), kv[0]
+
+
 class Estimator:
     """Cardinalities of relation sets of one query under given statistics (memoized)."""
 
@@ -294,11 +299,11 @@ class Estimator:
         """Each relation's rows after its filters (:meth:`leaf_card` unless observed)."""
         given = self.adj.selectivities
         self._preds = [
-            (both, given.get(p.key, est) if given else est)
+            (both, given.get(p.key, est))
             for both, p, est in zip(query.join_masks, query.joins, self._join_est, strict=True)
-        ]
-        self._observed = sorted(self.adj.observations.items(),
-                                key=lambda kv: (-kv[0].bit_count(), kv[0]))
+        ] if given else list(zip(query.join_masks, self._join_est, strict=True))
+        observed = self.adj.observations
+        self._observed = sorted(observed.items(), key=_largest_first) if observed else []
         """The observations, largest sets first (ties by mask): the order in which
         :meth:`pinned_subsets` picks them."""
         self._propagate = self.adj.observed_supersets == "propagate"
@@ -337,9 +342,24 @@ class Estimator:
         here, are not repeated). A relation's rows are read before its filters: an unknown
         table is reported before a bad literal of its filters."""
         rows, filters = [], []
-        for r in self.query.relations:
-            rows.append(self.base_rows(r.alias))
-            filters.append(self.filter_selectivity(r.alias))
+        tables, table, filters_of = self._tables, self.catalog.table, self.query.filters_of
+        selectivity = self.predicate_selectivity
+        row_factors, table_rows = self.adj.alias_factors, self.adj.table_rows
+        for r in self.query.relations:  # base_rows and filter_selectivity, inlined
+            alias = r.alias
+            stats = tables.get(alias)
+            if stats is None:
+                stats = tables[alias] = table(r.table)  # (table_stats)
+            if stats.rate is not None:  # a stream (TableStats.is_stream)
+                rows.append(self.base_rows(alias))
+            else:
+                n = table_rows.get(r.table, stats.rows) if table_rows else stats.rows
+                rows.append(min(n * row_factors.get(alias, 1.0) if row_factors else n * 1.0,
+                                MAX_ROWS))
+            s = 1.0
+            for p in filters_of(alias):
+                s *= selectivity(p)
+            filters.append(s)
         return rows, filters, [self.estimated_join_selectivity(p) for p in self.query.joins]
 
     # -- base relations ----------------------------------------------------------------------

@@ -251,12 +251,12 @@ class CoutModel(CostModel):
         leaves = [(1 << i, ANY) for i in range(space.query.n)]
         columns = dict.fromkeys(leaves, _COUT_SCAN)
         costs = {leaf: [0.0] for leaf in leaves}
-        card = space.summary
+        card = space.estimator.card  # (summary, but no expression here is the final one's)
         for expr, lefts in space.graph.halves().items():
             k = len(lefts)
             joins, anys = ["join"] * k, [ANY] * k
             columns[(expr, ANY)] = tuple.__new__(AltColumns, (
-                lefts, joins, joins, lefts, anys, [expr ^ left for left in lefts], anys))
+                lefts, joins, joins, lefts, anys, list(map(expr.__xor__, lefts)), anys))
             costs[(expr, ANY)] = [card(expr)] * k
         return columns, costs
 

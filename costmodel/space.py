@@ -561,6 +561,12 @@ class PlanSpace:
         else:
             self.estimator.estimate_all(csgs)
 
+    def estimate(self, exprs: Iterable[int]) -> None:
+        """Estimate the given expressions' rows at once, into the estimator's memo
+        (:meth:`Estimator.estimate_all`: one pass, leaf products shared, the same bits as
+        one by one): what an update calls before it costs the nodes it reaches, one by one."""
+        self.estimator.estimate_all([e & self.all for e in exprs])
+
     def _factored(self, costs: list[float], ops: list[str]) -> list[float]:
         """Local costs times their operators' factors (``cost OP *F``), as
         :meth:`local_cost` multiplies them; ``x * 1.0 == x``, so without factors, as they are."""

@@ -88,6 +88,21 @@ def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
     return _Winners(space, winner)(node or space.root)
 
 
+class WinnersPlan:
+    """A finished search's plan, made when called (what :meth:`Result.later
+    <reopt.optimizers.base.Result.later>` takes): :func:`plan_of_winners` over a memo of
+    ``(cost, index of the winning alternative)`` entries, as topdown's memo and bottomup's DP
+    table hold them. A callable object, not a closure: picklable, and no reference cycle."""
+
+    def __init__(self, space: PlanSpace, memo: Mapping[tuple[int, str], tuple[float, Any]]):
+        self.space = space
+        self.memo = memo
+
+    def __call__(self) -> PlanNode:
+        memo = self.memo
+        return plan_of_winners(self.space, lambda g: memo[g][1])
+
+
 class _Winners:
     """Makes the plan node of an OR node from its winner, its children recursively (a
     callable object, not a recursive closure: that is a reference cycle, which would keep
@@ -136,16 +151,21 @@ class PlanCache:
 
     def __init__(self) -> None:
         self.nodes: dict[tuple[int, str], tuple[int, PlanNode]] = {}
+        self.space: PlanSpace | None = None
+        """The space the cached plan was built on."""
 
     def build(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int],
-              unchanged: Callable[[int], bool] | None) -> PlanNode:
+              unchanged: Callable[[int], bool] | None, since: PlanSpace | None = None
+              ) -> PlanNode:
         """:func:`plan_of_winners`, reusing the last plan's subtrees whose expression is
-        ``unchanged`` (None: nothing is reused, as after an operator's cost factor changed or
-        without a last plan)."""
-        build = _Reusing(space, winner, self.nodes if unchanged is not None else {},
-                         unchanged)
+        ``unchanged`` from ``since`` to ``space`` — only if the last plan was built on
+        ``since`` (plans are made when first read, so the last one built may be older).
+        ``unchanged`` None: nothing is reused, as after an operator's cost factor changed or
+        without a last plan."""
+        reuse = unchanged is not None and since is not None and self.space is since
+        build = _Reusing(space, winner, self.nodes if reuse else {}, unchanged)
         root = build(space.root)
-        self.nodes = build.new
+        self.nodes, self.space = build.new, space
         return root
 
 

@@ -291,3 +291,40 @@ def test_update_plans_equal_plans_built_afresh(model, qc, seed, steps):
         assert bu.update(space).plan.to_json() == bottomup(fresh).plan.to_json(), text
         got = td.update(space).plan.to_json()
         assert got == plan_of_winners(fresh, lambda g: td.memo[g][1]).to_json(), text
+
+
+@pytest.mark.parametrize("model", ["cout", "io"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 6), seed=st.integers(0, 2**31), steps=st.integers(1, 8),
+       data=st.data())
+def test_plans_read_late_equal_plans_built_afresh_at_their_step(model, qc, seed, steps, data):
+    """A result's plan is made when first read: read after later updates (in any order, some
+    never), each is still its own step's plan — for bottomup-inc bottomup's from scratch, for
+    topdown-inc the one built afresh from the memo's winners as that step left them — and
+    the plans read in order afterwards still reuse only what they may (PlanCache)."""
+    q, cat = qc
+    m = cost_model(model)
+    rng = random.Random(seed)
+    space = PlanSpace(q, cat, m)
+    bu, td = BottomUpInc(space), TopDownInc(space)
+    results = [(bu.optimize(), td.optimize(), dict(td.memo), PlanSpace(q, cat, m))]
+    adj = Adjustments()
+    for text in with_table_deltas(random_deltas(q, rng, steps, m.operators), rng):
+        adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
+        space = space.with_adjustments(adj)
+        results.append((bu.update(space), td.update(space), dict(td.memo),
+                        PlanSpace(q, cat, m, adj)))
+    order = data.draw(st.permutations(range(len(results))))
+    for k in order[:data.draw(st.integers(0, len(order)))]:
+        rb, rt, memo, fresh = results[k]
+        assert rb.plan.to_json() == bottomup(fresh).plan.to_json(), k
+        assert rb.plan.cost == rb.cost
+        assert rt.plan.to_json() == plan_of_winners(fresh, lambda g, m=memo: m[g][1]).to_json()
+    # and on: the next updates' plans, read at once, from a cache of any of those plans
+    for text in with_table_deltas(random_deltas(q, rng, 3, m.operators), rng):
+        adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
+        space = space.with_adjustments(adj)
+        fresh = PlanSpace(q, cat, m, adj)
+        assert bu.update(space).plan.to_json() == bottomup(fresh).plan.to_json(), text
+        got = td.update(space).plan.to_json()
+        assert got == plan_of_winners(fresh, lambda g: td.memo[g][1]).to_json(), text

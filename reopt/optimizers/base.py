@@ -5,25 +5,66 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import wraps
 from typing import ParamSpec, TypeVar
 
 from reopt.plan import PlanNode
 
 
-@dataclass
 class Result:
     """The best plan of one query, its cost, and how much of the space the search touched.
 
     ``explored``: OR nodes (memo groups / DP table entries) and AND nodes (alternatives whose
     local cost was computed) the search visited — the procedural counterpart of the
     declarative optimizer's held state, used to compare pruning.
+
+    ``plan`` is a plan tree, or a callable that makes it: then it is made on first access
+    and kept (:meth:`later`). A plan tree of a small query costs about as much as its
+    search, and a caller after the cost alone (a benchmark, a cost check) never reads it.
     """
 
-    cost: float
-    plan: PlanNode
-    explored: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("cost", "explored", "_plan", "_make")
+
+    def __init__(self, cost: float, plan: PlanNode,
+                 explored: dict[str, int] | None = None):
+        self.cost = cost
+        self.explored = {} if explored is None else explored
+        self._plan: PlanNode | None = plan
+        self._make: Callable[[], PlanNode] | None = None
+
+    @classmethod
+    def later(cls, cost: float, make: Callable[[], PlanNode],
+              explored: dict[str, int]) -> Result:
+        """A result whose plan ``make()`` builds when it is first read. ``make`` must give
+        the same tree whenever it is called: it reads a finished search's memo, which
+        nothing changes afterwards (it keeps that memo and its plan space alive until then)."""
+        out = cls(cost, None, explored)  # type: ignore[arg-type]
+        out._make = make
+        return out
+
+    @property
+    def plan(self) -> PlanNode:
+        if self._plan is None:
+            assert self._make is not None
+            self._plan, self._make = self._make(), None
+        return self._plan
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Result):
+            return NotImplemented
+        return (self.cost, self.plan, self.explored) == (other.cost, other.plan, other.explored)
+
+    __hash__ = None  # type: ignore[assignment]  # (as the dataclass it was: mutable, eq)
+
+    def __repr__(self) -> str:
+        return f"Result(cost={self.cost!r}, plan={self.plan!r}, explored={self.explored!r})"
+
+    def __getstate__(self) -> tuple:
+        return self.cost, self.plan, self.explored  # (the plan made: no memo pickled)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.cost, self._plan, self.explored = state
+        self._make = None
 
 
 @contextmanager

@@ -9,11 +9,9 @@ children are then already in the table.
 
 from __future__ import annotations
 
-import math
-
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import plan_of_winners
+from reopt.plan import WinnersPlan
 
 Group = tuple[int, str]
 
@@ -38,7 +36,11 @@ class BottomUp:
     def settle(self, group: Group) -> None:
         """Compute the group's entry from its children's (all ranked lower, so settled)."""
         space, best_get = self.space, self.best.get
-        cols, costs = space.costed(*group)
+        costs = space._node_local.get(group)  # (costed's first case, without the call)
+        if costs is None:
+            cols, costs = space.costed(*group)
+        else:
+            cols = space._cols[group]
         self.costed += len(costs)
         winner: tuple[float, int] | None = None
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
@@ -62,12 +64,15 @@ class BottomUp:
             self.best[group] = winner
 
     def result(self, ors: int, ands: int) -> Result:
+        """The result, its plan made from the table's winners when first read; its cost is
+        the root's entry, the very additions the plan's node costs repeat
+        (:func:`~reopt.costmodel.space.plan_cost`, children first), so the plan's cost is
+        that one, bit for bit."""
         space, best = self.space, self.best
         if space.root not in best:  # pragma: no cover
             raise RuntimeError("no plan found")
-        plan = plan_of_winners(space, lambda g: best[g][1])
-        assert math.isclose(plan.cost, best[space.root][0], rel_tol=1e-12)
-        return Result(plan.cost, plan, {"or_nodes": ors, "and_nodes": ands})
+        return Result.later(best[space.root][0], WinnersPlan(space, best),
+                            {"or_nodes": ors, "and_nodes": ands})
 
 
 def bottomup(space: PlanSpace) -> Result:

@@ -75,6 +75,25 @@ class DPTable:
         cuts = np.flatnonzero(np.diff(self.rank_of)) + 1
         return np.split(np.arange(self.absent, dtype=np.int64), cuts)
 
+    @cached_property
+    def lists(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The structure as lists — offsets, left and right children, and each node's number
+        of alternatives — for the loops of a small table (made when first read)."""
+        offsets = self.offsets.tolist()
+        sizes = [offsets[k + 1] - offsets[k] for k in range(len(offsets) - 1)]
+        return offsets, self.left.tolist(), self.right.tolist(), sizes
+
+    @cached_property
+    def expr_list(self) -> list[int]:
+        """Each node's expression, as a list (:attr:`exprs`)."""
+        return self.exprs.tolist()
+
+    @property
+    def scalar(self) -> bool:
+        """Whether the table is small enough for plain loops (:data:`SCALAR_ALTERNATIVES`):
+        numpy's fixed cost per call would be more than their work."""
+        return len(self.local) <= SCALAR_ALTERNATIVES
+
     @staticmethod
     def _children(cols, side: str, get, absent: int) -> np.ndarray:
         exprs = chain.from_iterable(getattr(c, side) for c in cols)
@@ -83,14 +102,15 @@ class DPTable:
                             for e, p in zip(exprs, props, strict=True)), dtype=np.int64)
 
     # -- local costs ------------------------------------------------------------------------
-    def cost_nodes(self, space: PlanSpace, nodes: np.ndarray) -> None:
+    def cost_nodes(self, space: PlanSpace, nodes: np.ndarray | list[int]) -> None:
         """(Re)compute the local costs of the given nodes' alternatives under ``space``: in
         one vectorized call where the model has one
         (:meth:`~reopt.costmodel.models.CostModel.local_cost_columns`, then the operator
         factors, as :meth:`PlanSpace.local_costs` multiplies them: the same bits), else node
-        by node."""
+        by node (``nodes`` may then be a list)."""
         groups, offsets, local = self.groups, self.offsets, self.local
         if len(local) > SCALAR_ALTERNATIVES:  # a small table: numpy's calls cost more
+            nodes = np.asarray(nodes, dtype=np.int64)
             alts = self.alternatives_of(nodes)
             costs = space.model.local_cost_columns(
                 space, self.exprs[self.node_of[alts]], self.op_code[alts])
@@ -103,7 +123,9 @@ class DPTable:
                     costs = costs * by_code[self.op_code[alts]]
                 local[alts] = costs
                 return
-        for k in nodes.tolist():
+        nodes = nodes.tolist() if isinstance(nodes, np.ndarray) else nodes
+        space.estimate([groups[k][0] for k in nodes])
+        for k in nodes:
             local[offsets[k]:offsets[k + 1]] = space.local_costs(*groups[k])
 
     def alternatives_of(self, nodes: np.ndarray) -> np.ndarray:
@@ -121,24 +143,27 @@ class DPTable:
         return out
 
     # -- settling ---------------------------------------------------------------------------
-    def settle(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
-        """Settle the nodes marked in ``dirty`` (a boolean mask over nodes), rank by rank;
-        with ``propagate``, also every node with an alternative whose child's best cost or
-        plan changed. Returns the mask of nodes settled.
+    def settle(self, dirty: np.ndarray | list[bool], propagate: bool
+               ) -> np.ndarray | list[bool]:
+        """Settle the nodes marked in ``dirty`` (a boolean mask over nodes: an array, or a
+        list for a small table), rank by rank; with ``propagate``, also every node with an
+        alternative whose child's best cost or plan changed. Returns the mask of nodes
+        settled (a list for a small table, an array otherwise).
 
         A small table (at most :data:`SCALAR_ALTERNATIVES`) is settled by a plain loop
         (:meth:`_settle_scalar`): numpy's two dozen calls per rank would cost more than the
         work. Both give the same numbers (the same additions, the same first minimum;
         ``tests/test_incremental_procedural.py`` compares them)."""
-        if len(self.local) <= SCALAR_ALTERNATIVES:
+        if self.scalar:
             return self._settle_scalar(dirty, propagate)
-        return self._settle_vector(dirty, propagate)
+        return self._settle_vector(np.asarray(dirty, dtype=bool), propagate)
 
-    def _settle_scalar(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
+    def _settle_scalar(self, dirty: np.ndarray | list[bool], propagate: bool) -> list[bool]:
         n = self.absent
-        offsets, left, right = self.offsets.tolist(), self.left.tolist(), self.right.tolist()
+        offsets, left, right, _ = self.lists
         local, best, winner = self.local.tolist(), self.best.tolist(), self.winner.tolist()
-        todo, done = dirty.tolist(), [False] * n
+        todo = dirty.tolist() if isinstance(dirty, np.ndarray) else dirty
+        done = [False] * n
         changed = [False] * (n + 1)
         for k in range(n):  # nodes are numbered in rank order: children come first
             lo, hi = offsets[k], offsets[k + 1]
@@ -157,7 +182,7 @@ class DPTable:
                 best[k], winner[k] = least, win
         self.best[:n] = best[:n]
         self.winner[:] = winner
-        return np.asarray(done, dtype=bool)
+        return done
 
     def _settle_vector(self, dirty: np.ndarray, propagate: bool) -> np.ndarray:
         n = self.absent

@@ -66,6 +66,24 @@ class Incremental:
         self._unchanged: Callable[[int], bool] | None = None
         """During an update without operator-factor changes: whether an expression did not
         move (what :class:`PlanCache` may reuse); None otherwise."""
+        self._since: PlanSpace | None = None
+        """During an update: the space before it (what the last plan may have been built on)."""
+        self._pending: _LaterPlan | None = None
+        """The last result's plan while it is not made yet: it reads the live memo until the
+        next change to the memo hands it the copy taken before that change
+        (:meth:`_hand_over`)."""
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_pending"] = None  # (the pending plan stays the live result's, unpickled)
+        return state
+
+    def _hand_over(self, saved: object) -> None:
+        """Before the memo changes: give a result whose plan is not made yet ``saved``, the
+        memo's entries as they are now (:meth:`_snapshot`), to make it from later."""
+        if self._pending is not None:
+            self._pending.freeze(saved)
+            self._pending = None
 
     # -- to be provided ----------------------------------------------------------------------
     def optimize(self) -> Result:
@@ -97,17 +115,18 @@ class Incremental:
             space.catalog is not old.catalog
         ):
             raise ValueError("update() needs a space of the same query, catalog and cost model")
-        saved, plans = self._snapshot(), self.plans.nodes
+        saved, plans = self._snapshot(), (self.plans.nodes, self.plans.space)
+        self._hand_over(saved)
         try:
-            self.space = space
+            self.space, self._since = space, old
             return self._update(old, space)
         except BaseException:
             self.space = old
             self._restore(saved)
-            self.plans.nodes = plans
+            self.plans.nodes, self.plans.space = plans
             raise
         finally:
-            self._unchanged = None
+            self._unchanged = self._since = None
 
     def _reuse_unmoved(self, moved: Callable[[int], bool], ops: set[str]) -> None:
         """Let this update's plan reuse the last plan's subtrees over expressions that did
@@ -146,24 +165,37 @@ class BottomUpInc(Incremental):
             return self.optimize()
         moved, ops = space.changed_inputs(old)
         self._reuse_unmoved(moved, ops)
-        stale = space.moved_exprs(old, table.exprs)
-        if ops:
-            stale |= table.using(ops)
-        table.cost_nodes(space, np.flatnonzero(stale))
+        if table.scalar:  # a small table: lists (moved() is moved_exprs() of one expression)
+            stale = [moved(e) for e in table.expr_list]
+            if ops:
+                stale = [a or b for a, b in zip(stale, table.using(ops).tolist(), strict=True)]
+            table.cost_nodes(space, [k for k, on in enumerate(stale) if on])
+        else:
+            stale = space.moved_exprs(old, table.exprs)
+            if ops:
+                stale |= table.using(ops)
+            table.cost_nodes(space, np.flatnonzero(stale))
         # a moved node's parents are moved too; only a cost delta needs propagation
         return self._settled(table.settle(stale, propagate=bool(ops)))
 
-    def _settled(self, done: np.ndarray) -> Result:
+    def _settled(self, done: np.ndarray | list[bool]) -> Result:
         table, space = self.table, self.space
-        picked = np.flatnonzero(done)
-        self.touched_or = {table.groups[k] for k in picked.tolist()}
-        ands = int((table.offsets[picked + 1] - table.offsets[picked]).sum())
+        groups = table.groups
+        if isinstance(done, list):  # a small table's (DPTable.settle)
+            picked = [k for k, on in enumerate(done) if on]
+            sizes = table.lists[3]
+            ands = sum([sizes[k] for k in picked])
+        else:
+            at = np.flatnonzero(done)
+            ands = int((table.offsets[at + 1] - table.offsets[at]).sum())
+            picked = at.tolist()
+        self.touched_or = {groups[k] for k in picked}
         root = table.entry(space.root)
         if root is None:  # pragma: no cover - every root has a plan
             raise RuntimeError("no plan found")
-        winners, index = table.winner.tolist(), table.index  # (read as a list: per plan node)
-        plan = self.plans.build(space, lambda g: winners[index[g]], self._unchanged)
-        return Result(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
+        plan = self._pending = _TablePlan(self.plans, space, self._since, self._unchanged,
+                                          table.winner.copy(), table.index)
+        return Result.later(root[0], plan, {"or_nodes": len(picked), "and_nodes": ands})
 
 
 class TopDownInc(Incremental, TopDown):
@@ -193,6 +225,7 @@ class TopDownInc(Incremental, TopDown):
         numpy's calls cost more than the search)."""
 
     def optimize(self) -> Result:
+        self._hand_over(self._snapshot())
         self.memo.clear()
         self._searched = set()
         result = TopDown.optimize(self)
@@ -203,9 +236,10 @@ class TopDownInc(Incremental, TopDown):
             self.bulk.read_all()
         return result
 
-    def _plan(self) -> PlanNode:
-        memo = self.memo
-        return self.plans.build(self.space, lambda g: memo[g][1], self._unchanged)
+    def _with_plan(self, cost: float, explored: dict[str, int]) -> Result:
+        plan = self._pending = _MemoPlan(self.plans, self.space, self._since, self._unchanged,
+                                         self.memo)
+        return Result.later(cost, plan, explored)
 
     def _search(self, group: Group, limit: float) -> float | None:
         self._searched.add(group)
@@ -238,6 +272,7 @@ class TopDownInc(Incremental, TopDown):
         if self.bulk is not None:
             return self.bulk.update(old, space, ops)
         stale = {g for g in entries if moved(g[0])}
+        space.estimate([g[0] for g in stale])  # (all at once: each is about to be re-costed)
         seeds = set(stale)
         if ops:
             self._index(entries)
@@ -296,6 +331,71 @@ class TopDownInc(Incremental, TopDown):
             mask[nodes] = True
             nodes = np.flatnonzero(mask)
         return int((table.offsets[nodes + 1] - table.offsets[nodes]).sum())
+
+
+class _LaterPlan:
+    """An incremental optimizer's plan, made when its result's plan is first read
+    (:meth:`Result.later`), from the winners as that optimization left them, reusing the
+    subtrees of the last plan made where :class:`PlanCache` may: those of a plan made on
+    ``since``, the space before, over expressions ``unchanged`` since. Made at once, as the
+    API and the CLI read it, it is the plan the optimizer used to build before returning;
+    not read, it costs nothing — as a search from scratch's (:class:`WinnersPlan`)."""
+
+    def __init__(self, cache: PlanCache, space: PlanSpace, since: PlanSpace | None,
+                 unchanged: Callable[[int], bool] | None):
+        self.cache: PlanCache | None = cache
+        self.space = space
+        self.since = since
+        self.unchanged = unchanged
+
+    def winner(self, g: Group) -> int:
+        """The index of OR node ``g``'s winning alternative."""
+        raise NotImplementedError
+
+    def freeze(self, saved: object) -> None:
+        """Read the winners from ``saved`` (the optimizer's snapshot of its memo, taken
+        before the memo changes) from now on, if the memo is read live."""
+
+    def __call__(self) -> PlanNode:
+        cache = self.cache
+        assert cache is not None, "a plan is made once"
+        plan = cache.build(self.space, self.winner, self.unchanged, self.since)
+        self.cache = self.since = self.unchanged = None  # (released: made once)
+        return plan
+
+
+class _MemoPlan(_LaterPlan):
+    """``topdown-inc``'s: the winners of its memo, ``group → (cost, index)``."""
+
+    def __init__(self, cache: PlanCache, space: PlanSpace, since: PlanSpace | None,
+                 unchanged: Callable[[int], bool] | None, memo: dict[Group, tuple]):
+        super().__init__(cache, space, since, unchanged)
+        self.memo = memo
+
+    def winner(self, g: Group) -> int:
+        return self.memo[g][1]
+
+    def freeze(self, saved: object) -> None:
+        assert isinstance(saved, dict)
+        self.memo = saved  # (a copy the optimizer never writes: restored from, not into)
+
+
+class _TablePlan(_LaterPlan):
+    """``bottomup-inc``'s: a copy of its DP table's winners, taken with the result."""
+
+    def __init__(self, cache: PlanCache, space: PlanSpace, since: PlanSpace | None,
+                 unchanged: Callable[[int], bool] | None, winners: np.ndarray,
+                 index: dict[Group, int]):
+        super().__init__(cache, space, since, unchanged)
+        self.winners: np.ndarray | list[int] = winners
+        self.index = index
+
+    def winner(self, g: Group) -> int:
+        return self.winners[self.index[g]]  # type: ignore[return-value]
+
+    def __call__(self) -> PlanNode:
+        self.winners = self.winners.tolist()  # (Python ints: read once per plan node)
+        return super().__call__()
 
 
 class _Bulk:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
-from reopt.plan import PlanNode, plan_of_winners
+from reopt.plan import WinnersPlan
 
 Group = tuple[int, str]
 Entry = tuple[float, Alt | None]
@@ -58,13 +58,13 @@ class TopDown:
         """The root's plan from the memo's winners; ``and_nodes`` counts the alternatives
         of the ``searched`` groups."""
         space, memo = self.space, self.memo
-        return Result(memo[space.root][0], self._plan(),
-                      {"or_nodes": ors, "and_nodes": self._and_nodes(searched)})
+        return self._with_plan(memo[space.root][0],
+                               {"or_nodes": ors, "and_nodes": self._and_nodes(searched)})
 
-    def _plan(self) -> PlanNode:
-        """The root's plan tree from the memo's winners."""
-        memo = self.memo
-        return plan_of_winners(self.space, lambda g: memo[g][1])
+    def _with_plan(self, cost: float, explored: dict[str, int]) -> Result:
+        """The result, its plan made from the memo's winners when first read: a search
+        from scratch is over, nothing writes its memo again (a winner is final)."""
+        return Result.later(cost, WinnersPlan(self.space, self.memo), explored)
 
     def _and_nodes(self, searched: Iterable[Group]) -> int:
         """The alternatives of the ``searched`` groups (counted by the search when they are
@@ -93,7 +93,11 @@ class TopDown:
         space = self.space
         memo_get = self.memo.get
         bound, best = limit, None
-        cols, costs = space.costed(*group)
+        costs = space._node_local.get(group)  # (costed's first case, without the call)
+        if costs is None:
+            cols, costs = space.costed(*group)
+        else:
+            cols = space._cols[group]
         if group not in self.memo:
             self._ands += len(costs)
         for i, (left, lprop, right, rprop, local) in enumerate(zip(
