@@ -44,13 +44,3 @@ def skew_dir(tmp_path_factory, spark):
     generate_tpch(0.01, out, skew=0.5, correlate=True, spark=spark)
     return out
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under ``pytest -n 2`` (pytest-xdist, ``--dist loadgroup``: ``make test``), every test
-    that uses Spark runs on one worker, so the run still starts one Spark session for them:
-    two JVMs would not fit the two cores any better than one. Without xdist the group mark
-    is inert."""
-    group = pytest.mark.xdist_group("spark")
-    for item in items:
-        if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(group)

@@ -40,7 +40,9 @@ def cluster_rounds() -> list[list[dict[str, str]]]:
 
 
 def executors(app: str) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    # -ww: the whole command line whatever COLUMNS says (the app id is at its end)
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                         text=True).stdout
     return [int(line.split()[0]) for line in out.splitlines()
             if "CoarseGrainedExecutorBackend" in line and app in line]
 
