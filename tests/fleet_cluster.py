@@ -84,7 +84,8 @@ def main(mode: str, master: str, saved: str, out: str) -> None:
     spark = get_spark(master)
     sc = spark.sparkContext
     app = sc.applicationId
-    report: dict = {"driver": os.getpid(), "executors": registered(app, 2), "rounds": {}}
+    running = registered(app, 2) if mode == "run" else executors(app)  # local[1]: none
+    report: dict = {"driver": os.getpid(), "executors": running, "rounds": {}}
     if mode == "run":
         fleet = Fleet(cluster_queries(), cost_model=MODEL, spark=spark, partitions=2)
         report["rounds"]["0"] = fleet.optimize().by_name()
