@@ -283,8 +283,14 @@ def test_update_plans_equal_plans_built_afresh(model, qc, seed, steps):
     space = PlanSpace(q, cat, m)
     bu, td = BottomUpInc(space), TopDownInc(space)
     bu.optimize(), td.optimize()
-    adj = Adjustments()
-    for text in with_table_deltas(random_deltas(q, rng, steps, m.operators), rng):
+    updates_build_fresh_plans(bu, td, space, Adjustments(), q, cat, m,
+                              with_table_deltas(random_deltas(q, rng, steps, m.operators), rng))
+
+
+def updates_build_fresh_plans(bu, td, space, adj, q, cat, m, texts) -> None:
+    """Each delta text in turn: both optimizers updated, their plans read at once equal to a
+    plan built afresh in a fresh space of the same statistics."""
+    for text in texts:
         adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
         space = space.with_adjustments(adj)
         fresh = PlanSpace(q, cat, m, adj)
@@ -321,10 +327,5 @@ def test_plans_read_late_equal_plans_built_afresh_at_their_step(model, qc, seed,
         assert rb.plan.cost == rb.cost
         assert rt.plan.to_json() == plan_of_winners(fresh, lambda g, m=memo: m[g][1]).to_json()
     # and on: the next updates' plans, read at once, from a cache of any of those plans
-    for text in with_table_deltas(random_deltas(q, rng, 3, m.operators), rng):
-        adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
-        space = space.with_adjustments(adj)
-        fresh = PlanSpace(q, cat, m, adj)
-        assert bu.update(space).plan.to_json() == bottomup(fresh).plan.to_json(), text
-        got = td.update(space).plan.to_json()
-        assert got == plan_of_winners(fresh, lambda g: td.memo[g][1]).to_json(), text
+    updates_build_fresh_plans(bu, td, space, adj, q, cat, m,
+                              with_table_deltas(random_deltas(q, rng, 3, m.operators), rng))
