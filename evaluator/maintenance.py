@@ -296,14 +296,23 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
 
 
+def _delta_scan(v: Variant) -> Scan | None:
+    """``v``'s first op when it scans its delta positively (what :func:`delta_reads` and
+    :func:`source_tests` read a variant's delta tuples off); else None."""
+    first = v.ops[0] if v.ops else None
+    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+        return None
+    return first
+
+
 def delta_reads(v: Variant) -> tuple[int, ...] | None:
     """The columns of ``v``'s delta atom that its derivations depend on: those holding a
     constant, a variable repeated in the atom, or a variable another op or the head uses.
     Delta tuples equal on these derive the same head tuples, so one of them stands for all
     (the parents' lookups read a changed group's key, not each of its selected tuples that
     went or came). None when ``v`` has no delta scan first (nothing is read off then)."""
-    first = v.ops[0] if v.ops else None
-    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+    first = _delta_scan(v)
+    if first is None:
         return None
     used: set[str] = set()
     for op in v.ops[1:]:
@@ -342,8 +351,8 @@ def source_tests(v: Variant, target: str, key: int) -> tuple[Test, ...]:
     (:mod:`.sourcerows` does so on arrays) instead of being joined one by one: the join
     starts, in effect, from the children that are there. Empty when ``v`` does not start
     with a delta scan."""
-    first = v.ops[0] if v.ops else None
-    if not isinstance(first, Scan) or first.version != DELTA or first.negated:
+    first = _delta_scan(v)
+    if first is None:
         return ()
     pos: dict[str, int] = {}
     for j, t in enumerate(first.args):

@@ -150,9 +150,18 @@ class Relation:
     def as_built(self) -> np.ndarray | None:
         """The tuples as an object array in the order of the frame they were built from
         (:meth:`of_rows` with a grouping), while the relation is as built; else None."""
-        self.rows  # noqa: B018 - built first, if it is not
+        made = self._as_made()
+        return None if made is None else made[1]
+
+    def _as_made(self) -> tuple[int, np.ndarray, Grouping] | None:
+        """What :meth:`of_rows` kept of the built tuples (version, tuples, grouping) while
+        the relation is as built; None once it changed (and then dropped: of no use again)."""
+        self.rows  # noqa: B018 - built first, if it is not (it keeps the grouping then)
         made = self.__dict__.get("_made")
-        return made[1] if made is not None and made[0] == self.version else None
+        if made is not None and made[0] != self.version:
+            del self.__dict__["_made"]
+            return None
+        return made
 
     def _grouped(self, cols: tuple[int, ...], key: Callable[[tuple], tuple]
                  ) -> dict[tuple, Bucket] | None:
@@ -163,10 +172,8 @@ class Relation:
         of 200), and exact: a run's tuples share their key (equal under ``==``), so the
         index has as many keys as runs unless two runs' keys are equal in Python, and then
         it is built tuple by tuple instead."""
-        self.rows  # noqa: B018 - built first, if it is not (it keeps the grouping then)
-        made = self.__dict__.get("_made")
-        if made is None or made[0] != self.version:
-            self.__dict__.pop("_made", None)  # changed since: of no use again
+        made = self._as_made()
+        if made is None:
             return None
         rows, grouping = made[1], made[2]
         order, starts = grouping(cols)
