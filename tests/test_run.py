@@ -32,7 +32,11 @@ def loop(query: str, data, spark, k: int = 3, deltas=(), split=None) -> Loop:
                 data, k, spark, list(deltas), split)
 
 
-@pytest.mark.parametrize("query", ["q3", "q5"])
+# q3 only, for the suite's time: Q5 runs every strategy over the same splits in
+# tests/test_notebooks.py::test_06_adaptive (one answer), its adaptive answer is checked
+# against Spark SQL's in test_observations_change_the_plan_on_skewed_data, and its plans'
+# answers in tests/test_execute.py.
+@pytest.mark.parametrize("query", ["q3"])
 def test_every_strategy_gives_spark_sqls_whole_answer(spark, tpch_dir, capsys, query):
     from reopt.cli import main
 
