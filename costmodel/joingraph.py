@@ -345,6 +345,11 @@ class JoinGraph:
             self._budget = start + 2 * max_pairs + self.n
             try:
                 self.halves()
+                # the loops test the budget where they count a batch of sets, not after the
+                # single sets counted last, and the two enumerations count in other orders:
+                # one last test makes the refusal (and the sets examined) the same for both
+                if self.examined > self._budget:
+                    raise _OverBudget
             except _OverBudget:
                 self._csgs, self._halves, self._flat, self.examined = None, None, None, start
                 return None

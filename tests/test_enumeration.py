@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from randq import make_query, shape_edges
 from test_optimizers import CCP, plain_query
@@ -105,6 +105,9 @@ def test_csgs_and_pairs_equal_brute_force(g):
 
 @settings(max_examples=200, deadline=None)
 @given(g=random_graphs(12), budget=st.integers(0, 400))
+# found by hypothesis: the compiled enumeration passed the budget where it tests it, the
+# Python one (other order) only after its last test, so one refused and one did not
+@example(g=(7, [(0, 3), (0, 5), (2, 4), (3, 5), (4, 6)]), budget=7)
 def test_compiled_enumeration_equals_the_python_one(g, budget):
     """The compiled kernel (numba) and the Python methods find the same csgs, the same
     splits in the same order, and count the same sets examined — also when a pair budget
