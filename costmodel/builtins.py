@@ -249,13 +249,33 @@ def _final_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
     operator's pseudo-expression (``top``): every other row has no final alternative
     (:meth:`PlanSpace.final_alternatives`), so it is left out before the Python loop."""
     tops, exprs = _by_query(ctx, q, e)
-    at = np.flatnonzero(exprs == tops)
-    row, *outs = _FINAL_ROWS(ctx, *(c[at] if isinstance(c, np.ndarray) else
-                                     [c[k] for k in at.tolist()] for c in (q, e, p, m)))
+    return _rows_at(_FINAL_ROWS, ctx, np.flatnonzero(exprs == tops), (q, e, p, m))
+
+
+def _enforce_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
+    """``Fn_enforce`` row by row over the rows of queries whose cost model has enforcers: a
+    model that keeps :meth:`CostModel.enforcer_alternatives` (none, as ``cout``) answers no
+    row, so its rows — one per OR node — are left out before the Python loop."""
+    from reopt.costmodel.models import CostModel  # (the models import this module's package)
+
+    q = np.asarray(q, dtype=np.int64)
+    enforcing = np.zeros(len(q), dtype=bool)
+    for qid in np.unique(q).tolist():
+        if type(ctx[qid].model).enforcer_alternatives is not CostModel.enforcer_alternatives:
+            enforcing |= q == qid
+    return _rows_at(_ENFORCE_ROWS, ctx, np.flatnonzero(enforcing), (q, e, p, m))
+
+
+def _rows_at(rowwise: Callable, ctx: Context, at: np.ndarray, cols: tuple[Column, ...]):
+    """The batch built-in ``rowwise`` over the rows ``at`` of the input columns ``cols``,
+    its output rows numbered as the inputs'."""
+    row, *outs = rowwise(ctx, *(c[at] if isinstance(c, np.ndarray) else
+                                [c[k] for k in at.tolist()] for c in cols))
     return (at[row], *outs)
 
 
 _FINAL_ROWS = _rowwise(_final, (LONG, STRING, LONG, STRING))
+_ENFORCE_ROWS = _rowwise(_enforce, (LONG, LONG, STRING))
 
 
 def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
@@ -344,7 +364,7 @@ BUILTINS: dict[str, Builtin] = {
                 _rowwise(_phyop, (LONG,)),
                 "Fn_phyop(q, expr, prop, method, index): scans of a leaf delivering prop"),
         Builtin("Fn_enforce", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING), _enforce,
-                _rowwise(_enforce, (LONG, LONG, STRING)),
+                _enforce_batch,
                 "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
                 _final_batch,
