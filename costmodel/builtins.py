@@ -295,9 +295,9 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     """Local costs of many alternatives, query by query (:meth:`PlanSpace.local_costs_of`)."""
     q = np.asarray(q, dtype=np.int64)
     out = np.empty(len(q), dtype=np.float64)
-    fields = [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
-              for c in (e, p, i, lo, m, l, lp, r, rp)]
-    ops = np.asarray(list(m), dtype=object)
+    fields: list[list] = []  # the columns as Python values, made only for a model without
+    # a vectorized form (most of a call's time when made for every call)
+    ops = m if isinstance(m, np.ndarray) and m.dtype == object else _strings(list(m))
     exprs = np.asarray(e, dtype=np.int64)
     for qid in np.unique(q).tolist():
         at = np.flatnonzero(q == qid)
@@ -305,6 +305,8 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
         if fast is not None:
             out[at] = fast
             continue
+        fields = fields or [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
+                            for c in (e, p, i, lo, m, l, lp, r, rp)]
         pick = at.tolist()
         alts = list(map(tuple.__new__, repeat(Alt), zip(
             *([f[k] for k in pick] for f in fields), strict=True)))
@@ -323,7 +325,7 @@ def _scancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column, m:
 def _rank_batch(ctx: Context, q: Column, e: Column, p: Column):
     """``2·|expr| + (prop != any)`` (:meth:`PlanSpace.rank`), vectorized."""
     e = np.asarray(e, dtype=np.int64)
-    sorted_ = np.asarray(list(p), dtype=object) != ANY
+    sorted_ = (p if isinstance(p, np.ndarray) else _strings(list(p))) != ANY
     return _each_row(q), 2 * np.bitwise_count(e).astype(np.int64) + sorted_.astype(np.int64)
 
 
