@@ -249,13 +249,33 @@ def _final_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
     operator's pseudo-expression (``top``): every other row has no final alternative
     (:meth:`PlanSpace.final_alternatives`), so it is left out before the Python loop."""
     tops, exprs = _by_query(ctx, q, e)
-    at = np.flatnonzero(exprs == tops)
-    row, *outs = _FINAL_ROWS(ctx, *(c[at] if isinstance(c, np.ndarray) else
-                                     [c[k] for k in at.tolist()] for c in (q, e, p, m)))
+    return _rows_at(_FINAL_ROWS, ctx, np.flatnonzero(exprs == tops), (q, e, p, m))
+
+
+def _enforce_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
+    """``Fn_enforce`` row by row over the rows of queries whose cost model has enforcers: a
+    model that keeps :meth:`CostModel.enforcer_alternatives` (none, as ``cout``) answers no
+    row, so its rows — one per OR node — are left out before the Python loop."""
+    from reopt.costmodel.models import CostModel  # (the models import this module's package)
+
+    q = np.asarray(q, dtype=np.int64)
+    enforcing = np.zeros(len(q), dtype=bool)
+    for qid in np.unique(q).tolist():
+        if type(ctx[qid].model).enforcer_alternatives is not CostModel.enforcer_alternatives:
+            enforcing |= q == qid
+    return _rows_at(_ENFORCE_ROWS, ctx, np.flatnonzero(enforcing), (q, e, p, m))
+
+
+def _rows_at(rowwise: Callable, ctx: Context, at: np.ndarray, cols: tuple[Column, ...]):
+    """The batch built-in ``rowwise`` over the rows ``at`` of the input columns ``cols``,
+    its output rows numbered as the inputs'."""
+    row, *outs = rowwise(ctx, *(c[at] if isinstance(c, np.ndarray) else
+                                [c[k] for k in at.tolist()] for c in cols))
     return (at[row], *outs)
 
 
 _FINAL_ROWS = _rowwise(_final, (LONG, STRING, LONG, STRING))
+_ENFORCE_ROWS = _rowwise(_enforce, (LONG, LONG, STRING))
 
 
 def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
@@ -275,9 +295,9 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     """Local costs of many alternatives, query by query (:meth:`PlanSpace.local_costs_of`)."""
     q = np.asarray(q, dtype=np.int64)
     out = np.empty(len(q), dtype=np.float64)
-    fields = [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
-              for c in (e, p, i, lo, m, l, lp, r, rp)]
-    ops = np.asarray(list(m), dtype=object)
+    fields: list[list] = []  # the columns as Python values, made only for a model without
+    # a vectorized form (most of a call's time when made for every call)
+    ops = m if isinstance(m, np.ndarray) and m.dtype == object else _strings(list(m))
     exprs = np.asarray(e, dtype=np.int64)
     for qid in np.unique(q).tolist():
         at = np.flatnonzero(q == qid)
@@ -285,6 +305,8 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
         if fast is not None:
             out[at] = fast
             continue
+        fields = fields or [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
+                            for c in (e, p, i, lo, m, l, lp, r, rp)]
         pick = at.tolist()
         alts = list(map(tuple.__new__, repeat(Alt), zip(
             *([f[k] for k in pick] for f in fields), strict=True)))
@@ -303,7 +325,7 @@ def _scancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column, m:
 def _rank_batch(ctx: Context, q: Column, e: Column, p: Column):
     """``2·|expr| + (prop != any)`` (:meth:`PlanSpace.rank`), vectorized."""
     e = np.asarray(e, dtype=np.int64)
-    sorted_ = np.asarray(list(p), dtype=object) != ANY
+    sorted_ = (p if isinstance(p, np.ndarray) else _strings(list(p))) != ANY
     return _each_row(q), 2 * np.bitwise_count(e).astype(np.int64) + sorted_.astype(np.int64)
 
 
@@ -344,7 +366,7 @@ BUILTINS: dict[str, Builtin] = {
                 _rowwise(_phyop, (LONG,)),
                 "Fn_phyop(q, expr, prop, method, index): scans of a leaf delivering prop"),
         Builtin("Fn_enforce", (LONG, LONG, STRING, STRING), (LONG, LONG, STRING), _enforce,
-                _rowwise(_enforce, (LONG, LONG, STRING)),
+                _enforce_batch,
                 "Fn_enforce(q, expr, prop, method, index, lExpr, lProp): enforcers of prop"),
         Builtin("Fn_final", (LONG, LONG, STRING, STRING), (LONG, STRING, LONG, STRING), _final,
                 _final_batch,

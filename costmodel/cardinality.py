@@ -281,6 +281,8 @@ class Estimator:
         self.catalog = catalog
         self.adj = adjustments or NO_ADJUSTMENTS
         self._card: dict[int, float] = {}
+        self._sorted: tuple[int, np.ndarray, np.ndarray] | None = None
+        """The memo as sorted arrays, and its size then (:meth:`_known`)."""
         derived = previous is not None and previous.query is query and previous.catalog is catalog
         self._tables: dict[str, TableStats] = previous._tables if derived else {}
         """Alias → its table's statistics, looked up once (:meth:`table_stats`)."""
@@ -600,11 +602,48 @@ class Estimator:
 
     def cards(self, masks: np.ndarray) -> np.ndarray:
         """:meth:`card` of many relation sets at once (``int64`` bitsets): the batch form the
-        columnar callers use. The same factors are multiplied in the same order as
-        :meth:`_plain_card`, elementwise in float64, so each result is the same bits; a set
-        whose product might leave the normal float range on the way, or whose estimate an
-        observation decides, takes :meth:`card`."""
+        columnar callers use, memoized as :meth:`card` is. The sets estimated before are
+        looked up in a sorted copy of the memo (:meth:`_known`); the others are estimated
+        once each (:meth:`_estimated`) and entered. A costing rank by rank asks for the same
+        few thousand sets in hundreds of batches of repeated masks (a set per plan): one
+        estimate per set instead of one per row, and no loop over every predicate per batch
+        (on large-clique-17, 44 of its 480 ms)."""
         masks = np.asarray(masks, dtype=np.int64)
+        keys, values = self._known()
+        pos = np.searchsorted(keys, masks).clip(0, max(len(keys) - 1, 0))
+        if len(keys) and bool((keys[pos] == masks).all()):
+            return values[pos]
+        new = np.unique(masks if not len(keys) else masks[keys[pos] != masks])
+        got = self._estimated(new)
+        self._card.update(zip(new.tolist(), got.tolist(), strict=True))
+        keys, values = self._known_with(keys, values, new, got)
+        return values[np.searchsorted(keys, masks)]
+
+    def _known(self) -> tuple[np.ndarray, np.ndarray]:
+        """The memo as arrays sorted by set, made again only when :meth:`card` has entered
+        sets since (the memo only grows, and an entry never changes)."""
+        known = self._sorted
+        if known is None or known[0] != len(self._card):
+            keys = np.fromiter(self._card, np.int64, len(self._card))
+            values = np.fromiter(self._card.values(), np.float64, len(self._card))
+            order = np.argsort(keys)
+            known = self._sorted = (len(self._card), keys[order], values[order])
+        return known[1], known[2]
+
+    def _known_with(self, keys: np.ndarray, values: np.ndarray, new: np.ndarray,
+                    got: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_known` after entering the sets ``new`` (none known) with estimates ``got``
+        into the memo: merged into the sorted arrays, not made again from the memo."""
+        at = np.searchsorted(keys, new)
+        keys, values = np.insert(keys, at, new), np.insert(values, at, got)
+        self._sorted = (len(self._card), keys, values)
+        return keys, values
+
+    def _estimated(self, masks: np.ndarray) -> np.ndarray:
+        """:meth:`card` of ``masks`` without the memo: the same factors multiplied in the same
+        order as :meth:`_plain_card`, elementwise in float64, so each result is the same bits;
+        a set whose product might leave the normal float range on the way, or whose estimate
+        an observation decides, takes :meth:`card`."""
         k = len(masks)
         c, base = np.ones(k), np.ones(k)
         with np.errstate(all="ignore"):
@@ -628,14 +667,14 @@ class Estimator:
         return out
 
     def prefetch(self, masks: list[int]) -> None:
-        """Estimate, in one vectorized call (:meth:`cards`, the same bits), the sets among
+        """Estimate, in one vectorized call (:meth:`_estimated`, the same bits), the sets among
         ``masks`` not estimated yet, ahead of their :meth:`card` calls: an optimizer about to
         ask for thousands of them one by one (a plan space's csgs) pays numpy's fixed cost
         once instead of a Python loop over relations and predicates per set."""
         known = self._card
         todo = [m for m in masks if m not in known]
         if todo:
-            got = self.cards(np.asarray(todo, dtype=np.int64)).tolist()
+            got = self._estimated(np.asarray(todo, dtype=np.int64)).tolist()
             known.update(zip(todo, got, strict=True))
 
     def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:

@@ -285,9 +285,7 @@ class JoinGraph:
         self._csgs = found.tolist()
         if not len(left):
             return {}
-        union = left | right
-        order = np.lexsort((left, union))  # by union, each union's left sides ascending
-        union, ordered = union[order], left[order]
+        union, ordered = _by_union(left | right, left, self.n)
         lefts = ordered.tolist()
         cuts = (np.flatnonzero(np.diff(union)) + 1).tolist()
         starts, ends = [0, *cuts], [*cuts, len(lefts)]
@@ -404,3 +402,15 @@ def _submasks_over(union: int, comps: list[int]) -> list[int]:
     for pick in range(1, (1 << len(parts)) - 1):
         out.append(sum(c for j, c in enumerate(parts) if pick >> j & 1))
     return out
+
+
+def _by_union(union: np.ndarray, left: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``(union, left)`` of relation sets of ``n`` relations ordered by union, each
+    union's left sides ascending: one sort of the pairs packed into one number (``union``
+    above ``left``; the pairs are distinct) where ``2n`` bits fit, else a lexsort (on
+    large-clique-17's 223,771 pairs 6 ms against 12)."""
+    if 2 * n <= 62:
+        packed = np.sort((union << n) | left)
+        return packed >> n, packed & ((1 << n) - 1)
+    order = np.lexsort((left, union))
+    return union[order], left[order]

@@ -217,6 +217,9 @@ class PlanSpace:
         self._prefetch = True
         """Cost every node in bulk before the first node's local costs (:meth:`_cost_in_bulk`):
         a search from scratch is about to ask for nearly all."""
+        self._summaries_in_bulk = True
+        """Estimate every csg at once before the first batch of :meth:`summaries`: a costing
+        from scratch is about to ask for nearly all, rank by rank."""
 
     def with_adjustments(self, adjustments: Adjustments) -> PlanSpace:
         """The same query under other statistics. The alternatives do not depend on the
@@ -231,7 +234,8 @@ class PlanSpace:
         out.estimator = Estimator(self.query, self.catalog, adjustments, previous=self.estimator)
         out._local = {}
         out._node_local = {}
-        out._prefetch = False  # an update estimates only the expressions it reaches
+        out._prefetch = out._summaries_in_bulk = False  # an update estimates only the
+        # expressions it reaches
         return out
 
     # -- join graph --------------------------------------------------------------------------
@@ -464,6 +468,9 @@ class PlanSpace:
         """:meth:`summary` of many expressions (``int64``), vectorized
         (:meth:`~reopt.costmodel.cardinality.Estimator.cards`): the batch ``Fn_summary``."""
         exprs = np.asarray(exprs, dtype=np.int64)
+        if self._summaries_in_bulk:
+            self._summaries_in_bulk = False
+            self._prefetch_cards()
         out = self.estimator.cards(exprs & self.all)
         top = exprs == self.top
         if top.any():
@@ -496,9 +503,10 @@ class PlanSpace:
         model has a vectorized form (:meth:`CostModel.local_cost_columns`), with the same
         operator factors; None where it has none (callers then build the alternatives)."""
         codes = {name: k for k, name in enumerate(self.model.operators)}
-        try:
-            positions = np.fromiter((codes[o] for o in ops.tolist()), np.int64, len(ops))
-        except KeyError:
+        positions = np.full(len(ops), -1, dtype=np.int64)
+        for name, k in codes.items():  # (one comparison per operator, not a lookup per row)
+            positions[ops == name] = k
+        if bool((positions < 0).any()):
             return None
         costs = self.model.local_cost_columns(self, exprs, positions)
         if costs is None:

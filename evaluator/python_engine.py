@@ -552,6 +552,7 @@ class PythonEngine:
                            and not self.full[op.pred].rows for op in v.ops)]
 
     def _run_seminaive(self, stratum: Stratum) -> None:
+        fresh = [p for p in stratum.preds if not len(self.full[p])]  # (for frames taking over)
         pending: dict[str, list[tuple]] = {p: [] for p in stratum.preds}
         for v in self._live_base(stratum):
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
@@ -561,7 +562,7 @@ class PythonEngine:
             if not stratum.recursive or not any(delta.values()):
                 return
             if columnar.takes_over(self, stratum, delta):  # grown large: on frames from here
-                columnar.resume(self, stratum, delta)
+                columnar.resume(self, stratum, delta, fresh)
                 return
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:

@@ -102,6 +102,21 @@ def test_batches_mix_queries_and_keep_the_row_order():
     assert not (left & right).any()
 
 
+def test_enforcers_of_queries_with_and_without_them_keep_the_row_order():
+    """Fn_enforce's batch leaves out the rows of a query whose model has no enforcers
+    (``cout``) and answers the others (``io``) row by row: as the tuple form, in row order,
+    in a batch mixing both."""
+    a, cat_a = make_query("chain", 4, 1, final=True)
+    b, cat_b = make_query("star", 5, 2, final=False)
+    ctx = {3: PlanSpace(a, cat_a, cost_model("cout")), 5: PlanSpace(b, cat_b, cost_model("io"))}
+    rows = [(qid, e, p, "sort") for qid, s in ctx.items() for e, p in sorted(s.or_nodes())]
+    rows = rows[1::2] + rows[::2]  # the queries interleaved
+    b_ = BUILTINS["Fn_enforce"]
+    got = as_batch(b_, ctx, rows)
+    assert got == per_row(b_, ctx, rows)
+    assert got[0] and {rows[k][0] for k in got[0]} == {5}  # (io's enforcers, none of cout's)
+
+
 def test_a_batch_of_splits_answered_whole_and_node_by_node_keeps_the_row_order():
     """``cout`` on a compiled enumeration answers its query's rows at once, ``io`` node by
     node: rows of both, interleaved, come back as the tuple form gives them, row by row."""

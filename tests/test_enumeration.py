@@ -221,6 +221,26 @@ def test_pair_arrays_are_the_splits_as_columns():
     assert all(u == lft | r and lft & r == 0 for u, lft, r in rows)
 
 
+@settings(max_examples=100, deadline=None)
+@given(n=st.sampled_from([2, 7, 17, 31, 32, 45]), data=st.data())
+def test_pairs_are_ordered_by_union_then_left_as_a_lexsort_orders_them(n, data):
+    """The compiled enumeration's pairs are grouped by union with one sort of the pair packed
+    into one number where both fit (2n bits), else by a lexsort: the same order either way,
+    checked against Python's sort of the (union, left) pairs."""
+    import numpy as np
+
+    from reopt.costmodel.joingraph import _by_union
+
+    sets = st.integers(1, 2**n - 1)
+    pairs = data.draw(st.lists(st.tuples(sets, sets), unique=True, max_size=60))
+    pairs = [(u | lft, lft) for u, lft in pairs]
+    pairs = list(dict.fromkeys(pairs))  # (distinct, as the enumeration's)
+    union = np.asarray([u for u, _ in pairs], dtype=np.int64)
+    left = np.asarray([lft for _, lft in pairs], dtype=np.int64)
+    got_union, got_left = _by_union(union, left, n)
+    assert list(zip(got_union.tolist(), got_left.tolist(), strict=True)) == sorted(pairs)
+
+
 @settings(max_examples=60, deadline=None)
 @given(shape=st.sampled_from(["chain", "star", "cycle", "clique", "random"]),
        n=st.integers(2, 9), seed=st.integers(0, 2**31))

@@ -381,6 +381,33 @@ def test_the_batch_estimate_is_the_exact_one(qc, data):
         assert got == [clamp_rows(fresh.raw_card(m), fresh.ceiling(m)) for m in masks]
 
 
+@settings(max_examples=100, deadline=None)
+@given(qc=queries(2, 7), data=st.data())
+def test_batches_of_estimates_are_memoized_as_one_by_one(qc, data):
+    """Estimator.cards memoizes: batches with repeated sets, overlapping earlier batches and
+    interleaved with Estimator.card (which enters sets the sorted copy of the memo does not
+    hold yet) each give a fresh estimator's card of every set, bit for bit, and afterwards
+    the memo holds exactly the sets asked for (besides the leaves entered up front)."""
+    q, cat = qc
+    sizes = st.sampled_from([1e-200, 1e-20, 0.5, 3.0, 1e20, 1e200])
+    corrections = data.draw(st.dictionaries(st.integers(1, q.all_mask), sizes, max_size=3))
+    observed = data.draw(st.dictionaries(st.integers(1, q.all_mask),
+                                         st.sampled_from([0.0, 5.0, 1e6]), max_size=2))
+    adj = Adjustments().replace(corrections=corrections, observations=observed)
+    est, fresh = Estimator(q, cat, adj), Estimator(q, cat, adj)
+    leaves = set(est._card)
+    sets = st.lists(st.integers(1, q.all_mask), max_size=30)
+    asked: set[int] = set()
+    for _ in range(data.draw(st.integers(1, 5))):
+        batch = data.draw(sets)
+        got = est.cards(np.asarray(batch, dtype=np.int64)).tolist()
+        assert got == [fresh.card(m) for m in batch]
+        single = data.draw(st.integers(1, q.all_mask))
+        assert est.card(single) == fresh.card(single)
+        asked.update(batch, [single])
+    assert set(est._card) == leaves | asked
+
+
 @settings(max_examples=150, deadline=None)
 @given(qc=queries(2, 7), data=st.data())
 def test_the_scalar_batch_estimate_is_the_exact_one(qc, data):
