@@ -20,7 +20,7 @@ more, with one line).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -320,9 +320,22 @@ def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
     ``statistics`` may answer differently under ``new`` than under ``old`` (a query's
     :class:`PlanSpace` replaced after a delta). Incremental maintenance re-derives exactly
     these; everything else is reused."""
-    by_query: dict[int, set[tuple[int, str]]] = {}
+    return stale_of_queries(old, new, keys_by_query(keys))
+
+
+def keys_by_query(keys: Iterable[tuple]) -> dict[int, list[tuple[int, str]]]:
+    """OR nodes ``(q, expr, prop)`` as query → its ``(expr, prop)`` (each key once): the form
+    :func:`stale_of_queries` reads, which a caller asking about the same keys on every update
+    keeps instead of grouping them again."""
+    by_query: dict[int, dict[tuple[int, str], None]] = {}
     for k in keys:
-        by_query.setdefault(k[0], set()).add(k[1:])
+        by_query.setdefault(k[0], {})[k[1:]] = None
+    return {q: list(nodes) for q, nodes in by_query.items()}
+
+
+def stale_of_queries(old: Context, new: Context,
+                     by_query: Mapping[int, Collection[tuple[int, str]]]) -> set[tuple]:
+    """:func:`stale_keys` of keys grouped by query (:func:`keys_by_query`)."""
     out: set[tuple] = set()
     for q, nodes in by_query.items():
         if old[q] is new[q]:

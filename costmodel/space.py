@@ -678,9 +678,16 @@ class PlanSpace:
         if len(masks) >= PREFETCH_FROM:  # one vectorized call per space, into the memos
             self.estimator.prefetch(masks)  # (below, numpy's fixed cost is more than it saves)
             old.estimator.prefetch(masks)
-        return {node for node in nodes
-                if self.summary(node[0]) != old.summary(node[0])
-                or self.node_costs(*node) != old.node_costs(*node)}
+        now, was = self.summary, old.summary
+        if not self.model.costs_follow_rows:
+            return {node for node in nodes if now(node[0]) != was(node[0])
+                    or self.node_costs(*node) != old.node_costs(*node)}
+        # costs follow the node's summary: equal summaries, equal costs unless a factor of
+        # one of the node's operators moved (only those nodes are costed)
+        ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
+        return {node for node in nodes if now(node[0]) != was(node[0]) or (
+            ops and not ops.isdisjoint(self.columns(*node).phy_op)
+            and self.node_costs(*node) != old.node_costs(*node))}
 
     def node_costs(self, expr: int, prop: str) -> list[float]:
         """:meth:`local_costs` of one OR node without costing every node first (memoized as
