@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -710,8 +710,11 @@ class MaintainedEngine(PythonEngine):
         if not caps:
             return list(rows)
         sel = self.live_program.features.aggsel[pred]
-        lead = key_of(tuple(sel.key[:len(next(iter(caps)))]))  # (one tuple per row, fast)
-        val, get = sel.value, caps.get
+        width, val = len(next(iter(caps))), sel.value
+        if width == 1:  # (one bound column, the query's: its value read, no key built)
+            col, get = sel.key[0], {k[0]: c for k, c in caps.items()}.get
+            return [r for r in rows if (c := get(r[col])) is None or not r[val] > c]
+        lead, get = key_of(tuple(sel.key[:width])), caps.get  # (one tuple per row, fast)
         return [r for r in rows if (c := get(lead(r))) is None or not r[val] > c]
 
     def _reject_above_bounds(self) -> None:
@@ -1078,20 +1081,27 @@ class MaintainedEngine(PythonEngine):
             rows = [] if pickers[(source, cols)] is not None else [
                 r for g in whole for r in idx.get(g, ())]
             have = complete[source].rows
+            embedded = key_of(embeds)
             used: dict[tuple, set[tuple]] = {}
             for g in groups:
                 if g in partial:
                     mine = used[g] = set(partial[g].get(source, ()))
-                    mine.update(r for t in selected.get(g, ())
-                                if (r := tuple(t[h] for h in embeds)) in have)
+                    mine.update(r for r in map(embedded, selected.get(g, ())) if r in have)
                     rows += mine
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
+        derived = 0
+
         def derive(delta: Batch, source: str, v: Variant, picked: list[tuple] = ()) -> None:
+            nonlocal derived
             if picked:  # (the whole groups' tuples that can derive through v, and the rest)
                 delta = Batch(picked + delta.rows if delta.rows else picked)
             if delta.rows:
-                for t in self.run_variant(v, complete, {source: delta}):
+                got = self.run_variant(v, complete, {source: delta})
+                derived += len(got)
+                # the candidates within their bound: the others are dropped from a bounded
+                # layer (:meth:`_within`), so they count only as derived
+                for t in self._within(plan.target, got) if self.bounded else got:
                     cands[t[:plan.key]].append(t)
 
         for source, cols, v in plan.sources:
@@ -1109,8 +1119,7 @@ class MaintainedEngine(PythonEngine):
                 seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
                                       if r not in used[g]])
             derive(seconds[key], source, v)
-        up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
-                                                                           cands.values()))
+        up.derived[plan.target] = up.derived.get(plan.target, 0) + derived
         out = {}
         for g in groups:
             if cands[g] or g in selected:
@@ -1119,14 +1128,13 @@ class MaintainedEngine(PythonEngine):
                     out[g] = (removed, added)
         return out
 
-    def _got_worse(self, g: tuple, cands: list[tuple]) -> bool:
-        """Whether group ``g`` holds selected tuples and the best of ``cands`` (within the
-        bound) is worse than they are, or there is none."""
+    def _got_worse(self, g: tuple, kept: list[tuple]) -> bool:
+        """Whether group ``g`` holds selected tuples and the best of ``kept`` (candidates
+        within the bound) is worse than they are, or there is none."""
         sel, target = self._sel, self.plan.target
         old = self.complete[target].index(tuple(range(self.plan.key))).get(g)
         if not old or sel is None:
             return bool(old)
-        kept = self._within(target, cands) if self.bounded else cands
         if not kept:
             return True
         was = next(iter(old))[sel.value]
@@ -1147,11 +1155,11 @@ class MaintainedEngine(PythonEngine):
             self._frames = columnar.Maintained(self, self.complete, preds)
             self._frames.stats = self.stats
 
-    def _settle(self, g: tuple, cands: list[tuple]) -> tuple[set[tuple], set[tuple]]:
-        """Put group ``g``'s best re-derived candidates in place of its selected tuples;
-        returns those that went and those that came (both empty if nothing changed)."""
+    def _settle(self, g: tuple, kept: list[tuple]) -> tuple[set[tuple], set[tuple]]:
+        """Put group ``g``'s best re-derived candidates (those within the bound, in a
+        bounded layer) in place of its selected tuples; returns those that went and those
+        that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        kept = self._within(plan.target, cands) if self.bounded else cands
         if self._sel is not None and kept:  # (the best first: only the best ones hashed)
             val = self._sel.value
             best = (min if self._sel.func == "min" else max)(r[val] for r in kept)
@@ -1208,9 +1216,10 @@ class MaintainedEngine(PythonEngine):
         source relation, or of a relation embedding it in front) some of whose tuples, in
         either layer, were inserted, deleted or changed since ``before``. Also sets
         :attr:`live_changes` (what a session's metrics follow)."""
-        ors: dict[int, set[tuple]] = {}
-        ands: dict[int, set[tuple]] = {}
+        or_keys: set[tuple] = set()
+        and_keys: set[tuple] = set()
         width = len(self.program.schemas[self.plan.sources[0][0]])
+        or_key, and_key = key_of(tuple(range(self.plan.key))), key_of(tuple(range(width)))
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
         self.live_changes = {}
         for (layer, p), then in before.items():
@@ -1226,13 +1235,11 @@ class MaintainedEngine(PythonEngine):
                 self.live_changes[p] = (diff, rel.rows)
             if not diff or len(self.program.schemas[p]) < self.plan.key:
                 continue  # (a relation narrower than the group key names no OR node)
-            alt = p in self._alternatives
-            for t in diff:
-                ors.setdefault(t[0], set()).add(t[:self.plan.key])
-                if alt:
-                    ands.setdefault(t[0], set()).add(t[:width])
-        return {q: {"or_nodes": len(ors.get(q, ())), "and_nodes": len(ands.get(q, ()))}
-                for q in self.ctx}
+            or_keys.update(map(or_key, diff))  # (keys read in C; counted per query below)
+            if p in self._alternatives:
+                and_keys.update(map(and_key, diff))
+        ors, ands = Counter(k[0] for k in or_keys), Counter(k[0] for k in and_keys)
+        return {q: {"or_nodes": ors[q], "and_nodes": ands[q]} for q in self.ctx}
 
     # -- the live layer, incrementally --------------------------------------------------------
     def _crossing(self, before: dict[str, dict[tuple, Any]],
