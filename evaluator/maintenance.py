@@ -946,10 +946,11 @@ class MaintainedEngine(PythonEngine):
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
             deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
+            groups = list(entering)  # (one list: the pickers look its runs up once)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                picker = self._picker(source, cols, entering)
+                picker = self._picker(source, cols, groups)
                 if picker is not None:
-                    delta = Batch(picker.pick(id(v), list(entering)))
+                    delta = Batch(picker.pick(id(v), groups))
                 elif (delta := deltas.get((source, cols))) is None:
                     idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
@@ -994,7 +995,7 @@ class MaintainedEngine(PythonEngine):
             queue(parents)
         return changes
 
-    def _picker(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+    def _picker(self, source: str, cols: tuple[int, ...], groups: list[tuple]
                 ) -> SourceRows | None:
         """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick
         the source tuples of ``groups`` that can derive (:mod:`.sourcerows`): made on first
