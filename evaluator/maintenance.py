@@ -1054,7 +1054,7 @@ class MaintainedEngine(PythonEngine):
                                                ].tolist()
 
     def _rederive_groups(self, groups: list[tuple], up: UpdateStats,
-                         partial: Mapping[tuple, Mapping[str, set[tuple]]]
+                         partial: dict[tuple, dict[str, set[tuple]]]
                          ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
         """Re-derive ``groups`` (all of one rank) of the maintained relation, each rule run
         once over all their source tuples: a group's sources read only lower ranks, so one
@@ -1067,7 +1067,7 @@ class MaintainedEngine(PythonEngine):
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
         # the source tuples to run, per (source, key columns, columns embedded in the
         # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
-        firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
+        firsts: dict[tuple, tuple[Batch, dict[tuple, Collection[tuple]]]] = {}
         seconds: dict[tuple, Batch] = {}
 
         whole = [g for g in groups if g not in partial]
@@ -1075,19 +1075,17 @@ class MaintainedEngine(PythonEngine):
                    for source, cols, _ in plan.sources}
 
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
-                  ) -> tuple[Batch, dict[tuple, set[tuple]]]:
+                  ) -> tuple[Batch, dict[tuple, Collection[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run;
             without the whole groups' when they are picked per variant (:meth:`_picker`)."""
             idx = complete[source].index(cols)
             rows = [] if pickers[(source, cols)] is not None else [
                 r for g in whole for r in idx.get(g, ())]
-            have = complete[source].rows
-            embedded = key_of(embeds)
-            used: dict[tuple, set[tuple]] = {}
+            used: dict[tuple, Collection[tuple]] = {}
             for g in groups:
-                if g in partial:
-                    mine = used[g] = set(partial[g].get(source, ()))
-                    mine.update(r for r in map(embedded, selected.get(g, ())) if r in have)
+                given = partial.get(g)
+                if given is not None:
+                    mine = used[g] = given.get(source, ())
                     rows += mine
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
@@ -1112,6 +1110,9 @@ class MaintainedEngine(PythonEngine):
             picker = pickers[(source, cols)]
             derive(firsts[key][0], source, v,
                    picker.pick(id(v), whole) if picker is not None else [])
+        kept = self._unreached(groups, partial, selected)
+        for t in self._within(plan.target, kept) if self.bounded else kept:
+            cands[t[:plan.key]].append(t)
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
@@ -1127,6 +1128,36 @@ class MaintainedEngine(PythonEngine):
                 removed, added = self._settle(g, cands[g])
                 if removed or added:
                     out[g] = (removed, added)
+        return out
+
+    def _unreached(self, groups: list[tuple], partial: Mapping[tuple, Mapping[str, Any]],
+                   selected: Mapping[tuple, Iterable[tuple]]) -> list[tuple]:
+        """The selected tuples of ``groups`` re-derived partially (those in ``partial``)
+        whose source tuple no changed child reached: they are candidates as they are. Such
+        a tuple's source tuple is unchanged, the tuples it joined are (a changed one would
+        have reached it) and so are its group's built-ins (the group is not stale): derived
+        again it gives itself, and whatever else it derives was worse than it (it was
+        selected), so running the rules on it again — most of a partial re-derivation's
+        source tuples — is spared. A tuple some of whose possible source tuples were
+        reached is left to them (derived afresh from those)."""
+        complete = self.complete
+        reads = [(source, key_of(embeds), complete[source].rows) for source, embeds in
+                 dict.fromkeys((s, v.embeds) for s, _, v in self.plan.sources)]
+        out = []
+        for g in groups:
+            given = partial.get(g)
+            if given is None or not (sel := selected.get(g)):
+                continue
+            for t in sel:
+                found = False
+                for source, embedded, have in reads:
+                    if (r := embedded(t)) in have:
+                        if r in given.get(source, ()):
+                            break  # (reached: derived afresh)
+                        found = True
+                else:
+                    if found:
+                        out.append(t)
         return out
 
     def _got_worse(self, g: tuple, kept: list[tuple]) -> bool:
