@@ -1096,7 +1096,10 @@ class MaintainedEngine(PythonEngine):
             if picked:  # (the whole groups' tuples that can derive through v, and the rest)
                 delta = Batch(picked + delta.rows if delta.rows else picked)
             if delta.rows:
-                got = self.run_variant(v, complete, {source: delta})
+                # (a bounded layer's candidates through the distinct form: tied selected
+                # tuples of a child, read for their cost, give its candidates once; an
+                # unbounded one derives as its Spark twin counts, tuple by tuple)
+                got = self.run_variant(v, complete, {source: delta}, self.bounded)
                 derived += len(got)
                 # the candidates within their bound: the others are dropped from a bounded
                 # layer (:meth:`_within`), so they count only as derived
