@@ -614,8 +614,8 @@ class PlanSpace:
             out |= (exprs & m) == m
         return out
 
-    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
-                    ) -> set[tuple[int, str]]:
+    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]],
+                    exprs: np.ndarray | None = None) -> set[tuple[int, str]]:
         """The OR nodes among ``nodes`` whose summary or some alternative's local cost differs
         between ``old`` (the same query under earlier statistics) and this space.
 
@@ -636,10 +636,10 @@ class PlanSpace:
         none (:attr:`CostModel.children_within`), children outside their node's expression
         (:meth:`_outside`) are checked one by one."""
         _, ops = self.changed_inputs(old)
-        nodes = list(nodes)
-        exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
-        hit = self.moved_exprs(old, exprs).tolist()
-        reached = {n for n, on in zip(nodes, hit, strict=True) if on}
+        nodes = nodes if isinstance(nodes, list) else list(nodes)
+        if exprs is None:  # (``exprs``: the nodes' expressions, given by a caller keeping them)
+            exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
+        reached = {nodes[i] for i in np.flatnonzero(self.moved_exprs(old, exprs)).tolist()}
         outside = {} if self.model.children_within else {
             n: c for n in nodes if (c := self._outside(n))}
         if outside:

@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from reopt.costmodel.builtins import keys_by_query, stale_keys, stale_of_queries
+from reopt.costmodel.builtins import Nodes, keys_by_query, stale_keys, stale_of_queries
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
@@ -853,8 +853,12 @@ class MaintainedEngine(PythonEngine):
         rose = {k for k in set(new) | set(was)
                 if (c := new.get(k)) is None or ((w := was.get(k)) is not None and c > w)}
         fell = {k for k in new if (w := was.get(k)) is None or new[k] < w}
-        entering = {g for g in keys if g[:width] in rose and not by_key.get(g)
-                    } - stale if rose else set()
+        if not rose:
+            entering: set[tuple] = set()
+        elif width == 1 and all((q,) in rose for q in by_query):  # (a bound per query)
+            entering = keys.difference(by_key, stale)  # every absent group: in C
+        else:
+            entering = {g for g in keys if g[:width] in rose and g not in by_key} - stale
         if fell:
             agg = next(iter(plan.aggregates), None)
             if agg is not None:
@@ -867,7 +871,7 @@ class MaintainedEngine(PythonEngine):
                 stale.update(g for g in by_key if g[:width] in fell)
         return stale, entering
 
-    def _source_keys(self) -> tuple[frozenset[tuple], dict[int, list[tuple[int, str]]]]:
+    def _source_keys(self) -> tuple[frozenset[tuple], dict[int, Nodes]]:
         """The groups the source relations' tuples name (every group that can derive), as a
         set and by query (:func:`keys_by_query`): kept while the source relations are the
         same objects at the same versions — between updates they are (no update changes
@@ -888,7 +892,7 @@ class MaintainedEngine(PythonEngine):
         return frozen, self._keys_kept[2]
 
     def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple],
-                    by_query: Mapping[int, Collection[tuple[int, str]]] | None = None
+                    by_query: Mapping[int, Nodes] | None = None
                     ) -> set[tuple]:
         """:func:`stale_keys` of ``keys`` (grouped by query already: ``by_query``); for the
         update's own statistics change (from ``old``), what was asked and named is kept for
