@@ -342,14 +342,32 @@ def stale_keys(old: Context, new: Context, keys: Iterable[tuple]) -> set[tuple]:
     ``statistics`` may answer differently under ``new`` than under ``old`` (a query's
     :class:`PlanSpace` replaced after a delta). Incremental maintenance re-derives exactly
     these; everything else is reused."""
-    by_query: dict[int, set[tuple[int, str]]] = {}
+    return stale_of_queries(old, new, keys_by_query(keys))
+
+
+Nodes = tuple[list[tuple[int, str]], np.ndarray]
+"""One query's OR nodes ``(expr, prop)`` and their expressions as ``int64``."""
+
+
+def keys_by_query(keys: Iterable[tuple]) -> dict[int, Nodes]:
+    """OR nodes ``(q, expr, prop)`` as query → its ``(expr, prop)`` (each key once) and
+    their expressions: the form :func:`stale_of_queries` reads, which a caller asking about
+    the same keys on every update keeps instead of grouping them again."""
+    by_query: dict[int, dict[tuple[int, str], None]] = {}
     for k in keys:
-        by_query.setdefault(k[0], set()).add(k[1:])
+        by_query.setdefault(k[0], {})[k[1:]] = None
+    return {q: (nodes := list(grouped), np.fromiter((n[0] for n in nodes), np.int64,
+                                                    len(nodes)))
+            for q, grouped in by_query.items()}
+
+
+def stale_of_queries(old: Context, new: Context, by_query: Mapping[int, Nodes]) -> set[tuple]:
+    """:func:`stale_keys` of keys grouped by query (:func:`keys_by_query`)."""
     out: set[tuple] = set()
-    for q, nodes in by_query.items():
+    for q, (nodes, exprs) in by_query.items():
         if old[q] is new[q]:
             continue
-        out.update((q, *n) for n in new[q].stale_nodes(old[q], nodes))
+        out.update((q, *n) for n in new[q].stale_nodes(old[q], nodes, exprs))
     return out
 
 

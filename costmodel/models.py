@@ -93,6 +93,13 @@ class CostModel:
     child's estimate moves only if the node's does, and :meth:`PlanSpace.stale_nodes` need
     not look through each node's columns for children outside it. False (the safe default):
     it does. Checked for every registered model in ``tests/test_stale.py``."""
+    costs_follow_rows: bool = False
+    """Whether every local cost of an OR node, before its operator's factor, is a function of
+    that node's own summary (its expression's estimated rows) alone: then two spaces whose
+    summaries of a node are equal, and whose factors of its operators are, give it the same
+    local costs, and :meth:`PlanSpace.answers_differ` need not cost its alternatives to tell
+    (most of a stale test's time on large queries). False (the safe default): it costs them.
+    Checked for every registered model in ``tests/test_stale.py``."""
 
     def has_final(self, space: PlanSpace) -> bool:
         return False
@@ -189,6 +196,7 @@ class CoutModel(CostModel):
     name = "cout"
     symmetric = True
     children_within = True
+    costs_follow_rows = True  # a scan costs 0, a join its own expression's rows
     join_methods = ("join",)
     operators = ("scan", "join")
 

@@ -622,8 +622,8 @@ class PlanSpace:
             out |= (exprs & m) == m
         return out
 
-    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
-                    ) -> set[tuple[int, str]]:
+    def stale_nodes(self, old: PlanSpace, nodes: Iterable[tuple[int, str]],
+                    exprs: np.ndarray | None = None) -> set[tuple[int, str]]:
         """The OR nodes among ``nodes`` whose summary or some alternative's local cost differs
         between ``old`` (the same query under earlier statistics) and this space.
 
@@ -644,10 +644,10 @@ class PlanSpace:
         none (:attr:`CostModel.children_within`), children outside their node's expression
         (:meth:`_outside`) are checked one by one."""
         _, ops = self.changed_inputs(old)
-        nodes = list(nodes)
-        exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
-        hit = self.moved_exprs(old, exprs).tolist()
-        reached = {n for n, on in zip(nodes, hit, strict=True) if on}
+        nodes = nodes if isinstance(nodes, list) else list(nodes)
+        if exprs is None:  # (``exprs``: the nodes' expressions, given by a caller keeping them)
+            exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
+        reached = {nodes[i] for i in np.flatnonzero(self.moved_exprs(old, exprs)).tolist()}
         outside = {} if self.model.children_within else {
             n: c for n in nodes if (c := self._outside(n))}
         if outside:
@@ -686,9 +686,16 @@ class PlanSpace:
         if len(masks) >= PREFETCH_FROM:  # one vectorized call per space, into the memos
             self.estimator.prefetch(masks)  # (below, numpy's fixed cost is more than it saves)
             old.estimator.prefetch(masks)
-        return {node for node in nodes
-                if self.summary(node[0]) != old.summary(node[0])
-                or self.node_costs(*node) != old.node_costs(*node)}
+        now, was = self.summary, old.summary
+        if not self.model.costs_follow_rows:
+            return {node for node in nodes if now(node[0]) != was(node[0])
+                    or self.node_costs(*node) != old.node_costs(*node)}
+        # costs follow the node's summary: equal summaries, equal costs unless a factor of
+        # one of the node's operators moved (only those nodes are costed)
+        ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
+        return {node for node in nodes if now(node[0]) != was(node[0]) or (
+            ops and not ops.isdisjoint(self.columns(*node).phy_op)
+            and self.node_costs(*node) != old.node_costs(*node))}
 
     def node_costs(self, expr: int, prop: str) -> list[float]:
         """:meth:`local_costs` of one OR node without costing every node first (memoized as

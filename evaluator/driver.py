@@ -24,7 +24,7 @@ from reopt.evaluator.ast import Program
 from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
 from reopt.evaluator.parser import parse, parse_files
-from reopt.evaluator.python_engine import PythonEngine, RunStats
+from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats
 from reopt.plan import PlanNode, build_plan
 
 INPUTS = {"Expr": (LONG, LONG, STRING)}
@@ -171,22 +171,27 @@ class Evaluation:
 
     def best_plan(self, q: int) -> PlanNode:
         """The best plan tree from BestPlan (ties broken by the smallest alternative)."""
-        first: dict[tuple[int, str], tuple] = {}  # per OR node its smallest tuple (one pass)
-        for r in self.rows("BestPlan"):
-            if r[0] == q:
-                had = first.setdefault((r[1], r[2]), r)
-                if r < had:
-                    first[(r[1], r[2])] = r
-        chosen = {node: Alt(*r[1:10]) for node, r in first.items()}
+        rel = self.relations["BestPlan"]
+        if isinstance(rel, Relation):  # its tuples by OR node: an index kept up to date
+            by_node = rel.index((0, 1, 2))  # by the engine, so an update reads only the plan's
+            first = lambda node: min(b) if (b := by_node.get((q, *node))) else None  # noqa: E731
+        else:
+            smallest: dict[tuple[int, str], tuple] = {}  # per OR node its smallest tuple
+            for r in self.rows("BestPlan"):
+                if r[0] == q:
+                    had = smallest.setdefault((r[1], r[2]), r)
+                    if r < had:
+                        smallest[(r[1], r[2])] = r
+            first = smallest.get
         space = self.spaces[q]
 
         def choose(node: tuple[int, str]) -> Alt:
-            alt = chosen.get(node)
-            if alt is None:  # rules that cost a plan without a plan of each input
+            r = first(node)  # (an Alt made only for the plan's nodes, not every node's)
+            if r is None:  # rules that cost a plan without a plan of each input
                 raise ReoptError(f"query {space.query.name}: the best plan needs a plan of "
                                  f"{'/'.join(space.relations(node[0]))} ({node[1]}), and the "
                                  "rules derived none")
-            return alt
+            return tuple.__new__(Alt, r[1:10])
 
         return build_plan(space, choose)
 

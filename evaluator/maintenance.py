@@ -62,14 +62,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from reopt.costmodel.builtins import stale_keys
+from reopt.costmodel.builtins import Nodes, keys_by_query, stale_keys, stale_of_queries
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
@@ -563,6 +563,9 @@ class MaintainedEngine(PythonEngine):
                                      for p in compiled.strata[i].preds))
         """The later strata, followed incrementally by updates (:mod:`.later`)."""
         self._old: Mapping[int, Any] = {}
+        self._keys_kept: tuple[list, frozenset[tuple], dict] | None = None
+        """The source relations (with their versions) and the groups they name
+        (:meth:`_source_keys`)."""
         """During an update: the plan spaces before it."""
         self._asked: list[Collection[tuple]] = []
         self._named: set[tuple] = set()
@@ -707,8 +710,11 @@ class MaintainedEngine(PythonEngine):
         if not caps:
             return list(rows)
         sel = self.live_program.features.aggsel[pred]
-        lead = key_of(tuple(sel.key[:len(next(iter(caps)))]))  # (one tuple per row, fast)
-        val, get = sel.value, caps.get
+        width, val = len(next(iter(caps))), sel.value
+        if width == 1:  # (one bound column, the query's: its value read, no key built)
+            col, get = sel.key[0], {k[0]: c for k, c in caps.items()}.get
+            return [r for r in rows if (c := get(r[col])) is None or not r[val] > c]
+        lead, get = key_of(tuple(sel.key[:width])), caps.get  # (one tuple per row, fast)
         return [r for r in rows if (c := get(lead(r))) is None or not r[val] > c]
 
     def _reject_above_bounds(self) -> None:
@@ -836,10 +842,8 @@ class MaintainedEngine(PythonEngine):
         by_key = complete[plan.target].index(tuple(range(plan.key)))
         if not caps and not self._caps:  # unbounded: every group is there
             return self._stale_keys(old, by_key.keys()), set()
-        keys: set[tuple] = set()
-        for source, cols, _ in plan.sources:
-            keys.update(complete[source].index(cols))
-        stale = self._stale_keys(old, keys)
+        keys, by_query = self._source_keys()
+        stale = self._stale_keys(old, keys, by_query)
         new = self._caps.get(plan.target, {})
         was = caps.get(plan.target, {})
         if not new and not was:
@@ -849,7 +853,12 @@ class MaintainedEngine(PythonEngine):
         rose = {k for k in set(new) | set(was)
                 if (c := new.get(k)) is None or ((w := was.get(k)) is not None and c > w)}
         fell = {k for k in new if (w := was.get(k)) is None or new[k] < w}
-        entering = {g for g in keys if g[:width] in rose and not by_key.get(g)} - stale
+        if not rose:
+            entering: set[tuple] = set()
+        elif width == 1 and all((q,) in rose for q in by_query):  # (a bound per query)
+            entering = keys.difference(by_key, stale)  # every absent group: in C
+        else:
+            entering = {g for g in keys if g[:width] in rose and g not in by_key} - stale
         if fell:
             agg = next(iter(plan.aggregates), None)
             if agg is not None:
@@ -862,10 +871,34 @@ class MaintainedEngine(PythonEngine):
                 stale.update(g for g in by_key if g[:width] in fell)
         return stale, entering
 
-    def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple]) -> set[tuple]:
-        """:func:`stale_keys` of ``keys``; for the update's own statistics change (from
-        ``old``), what was asked and named is kept for the later strata (:meth:`stale_of`)."""
-        stale = stale_keys(old, self.ctx, keys)
+    def _source_keys(self) -> tuple[frozenset[tuple], dict[int, Nodes]]:
+        """The groups the source relations' tuples name (every group that can derive), as a
+        set and by query (:func:`keys_by_query`): kept while the source relations are the
+        same objects at the same versions — between updates they are (no update changes
+        the alternatives) — so an update does not gather them again (a pass over every
+        group: about a millisecond of a small update on a large query)."""
+        complete = self.complete
+        rels = tuple(dict.fromkeys((s, c) for s, c, _ in self.plan.sources))
+        stamp = [(complete[s], complete[s].version) for s, _ in rels]
+        kept = self._keys_kept
+        if kept is not None and len(kept[0]) == len(stamp) and all(
+                a is b and v == w for (a, v), (b, w) in zip(kept[0], stamp, strict=True)):
+            return kept[1], kept[2]
+        keys: set[tuple] = set()
+        for source, cols in rels:
+            keys.update(complete[source].index(cols))
+        frozen = frozenset(keys)
+        self._keys_kept = (stamp, frozen, keys_by_query(frozen))
+        return frozen, self._keys_kept[2]
+
+    def _stale_keys(self, old: Mapping[int, Any], keys: Collection[tuple],
+                    by_query: Mapping[int, Nodes] | None = None
+                    ) -> set[tuple]:
+        """:func:`stale_keys` of ``keys`` (grouped by query already: ``by_query``); for the
+        update's own statistics change (from ``old``), what was asked and named is kept for
+        the later strata (:meth:`stale_of`)."""
+        stale = (stale_keys(old, self.ctx, keys) if by_query is None
+                 else stale_of_queries(old, self.ctx, by_query))
         if old is self._old:  # (a copy: an index's keys change as groups are re-derived)
             self._asked.append(keys if isinstance(keys, (set, frozenset)) else set(keys))
             self._named |= stale
@@ -917,10 +950,11 @@ class MaintainedEngine(PythonEngine):
             stale, entering = stale - absent, entering | absent
         if partial is not None and entering:
             deltas: dict[tuple[str, tuple[int, ...]], Batch] = {}  # (rules read one alike)
+            groups = list(entering)  # (one list: the pickers look its runs up once)
             for (source, cols, _), (_, v) in zip(plan.sources, plan.enter, strict=True):
-                picker = self._picker(source, cols, entering)
+                picker = self._picker(source, cols, groups)
                 if picker is not None:
-                    delta = Batch(picker.pick(id(v), list(entering)))
+                    delta = Batch(picker.pick(id(v), groups))
                 elif (delta := deltas.get((source, cols))) is None:
                     idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
@@ -965,7 +999,7 @@ class MaintainedEngine(PythonEngine):
             queue(parents)
         return changes
 
-    def _picker(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+    def _picker(self, source: str, cols: tuple[int, ...], groups: list[tuple]
                 ) -> SourceRows | None:
         """The source relation ``source``'s tuples on arrays, grouped by ``cols``, to pick
         the source tuples of ``groups`` that can derive (:mod:`.sourcerows`): made on first
@@ -1024,7 +1058,7 @@ class MaintainedEngine(PythonEngine):
                                                ].tolist()
 
     def _rederive_groups(self, groups: list[tuple], up: UpdateStats,
-                         partial: Mapping[tuple, Mapping[str, set[tuple]]]
+                         partial: dict[tuple, dict[str, set[tuple]]]
                          ) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
         """Re-derive ``groups`` (all of one rank) of the maintained relation, each rule run
         once over all their source tuples: a group's sources read only lower ranks, so one
@@ -1037,7 +1071,7 @@ class MaintainedEngine(PythonEngine):
         cands: dict[tuple, list[tuple]] = {g: [] for g in groups}
         # the source tuples to run, per (source, key columns, columns embedded in the
         # target): rules reading their source alike share one delta (R6-R8: SearchSpace)
-        firsts: dict[tuple, tuple[Batch, dict[tuple, set[tuple]]]] = {}
+        firsts: dict[tuple, tuple[Batch, dict[tuple, Collection[tuple]]]] = {}
         seconds: dict[tuple, Batch] = {}
 
         whole = [g for g in groups if g not in partial]
@@ -1045,27 +1079,35 @@ class MaintainedEngine(PythonEngine):
                    for source, cols, _ in plan.sources}
 
         def first(source: str, cols: tuple[int, ...], embeds: tuple[int, ...]
-                  ) -> tuple[Batch, dict[tuple, set[tuple]]]:
+                  ) -> tuple[Batch, dict[tuple, Collection[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run;
             without the whole groups' when they are picked per variant (:meth:`_picker`)."""
             idx = complete[source].index(cols)
             rows = [] if pickers[(source, cols)] is not None else [
                 r for g in whole for r in idx.get(g, ())]
-            have = complete[source].rows
-            used: dict[tuple, set[tuple]] = {}
+            used: dict[tuple, Collection[tuple]] = {}
             for g in groups:
-                if g in partial:
-                    mine = used[g] = set(partial[g].get(source, ()))
-                    mine.update(r for t in selected.get(g, ())
-                                if (r := tuple(t[h] for h in embeds)) in have)
+                given = partial.get(g)
+                if given is not None:
+                    mine = used[g] = given.get(source, ())
                     rows += mine
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
+        derived = 0
+
         def derive(delta: Batch, source: str, v: Variant, picked: list[tuple] = ()) -> None:
+            nonlocal derived
             if picked:  # (the whole groups' tuples that can derive through v, and the rest)
                 delta = Batch(picked + delta.rows if delta.rows else picked)
             if delta.rows:
-                for t in self.run_variant(v, complete, {source: delta}):
+                # (a bounded layer's candidates through the distinct form: tied selected
+                # tuples of a child, read for their cost, give its candidates once; an
+                # unbounded one derives as its Spark twin counts, tuple by tuple)
+                got = self.run_variant(v, complete, {source: delta}, self.bounded)
+                derived += len(got)
+                # the candidates within their bound: the others are dropped from a bounded
+                # layer (:meth:`_within`), so they count only as derived
+                for t in self._within(plan.target, got) if self.bounded else got:
                     cands[t[:plan.key]].append(t)
 
         for source, cols, v in plan.sources:
@@ -1075,6 +1117,9 @@ class MaintainedEngine(PythonEngine):
             picker = pickers[(source, cols)]
             derive(firsts[key][0], source, v,
                    picker.pick(id(v), whole) if picker is not None else [])
+        kept = self._unreached(groups, partial, selected)
+        for t in self._within(plan.target, kept) if self.bounded else kept:
+            cands[t[:plan.key]].append(t)
         worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
@@ -1083,8 +1128,7 @@ class MaintainedEngine(PythonEngine):
                 seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
                                       if r not in used[g]])
             derive(seconds[key], source, v)
-        up.derived[plan.target] = up.derived.get(plan.target, 0) + sum(map(len,
-                                                                           cands.values()))
+        up.derived[plan.target] = up.derived.get(plan.target, 0) + derived
         out = {}
         for g in groups:
             if cands[g] or g in selected:
@@ -1093,14 +1137,43 @@ class MaintainedEngine(PythonEngine):
                     out[g] = (removed, added)
         return out
 
-    def _got_worse(self, g: tuple, cands: list[tuple]) -> bool:
-        """Whether group ``g`` holds selected tuples and the best of ``cands`` (within the
-        bound) is worse than they are, or there is none."""
+    def _unreached(self, groups: list[tuple], partial: Mapping[tuple, Mapping[str, Any]],
+                   selected: Mapping[tuple, Iterable[tuple]]) -> list[tuple]:
+        """The selected tuples of ``groups`` re-derived partially (those in ``partial``)
+        whose source tuple no changed child reached: they are candidates as they are. Such
+        a tuple's source tuple is unchanged, the tuples it joined are (a changed one would
+        have reached it) and so are its group's built-ins (the group is not stale): derived
+        again it gives itself, and whatever else it derives was worse than it (it was
+        selected), so running the rules on it again — most of a partial re-derivation's
+        source tuples — is spared. A tuple some of whose possible source tuples were
+        reached is left to them (derived afresh from those)."""
+        complete = self.complete
+        reads = [(source, key_of(embeds), complete[source].rows) for source, embeds in
+                 dict.fromkeys((s, v.embeds) for s, _, v in self.plan.sources)]
+        out = []
+        for g in groups:
+            given = partial.get(g)
+            if given is None or not (sel := selected.get(g)):
+                continue
+            for t in sel:
+                found = False
+                for source, embedded, have in reads:
+                    if (r := embedded(t)) in have:
+                        if r in given.get(source, ()):
+                            break  # (reached: derived afresh)
+                        found = True
+                else:
+                    if found:
+                        out.append(t)
+        return out
+
+    def _got_worse(self, g: tuple, kept: list[tuple]) -> bool:
+        """Whether group ``g`` holds selected tuples and the best of ``kept`` (candidates
+        within the bound) is worse than they are, or there is none."""
         sel, target = self._sel, self.plan.target
         old = self.complete[target].index(tuple(range(self.plan.key))).get(g)
         if not old or sel is None:
             return bool(old)
-        kept = self._within(target, cands) if self.bounded else cands
         if not kept:
             return True
         was = next(iter(old))[sel.value]
@@ -1121,11 +1194,11 @@ class MaintainedEngine(PythonEngine):
             self._frames = columnar.Maintained(self, self.complete, preds)
             self._frames.stats = self.stats
 
-    def _settle(self, g: tuple, cands: list[tuple]) -> tuple[set[tuple], set[tuple]]:
-        """Put group ``g``'s best re-derived candidates in place of its selected tuples;
-        returns those that went and those that came (both empty if nothing changed)."""
+    def _settle(self, g: tuple, kept: list[tuple]) -> tuple[set[tuple], set[tuple]]:
+        """Put group ``g``'s best re-derived candidates (those within the bound, in a
+        bounded layer) in place of its selected tuples; returns those that went and those
+        that came (both empty if nothing changed)."""
         plan, complete = self.plan, self.complete
-        kept = self._within(plan.target, cands) if self.bounded else cands
         if self._sel is not None and kept:  # (the best first: only the best ones hashed)
             val = self._sel.value
             best = (min if self._sel.func == "min" else max)(r[val] for r in kept)
@@ -1182,9 +1255,10 @@ class MaintainedEngine(PythonEngine):
         source relation, or of a relation embedding it in front) some of whose tuples, in
         either layer, were inserted, deleted or changed since ``before``. Also sets
         :attr:`live_changes` (what a session's metrics follow)."""
-        ors: dict[int, set[tuple]] = {}
-        ands: dict[int, set[tuple]] = {}
+        or_keys: set[tuple] = set()
+        and_keys: set[tuple] = set()
         width = len(self.program.schemas[self.plan.sources[0][0]])
+        or_key, and_key = key_of(tuple(range(self.plan.key))), key_of(tuple(range(width)))
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
         self.live_changes = {}
         for (layer, p), then in before.items():
@@ -1200,13 +1274,11 @@ class MaintainedEngine(PythonEngine):
                 self.live_changes[p] = (diff, rel.rows)
             if not diff or len(self.program.schemas[p]) < self.plan.key:
                 continue  # (a relation narrower than the group key names no OR node)
-            alt = p in self._alternatives
-            for t in diff:
-                ors.setdefault(t[0], set()).add(t[:self.plan.key])
-                if alt:
-                    ands.setdefault(t[0], set()).add(t[:width])
-        return {q: {"or_nodes": len(ors.get(q, ())), "and_nodes": len(ands.get(q, ()))}
-                for q in self.ctx}
+            or_keys.update(map(or_key, diff))  # (keys read in C; counted per query below)
+            if p in self._alternatives:
+                and_keys.update(map(and_key, diff))
+        ors, ands = Counter(k[0] for k in or_keys), Counter(k[0] for k in and_keys)
+        return {q: {"or_nodes": ors[q], "and_nodes": ands[q]} for q in self.ctx}
 
     # -- the live layer, incrementally --------------------------------------------------------
     def _crossing(self, before: dict[str, dict[tuple, Any]],

@@ -315,10 +315,17 @@ SINGLE = "/one"
 single-answer form (:attr:`~reopt.costmodel.builtins.Builtin.one`)."""
 
 
-def _source(v: Variant, single: frozenset[str] = frozenset()) -> tuple[str, list]:
+def _source(v: Variant, single: frozenset[str] = frozenset(), distinct: bool = False
+            ) -> tuple[str, list]:
     """Python source of ``v``'s delta plan as nested loops over its ops, and its constants.
     A call of a built-in in ``single`` (one answer per input row) whose one output is a new
     variable binds it directly.
+
+    ``distinct``: a keyed scan of a full relation that binds only some of its columns visits
+    each distinct value of those columns once per lookup, not each tuple (several tuples of
+    a key agreeing on the columns read — tied plans of one group, read for their cost — would
+    derive the same bindings, and so the same tuples, again): the tuples derived are the
+    same set, fewer times.
 
     The loops visit the bindings in the order an op-at-a-time pipeline would (each op's
     matches of each earlier binding, in turn) without building a tuple per op and binding. A
@@ -386,6 +393,19 @@ def _source(v: Variant, single: frozenset[str] = frozenset()) -> tuple[str, list
             else:
                 key = "".join(f"{const(x) if kind == CONST else local[x]}, " for kind, x in keyed)
                 emit(f"    s{i} = {src}.index({cols!r}).get")
+                if (distinct and op.version != DELTA and not conds and not op.negated
+                        and binds and len(binds) + len(cols) < len(op.args)):
+                    # the distinct values of the columns bound, read in C (module doc)
+                    pre.append(f"g{i} = itemgetter({', '.join(str(j) for j, _ in binds)})")
+                    emit(f"b{i} = s{i}(({key}), ())")
+                    emit(f"for {', '.join(bind(n) for _, n in binds)}, in (map(g{i}, b{i}) "
+                         f"if len(b{i}) < 2 else dict.fromkeys(map(g{i}, b{i}))):"
+                         if len(binds) > 1 else
+                         f"for {bind(binds[0][1])} in (map(g{i}, b{i}) if len(b{i}) < 2 "
+                         f"else dict.fromkeys(map(g{i}, b{i}))):")
+                    depth += 1
+                    looping = True
+                    continue
                 emit(f"for m{i} in s{i}(({key}), ()):")
             depth += 1
             if op.negated:
@@ -454,29 +474,32 @@ def _source(v: Variant, single: frozenset[str] = frozenset()) -> tuple[str, list
 _CODE: dict[int, tuple[weakref.ref, Callable]] = {}
 """id of a variant → (a weak reference to it, its generated function): variants live as long
 as their compiled program, engines come and go (one per evaluation)."""
+_DISTINCT: dict[int, tuple[weakref.ref, Callable]] = {}
+"""The same for the variants' ``distinct`` form (:func:`_source`)."""
 
 
 _COMPILED: dict[str, Any] = {}
 """Generated source → its code object (the constants are not in the source)."""
 
 
-def _generate(v: Variant, single: frozenset[str] = frozenset()) -> Callable:
-    """The function running ``v`` (see :func:`_source`), generated once per variant (its
-    program's built-ins, so ``single``, are the same every time)."""
-    src, consts = _source(v, single)
+def _generate(v: Variant, single: frozenset[str] = frozenset(), distinct: bool = False
+              ) -> Callable:
+    """The function running ``v`` (see :func:`_source`), generated once per variant and
+    form (its program's built-ins, so ``single``, are the same every time)."""
+    src, consts = _source(v, single, distinct)
     code = _COMPILED.get(src)
     if code is None:  # every program loaded from the same rules has the same variants
         code = _COMPILED[src] = compile(src, f"<rule variant of {v.head_pred}>", "exec")
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"itemgetter": operator.itemgetter}
     exec(code, namespace)
     fn = namespace["make"](consts)
-    key = id(v)
+    key, cache = id(v), _DISTINCT if distinct else _CODE
 
     def forget(ref: weakref.ref) -> None:
-        if _CODE.get(key, (None,))[0] is ref:
-            del _CODE[key]
+        if cache.get(key, (None,))[0] is ref:
+            del cache[key]
 
-    _CODE[key] = (weakref.ref(v, forget), fn)
+    cache[key] = (weakref.ref(v, forget), fn)
     return fn
 
 
@@ -493,10 +516,14 @@ class PythonEngine:
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
-        self, v: Variant, full: Mapping[str, Relation], delta: Mapping[str, Relation]
+        self, v: Variant, full: Mapping[str, Relation], delta: Mapping[str, Relation],
+        distinct: bool = False
     ) -> list[tuple]:
-        hit = _CODE.get(id(v))
-        fn = hit[1] if hit is not None and hit[0]() is v else _generate(v, self._single)
+        """The tuples ``v`` derives (a bag); ``distinct``: through its form visiting each
+        distinct value read of a keyed scan once (:func:`_source`), fewer duplicates."""
+        hit = (_DISTINCT if distinct else _CODE).get(id(v))
+        fn = (hit[1] if hit is not None and hit[0]() is v
+              else _generate(v, self._single, distinct))
         try:
             return fn(full, delta, self.ctx, self._fns)
         except ReoptError:

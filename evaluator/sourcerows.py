@@ -22,6 +22,7 @@ tuples is always exact.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -71,11 +72,15 @@ class SourceRows:
         bounds = np.append(starts, n).tolist()
         get = key_of(key)
         first = order[starts].tolist()
-        self.run: dict[tuple, tuple[int, int]] = {
-            get(rows[i]): (lo, hi - lo)
-            for i, lo, hi in zip(first, bounds, bounds[1:])}  # noqa: B905
+        self.run: dict[tuple, int] = {get(rows[i]): k for k, i in enumerate(first)}
+        """Group → the number of its run (:attr:`start`, :attr:`count`)."""
         if len(self.run) != len(first):  # two runs of keys equal in Python
             raise _Unequal
+        self.start = np.asarray(starts, dtype=np.int64)
+        self.count = np.diff(np.asarray(bounds, dtype=np.int64))
+        self._spanned: tuple[Sequence[tuple], np.ndarray, np.ndarray] | None = None
+        """The last groups asked about and their runs' starts and counts (:meth:`_spans`):
+        a rank's variants pick from the same groups one after the other."""
         key_hash = row_hash([col[j] for j in key], n)
         self.hash_of = dict(zip(self.run, key_hash[order[starts]].tolist()))  # noqa: B905
         """Group → the hash of its key (the groups a held test can find: the source's)."""
@@ -114,17 +119,28 @@ class SourceRows:
             del self.held_count[h]
         self._held = None
 
-    def tuples(self, groups: Iterable[tuple]) -> int:
+    def _spans(self, groups: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and counts of the runs of those of ``groups`` that have source tuples,
+        looked up in C; the same list object (unchanged) asked again is answered from the
+        last call."""
+        last = self._spanned
+        if last is not None and last[0] is groups:
+            return last[1], last[2]
+        at = np.fromiter(map(self.run.get, groups, repeat(-1)), np.int64, len(groups))
+        at = at[at >= 0]
+        start, count = self.start[at], self.count[at]
+        self._spanned = (groups, start, count)
+        return start, count
+
+    def tuples(self, groups: Sequence[tuple]) -> int:
         """How many source tuples ``groups`` have."""
-        run = self.run
-        return sum(r[1] for g in groups if (r := run.get(g)) is not None)
+        return int(self._spans(groups)[1].sum())
 
     def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
         """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
-        runs = [r for g in groups if (r := self.run.get(g)) is not None]
-        if not runs:
+        start, count = self._spans(groups)
+        if not len(start):
             return []
-        start, count = np.asarray(runs, dtype=np.int64).T
         total = int(count.sum())
         if not total:
             return []
