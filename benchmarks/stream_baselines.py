@@ -38,6 +38,8 @@ from reopt.execute import answer_digest
 from reopt.migration import MIGRATIONS
 from reopt.spark import get_spark
 from reopt.sparkstream import SparkStreamJoin
+from reopt.streamchange import FACTOR
+from reopt.streamcli import change_factor
 from reopt.streamgen import generate_stream
 from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, run_strategy
@@ -56,7 +58,8 @@ def _warm_up(root: Path, spark, executor: str) -> None:
 
 
 def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
-            seed: int, executor: str = "local", migration: str = "auto") -> dict:
+            seed: int, executor: str = "local", migration: str = "auto",
+            on_change: float | None = FACTOR) -> dict:
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown-inc", rate_profile=executor)
     record = Strategy(name)
@@ -66,7 +69,7 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
     else:
         batches = list(run_strategy(name, opt, root, batch_seconds,
                                     plan_every // batch_seconds, spark, seed, record,
-                                    executor, migration))
+                                    executor, migration, on_change))
     wall = time.perf_counter() - t0
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
@@ -79,7 +82,8 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
             "state": max(sum(b.state.values()) for b in batches),
             "join_state": max(sum(b.join_state.values()) for b in batches),
             "probed": sum(getattr(b, "probed", 0) for b in batches),
-            "plans": [b.plan for b in batches], "times": times}
+            "plans": [b.plan for b in batches], "times": times, "triggered": record.triggered,
+            "log": record.log}
 
 
 def main(argv: list[str]) -> int:
@@ -94,6 +98,8 @@ def main(argv: list[str]) -> int:
                     help="where adaptive, static and hindsight join: local (default) or spark")
     ap.add_argument("--migration", default="auto", choices=MIGRATIONS,
                     help="adaptive's migration (default auto)")
+    ap.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
+                    help=f"adaptive's change trigger (reopt stream's; default {FACTOR:g})")
     ap.add_argument("--phases", default=None,
                     help="generator phases for every workload (default: each one's own)")
     args = ap.parse_args(argv)
@@ -105,11 +111,12 @@ def main(argv: list[str]) -> int:
             generate_stream(workload, root, args.seconds, args.seed, args.phases)
             _warm_up(root, spark, args.executor)
             rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed,
-                            args.executor, args.migration)
+                            args.executor, args.migration, args.replan_on_change)
                     for s in strategies]
             print(f"== {workload}: {args.seconds} s of stream, batches of "
                   f"{args.batch_seconds} s, re-plan every {args.plan_every} s, executor "
-                  f"{args.executor}, adaptive migration {args.migration}, phases "
+                  f"{args.executor}, adaptive migration {args.migration}, re-plan on change "
+                  f"{args.replan_on_change or 'off'}, phases "
                   f"{args.phases or 'default'}")
             print(f"{'strategy':10} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
                   f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
@@ -122,6 +129,10 @@ def main(argv: list[str]) -> int:
             for r in rows:
                 print(f"  {r['strategy']} per batch (s): "
                       f"{' '.join(f'{t:.2f}' for t in r['times'])}")
+            for r in rows:
+                if r["triggered"]:
+                    print(f"  {r['strategy']} re-planned on a change after batches "
+                          f"{r['triggered']}")
             for r in rows:
                 if r["switches"]:
                     print(f"  {r['strategy']} plans: {' | '.join(dict.fromkeys(r['plans']))}")
