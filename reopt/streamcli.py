@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                    "of --batch-seconds; default: never, the first plan runs throughout)")
     p.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
                    help="with --plan-every, also re-plan after any batch in which an observed "
-                   "rate or selectivity moved by at least F times and 3 standard errors "
+                   "rate or selectivity moved by at least F times and 3.5 standard errors "
                    f"since the optimizer's last update (default {FACTOR:g}; off: the "
                    "schedule only)")
     p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
