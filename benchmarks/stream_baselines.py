@@ -20,7 +20,9 @@ strategy's whole result multiset is digested; the run says whether all are equal
 With ``--executor local`` (the default) the eddy and the executor both run in process, so
 their times compare like for like; with ``--executor spark`` the executor's batches pay Spark's
 per-job cost and the eddy's do not. ``eddy-fixed``, the eddy with every lottery replaced by
-FROM order (no adaptation), is the eddy's own yardstick.
+FROM order (no adaptation), is the eddy's own yardstick. Adaptive re-plans on a change too
+(``--replan-on-change``, :mod:`reopt.streamchange`); ``adaptive-scheduled`` is adaptive on
+the schedule alone (the trigger off), to compare the two in one run.
 """
 
 from __future__ import annotations
@@ -67,9 +69,11 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
     if name == "eddy-fixed":
         batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
     else:
-        batches = list(run_strategy(name, opt, root, batch_seconds,
-                                    plan_every // batch_seconds, spark, seed, record,
-                                    executor, migration, on_change))
+        scheduled = name == "adaptive-scheduled"
+        batches = list(run_strategy("adaptive" if scheduled else name, opt, root,
+                                    batch_seconds, plan_every // batch_seconds, spark, seed,
+                                    record, executor, migration,
+                                    None if scheduled else on_change))
     wall = time.perf_counter() - t0
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
@@ -118,11 +122,11 @@ def main(argv: list[str]) -> int:
                   f"{args.executor}, adaptive migration {args.migration}, re-plan on change "
                   f"{args.replan_on_change or 'off'}, phases "
                   f"{args.phases or 'default'}")
-            print(f"{'strategy':10} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
+            print(f"{'strategy':18} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
                   f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
                   f"{'join st':>7} {'probed':>8}")
             for r in rows:
-                print(f"{r['strategy']:10} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
+                print(f"{r['strategy']:18} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
                       f"{r['median']:7.3f} {r['max']:7.3f} {r['switches']:6} "
                       f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
                       f"{r['join_state']:7} {r['probed'] or '':>8}")

@@ -38,7 +38,7 @@ from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
 from reopt.stream import STATES, MicroBatch, plan_line
-from reopt.streamchange import FACTOR, ChangeTrigger, delta_key, interval_evidence
+from reopt.streamchange import FACTOR, SIGMAS, ChangeTrigger, delta_key, interval_evidence
 from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                    "of --batch-seconds; default: never, the first plan runs throughout)")
     p.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
                    help="with --plan-every, also re-plan after any batch in which an observed "
-                   "rate or selectivity moved by at least F times and 3.5 standard errors "
+                   f"rate or selectivity moved by at least F times and {SIGMAS:g} standard errors "
                    f"since the optimizer's last update (default {FACTOR:g}; off: the "
                    "schedule only)")
     p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
