@@ -7,6 +7,9 @@ batch and prints, per batch, the plan, the arrivals, the window state, the resul
 the observed ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time
 the optimizer is updated with what the last K seconds observed (each stream's rate over them,
 each join predicate's selectivity at their end) and the next batches run its new best plan.
+Between those points, ``--replan-on-change F`` (default 2) re-plans after any batch whose
+observed rate or selectivity moved by at least F times and by more than its noise since the
+optimizer's last update (:mod:`reopt.streamchange`).
 With ``--state windows`` the executor keeps only per-stream window state, so a plan change
 moves no state; with ``--state intermediate`` (the default) every join keeps its results and a
 plan change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
