@@ -38,9 +38,9 @@ from dataclasses import dataclass
 SIGMAS = 3.5
 """Standard errors a statistic's log must move by to count as moved (two-sided, about
 0.05% of stationary comparisons under the Poisson model). On the ``drift`` and ``steady``
-presets, seeds 0-3, 1- and 2-s batches (BENCHMARKS.md): 3.0 re-planned 7 times on noise in
-32 runs of 30-60 batches, 3.5 once, 4.0 never; all three caught every 10× jump within one
-batch but one (3.0: two batches, after a false trigger)."""
+presets, seeds 0-3, 1- and 2-s batches (dry passes, BENCHMARKS.md): 3.0 re-planned 9 times
+on noise in 32 runs of 30-60 batches, 3.5 three times, 4.0 never; each caught every 10×
+jump at the jump's batch or the next, but 3.0 once two batches late."""
 FACTOR = 2.0
 """The default ``--replan-on-change`` factor."""
 
