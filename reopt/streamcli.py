@@ -41,7 +41,14 @@ from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
 from reopt.stream import STATES, MicroBatch, plan_line
-from reopt.streamchange import FACTOR, SIGMAS, ChangeTrigger, delta_key, interval_evidence
+from reopt.streamchange import (
+    FACTOR,
+    SIGMAS,
+    ChangeTrigger,
+    Evidence,
+    delta_key,
+    interval_evidence,
+)
 from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
@@ -178,23 +185,24 @@ class Replanner:
             self.triggered.append(last.index)
         keys = {delta_key(d) for d in moved}
         deltas = [d for d in self.deltas() if delta_key(d) not in keys] if scheduled else []
-        if self.trigger is not None and scheduled:
-            self.trigger.confirm(interval_evidence(b.evidence for b in self.window))
-        if self.trigger is not None:
-            self.trigger.confirm(last.evidence, keys)
+        known = interval_evidence(b.evidence for b in self.window) if scheduled else {}
+        known.update({k: last.evidence[k] for k in keys})
         self.window = []
-        return self._replan(deltas + moved, last, "schedule" if scheduled else "change")
+        return self._replan(deltas + moved, last, known, bool(moved))
 
-    def _replan(self, deltas: list[str], last: MicroBatch, why: str
-                ) -> PlanNode | tuple[PlanNode, str]:
-        """Update the optimizer with ``deltas`` after ``last``; the plan to run next and, on
-        a change, how to migrate (``--migration auto`` may keep the old plan)."""
+    def _replan(self, deltas: list[str], last: MicroBatch, evidence: dict[str, Evidence],
+                changed: bool) -> PlanNode | tuple[PlanNode, str]:
+        """Update the optimizer with ``deltas`` after ``last`` (and the trigger's reference
+        with their ``evidence``); the plan to run next and, on a change, how to migrate
+        (``--migration auto`` may keep the old plan). ``changed``: the trigger asked."""
         try:
             step = self.optimizer.update(deltas)
         except DeltaError as e:  # the optimizer is as it was; keep the plan
             self.log.append(f"after batch {last.index}: re-planning refused: {e}")
             return self.plan
-        when = f"after batch {last.index}" + (" (change)" if why == "change" else "")
+        if self.trigger is not None:
+            self.trigger.confirm(evidence)
+        when = f"after batch {last.index}" + (" (change)" if changed else "")
         proposed = self.budgeted(step.plan, when)
         head = f"{when}: {'; '.join(deltas)} -> plan {plan_line(proposed)}"
         if plan_line(proposed) == plan_line(self.plan):
