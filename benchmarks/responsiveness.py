@@ -9,8 +9,10 @@ profile, so that the rate model's best plan keeps a different join state after t
 Spark the default phases' jumps change only the root's operator on nexmark, a swap with
 nothing to migrate, or tip a near-tie on linearroad). The executor (``--executor``: in
 process, the default, or on Spark; intermediate state, one-second micro-batches) runs it
-re-planned after every batch (``Replanner`` with ``--plan-every`` = the batch length) for
-each ``--migrations`` strategy, after three warm-up batches. Printed per run:
+re-planned after every batch (``Replanner`` with ``--plan-every`` = the batch length; or every
+``--plan-every K`` batches, then also on a change, ``--replan-on-change``,
+:mod:`reopt.streamchange`) for each ``--migrations`` strategy, after three warm-up batches.
+Printed per run:
 
 * **jump**: the first batch of the faster phase; **switch**: the first batch at or after it
   running a different plan tree (re-planning reads a batch's observations after it ran, so
@@ -25,7 +27,8 @@ each ``--migrations`` strategy, after three warm-up batches. Printed per run:
   batch before (goal ≤ 2×).
 
 Run: ``.venv/bin/python benchmarks/responsiveness.py [--executor local|spark] [--workloads
-nexmark,segtolls] [--migrations moving,auto] [--seed 0]``.
+nexmark,segtolls] [--migrations moving,auto] [--seed 0] [--plan-every K] [--replan-on-change
+F|off]``.
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ from pathlib import Path
 import numpy as np
 
 from reopt.api import Optimizer
+from reopt.cliargs import positive_int
 from reopt.spark import get_spark
 from reopt.stream import MicroBatch
-from reopt.streamcli import Replanner
+from reopt.streamchange import FACTOR
+from reopt.streamcli import Replanner, change_factor
 from reopt.streamgen import WORKLOADS, generate_stream, parse_phases
 from reopt.streamlocal import EXECUTORS, make_query
 
@@ -89,7 +94,8 @@ def analyse(batches: list[MicroBatch], jump: int) -> dict:
 
 
 def run(name: str, phases: str, migrations: list[str], seed: int,
-        executor: str = "local") -> list[tuple[str, dict]]:
+        executor: str = "local", every: int = 1, on_change: float | None = FACTOR
+        ) -> list[tuple[str, dict]]:
     """Each migration strategy's run over ``name``'s two-phase stream."""
     jump = parse_phases(phases, WORKLOADS[name])[0].seconds
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +117,7 @@ def run(name: str, phases: str, migrations: list[str], seed: int,
             o = optimizer()
             cq = make_query(executor, o.query, o.catalog, root, spark, 1,
                             state="intermediate")
-            batches = list(cq.run(Replanner(o, 1, how, 1)))
+            batches = list(cq.run(Replanner(o, every, how, 1, on_change=on_change)))
             out.append((how, analyse(batches, jump)))
     return out
 
@@ -125,6 +131,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--migrations", default="moving,auto",
                     help="comma-separated --migration strategies (default moving,auto)")
     ap.add_argument("--seed", type=int, default=0, help="the generator's seed")
+    ap.add_argument("--plan-every", type=positive_int, default=1, metavar="K",
+                    help="re-plan every K one-second batches (default 1)")
+    ap.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
+                    help=f"the change trigger between scheduled re-plannings (default "
+                    f"{FACTOR:g}; no effect with --plan-every 1)")
     args = ap.parse_args(argv)
     phases = PHASES[args.executor]
     names = [n.strip() for n in (args.workloads or ",".join(phases)).split(",") if n.strip()]
@@ -138,7 +149,8 @@ def main(argv: list[str]) -> int:
           "p99 steady (≤ 2×?) | all plan changes |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        for how, r in run(name, phases[name], hows, args.seed, args.executor):
+        for how, r in run(name, phases[name], hows, args.seed, args.executor,
+                          args.plan_every, args.replan_on_change):
             head = (f"| {name} (`{phases[name]}`) | {how} | {len(r['flaps'])} | {r['jump']} | ")
             if r["switch"] is None:
                 print(f"{head}none | | | | {r['changes']} |")

@@ -20,7 +20,9 @@ strategy's whole result multiset is digested; the run says whether all are equal
 With ``--executor local`` (the default) the eddy and the executor both run in process, so
 their times compare like for like; with ``--executor spark`` the executor's batches pay Spark's
 per-job cost and the eddy's do not. ``eddy-fixed``, the eddy with every lottery replaced by
-FROM order (no adaptation), is the eddy's own yardstick.
+FROM order (no adaptation), is the eddy's own yardstick. Adaptive re-plans on a change too
+(``--replan-on-change``, :mod:`reopt.streamchange`); ``adaptive-scheduled`` is adaptive on
+the schedule alone (the trigger off), to compare the two in one run.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from reopt.execute import answer_digest
 from reopt.migration import MIGRATIONS
 from reopt.spark import get_spark
 from reopt.sparkstream import SparkStreamJoin
+from reopt.streamchange import FACTOR
+from reopt.streamcli import change_factor
 from reopt.streamgen import generate_stream
 from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, run_strategy
@@ -56,7 +60,8 @@ def _warm_up(root: Path, spark, executor: str) -> None:
 
 
 def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
-            seed: int, executor: str = "local", migration: str = "auto") -> dict:
+            seed: int, executor: str = "local", migration: str = "auto",
+            on_change: float | None = FACTOR) -> dict:
     opt = Optimizer(str(root / "query.sql"), str(root / "catalog.json"), cost_model="rate",
                     optimizer="topdown-inc", rate_profile=executor)
     record = Strategy(name)
@@ -64,9 +69,11 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
     if name == "eddy-fixed":
         batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
     else:
-        batches = list(run_strategy(name, opt, root, batch_seconds,
-                                    plan_every // batch_seconds, spark, seed, record,
-                                    executor, migration))
+        scheduled = name == "adaptive-scheduled"
+        batches = list(run_strategy("adaptive" if scheduled else name, opt, root,
+                                    batch_seconds, plan_every // batch_seconds, spark, seed,
+                                    record, executor, migration,
+                                    None if scheduled else on_change))
     wall = time.perf_counter() - t0
     times = [b.seconds for b in batches]
     switches = sum(a.plan != b.plan for a, b in zip(batches, batches[1:], strict=False))
@@ -79,7 +86,8 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
             "state": max(sum(b.state.values()) for b in batches),
             "join_state": max(sum(b.join_state.values()) for b in batches),
             "probed": sum(getattr(b, "probed", 0) for b in batches),
-            "plans": [b.plan for b in batches], "times": times}
+            "plans": [b.plan for b in batches], "times": times, "triggered": record.triggered,
+            "log": record.log}
 
 
 def main(argv: list[str]) -> int:
@@ -94,6 +102,8 @@ def main(argv: list[str]) -> int:
                     help="where adaptive, static and hindsight join: local (default) or spark")
     ap.add_argument("--migration", default="auto", choices=MIGRATIONS,
                     help="adaptive's migration (default auto)")
+    ap.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
+                    help=f"adaptive's change trigger (reopt stream's; default {FACTOR:g})")
     ap.add_argument("--phases", default=None,
                     help="generator phases for every workload (default: each one's own)")
     args = ap.parse_args(argv)
@@ -105,23 +115,28 @@ def main(argv: list[str]) -> int:
             generate_stream(workload, root, args.seconds, args.seed, args.phases)
             _warm_up(root, spark, args.executor)
             rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed,
-                            args.executor, args.migration)
+                            args.executor, args.migration, args.replan_on_change)
                     for s in strategies]
             print(f"== {workload}: {args.seconds} s of stream, batches of "
                   f"{args.batch_seconds} s, re-plan every {args.plan_every} s, executor "
-                  f"{args.executor}, adaptive migration {args.migration}, phases "
+                  f"{args.executor}, adaptive migration {args.migration}, re-plan on change "
+                  f"{args.replan_on_change or 'off'}, phases "
                   f"{args.phases or 'default'}")
-            print(f"{'strategy':10} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
+            print(f"{'strategy':18} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
                   f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
                   f"{'join st':>7} {'probed':>8}")
             for r in rows:
-                print(f"{r['strategy']:10} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
+                print(f"{r['strategy']:18} {r['total']:8.3f} {r['cpu']:7.3f} {r['wall']:8.2f} "
                       f"{r['median']:7.3f} {r['max']:7.3f} {r['switches']:6} "
                       f"{r['optimizer']:6.2f} {r['results']:8} {r['state']:7} "
                       f"{r['join_state']:7} {r['probed'] or '':>8}")
             for r in rows:
                 print(f"  {r['strategy']} per batch (s): "
                       f"{' '.join(f'{t:.2f}' for t in r['times'])}")
+            for r in rows:
+                if r["triggered"]:
+                    print(f"  {r['strategy']} re-planned on a change after batches "
+                          f"{r['triggered']}")
             for r in rows:
                 if r["switches"]:
                     print(f"  {r['strategy']} plans: {' | '.join(dict.fromkeys(r['plans']))}")

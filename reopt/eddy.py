@@ -211,7 +211,7 @@ class Eddy(ContinuousQuery):
                           time.perf_counter() - t0, skipped=skipped,
                           routes=dict(sorted(routes.items())), probed=probed,
                           cpu_seconds=time.process_time() - c0)
-        batch.deltas = self.observed(batch)
+        self.observe(batch)
         self.batch += 1
         return batch
 

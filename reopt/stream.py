@@ -73,6 +73,7 @@ from reopt.costmodel.query import Query
 from reopt.costmodel.sql import sql_without_windows
 from reopt.execute import JOIN_HINTS, _name, _prepare, _Prepared, collect
 from reopt.plan import PlanNode
+from reopt.streamchange import Evidence
 from reopt.streamstate import EXPIRY_SLACK, RelSet, Track, expire, join_nodes, retire, state_label
 
 if TYPE_CHECKING:
@@ -129,6 +130,10 @@ class MicroBatch:
     """The driver process's CPU time in the batch (``time.process_time``): the in-process
     executors' work, less disturbed than ``seconds`` by other processes on a loaded machine
     (on Spark it misses the JVM's work)."""
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    """What each observed statistic was estimated from (``rate bids`` -> arrivals over
+    seconds, every stream's, none arrived included; ``sel A.x=B.y`` -> matching pairs over
+    pairs): how sure it is, for the change trigger (:mod:`reopt.streamchange`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "start": self.start, "end": self.end, "plan": self.plan,
@@ -137,6 +142,11 @@ class MicroBatch:
                 "migration": self.migration, "migration_seconds": self.migration_seconds,
                 "join_state": self.join_state, "plans": self.plans,
                 "cpu_seconds": self.cpu_seconds}
+
+
+def _sel_key(p: Any) -> str:
+    """The statistic a join predicate's ``sel`` delta sets (``sel A.x=B.y``)."""
+    return f"sel {p.left.alias}.{p.left.column}={p.right.alias}.{p.right.column}"
 
 
 def plan_line(node: PlanNode) -> str:
@@ -401,7 +411,7 @@ class ContinuousQuery:
                            seconds, skipped=skipped, migration=moved[0],
                            migration_seconds=moved[1], join_state=self.join_state(),
                            plans=plans, cpu_seconds=time.process_time() - c0)
-        batch.deltas = self.observed(batch)
+        self.observe(batch)
         self.batch += 1
         return batch
 
@@ -586,23 +596,36 @@ class ContinuousQuery:
 
     def observed(self, batch: MicroBatch) -> list[str]:
         """``batch``'s observations as ``rate``/``sel`` delta texts (see the module doc)."""
-        out = [f"rate {t} ={n / (batch.end - batch.start):.6g}"
-               for t, n in batch.arrivals.items() if n > 0]
+        return self._observations(batch)[0]
+
+    def observe(self, batch: MicroBatch) -> None:
+        """Set ``batch``'s deltas (:meth:`observed`) and the evidence behind them."""
+        batch.deltas, batch.evidence = self._observations(batch)
+
+    def _observations(self, batch: MicroBatch) -> tuple[list[str], dict[str, Evidence]]:
+        """The deltas (module doc) and, for every stream and predicate, the evidence."""
+        seconds = batch.end - batch.start
+        deltas = [f"rate {t} ={n / seconds:.6g}" for t, n in batch.arrivals.items() if n > 0]
+        evidence = {f"rate {t}": Evidence(n, seconds) for t, n in batch.arrivals.items()}
+        for p, matches, pairs in self._join_counts(batch.end):
+            evidence[_sel_key(p)] = Evidence(matches, pairs)
+            if matches > 0:
+                deltas.append(f"{_sel_key(p)} ={matches / pairs:.6g}")
+        return deltas, evidence
+
+    def _join_counts(self, end: float) -> Iterator[tuple[Any, int, int]]:
+        """Per equi-join predicate whose sides' windows both hold tuples at ``end``: the
+        predicate, the matching pairs and all pairs among the windows' contents."""
         for p in self.query.joins:
             sides = []
             for ref in (p.left, p.right):
-                contents = self._window_contents(ref.alias, batch.end)
+                contents = self._window_contents(ref.alias, end)
                 column = {c.lower(): c for c in contents.columns}[ref.column.lower()]
                 sides.append(contents[column])
             a, b = sides
             if len(a) == 0 or len(b) == 0:
                 continue
-            matches = (a.value_counts() * b.value_counts()).sum()
-            if matches > 0:
-                sel = float(matches) / (len(a) * len(b))
-                out.append(f"sel {p.left.alias}.{p.left.column}={p.right.alias}."
-                           f"{p.right.column} ={sel:.6g}")
-        return out
+            yield p, int((a.value_counts() * b.value_counts()).sum()), len(a) * len(b)
 
     def run(self, plan_for: PlanNode | Callable[[MicroBatch | None],
                                                  PlanNode | tuple[PlanNode, str]],

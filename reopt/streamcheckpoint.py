@@ -31,8 +31,8 @@ from typing import Any
 from reopt.costmodel.errors import ReoptError
 from reopt.stream import MicroBatch
 
-FORMAT = 1
-"""The checkpoint format this reopt writes and reads."""
+FORMAT = 2
+"""The checkpoint format this reopt writes and reads (2: the re-planner has a change trigger)."""
 FILE = "stream-checkpoint.pkl"
 
 

@@ -7,6 +7,9 @@ batch and prints, per batch, the plan, the arrivals, the window state, the resul
 the observed ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time
 the optimizer is updated with what the last K seconds observed (each stream's rate over them,
 each join predicate's selectivity at their end) and the next batches run its new best plan.
+Between those points, ``--replan-on-change F`` (default 2) re-plans after any batch whose
+observed rate or selectivity moved by at least F times and by more than its noise since the
+optimizer's last update (:mod:`reopt.streamchange`).
 With ``--state windows`` the executor keeps only per-stream window state, so a plan change
 moves no state; with ``--state intermediate`` (the default) every join keeps its results and a
 plan change migrates them (``--migration moving|parallel``), or, with ``--migration auto``, the
@@ -22,6 +25,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -37,6 +41,14 @@ from reopt.migration import MIGRATIONS, decide
 from reopt.plan import PlanNode
 from reopt.statebudget import within_budget
 from reopt.stream import STATES, MicroBatch, plan_line
+from reopt.streamchange import (
+    FACTOR,
+    SIGMAS,
+    ChangeTrigger,
+    Evidence,
+    delta_key,
+    interval_evidence,
+)
 from reopt.streamlocal import EXECUTORS, make_query
 from reopt.streamrun import STRATEGIES, Strategy, check_strategy, run_strategy
 
@@ -55,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-every", type=positive_int, metavar="K",
                    help="re-plan every K stream seconds from the observed deltas (a multiple "
                    "of --batch-seconds; default: never, the first plan runs throughout)")
+    p.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
+                   help="with --plan-every, also re-plan after any batch in which an observed "
+                   f"rate or selectivity moved by at least F times and {SIGMAS:g} standard errors "
+                   f"since the optimizer's last update (default {FACTOR:g}; off: the "
+                   "schedule only)")
     p.add_argument("--state", choices=STATES, default="intermediate", metavar="KIND",
                    help="intermediate: every join keeps its results (default); windows: "
                    "per-stream window buffers only, each batch recomputes the joins' old sides")
@@ -97,23 +114,43 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def change_factor(text: str) -> float | None:
+    """``type=`` of ``--replan-on-change``: a factor above 1, or ``off`` (None)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        factor = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a factor above 1 or 'off', got '{text}'"
+                                         ) from None
+    if not factor > 1 or math.isinf(factor):
+        raise argparse.ArgumentTypeError(f"the factor must be above 1 and finite, got {text}")
+    return factor
+
+
 class Replanner:
     """The plan for each micro-batch: the optimizer's best plan, updated every ``every``
-    batches with what those batches observed."""
+    batches with what those batches observed and, with ``on_change`` (a factor), also after
+    any batch whose observations moved by more than their noise since the optimizer's last
+    update (:mod:`reopt.streamchange`; the schedule stays: every ``every``-th batch)."""
 
     def __init__(self, optimizer: Optimizer, every: int | None, migration: str = "moving",
-                 batch_seconds: int = 1, max_state: int | None = None):
+                 batch_seconds: int = 1, max_state: int | None = None,
+                 on_change: float | None = None):
         self.optimizer = optimizer
         self.every = every
         self.migration = migration
         self.batch_seconds = batch_seconds
         self.max_state = max_state
+        self.trigger = None if on_change is None else ChangeTrigger(on_change)
         self.window: list[MicroBatch] = []
         self.log: list[str] = []
         """One line per re-planning: the deltas applied and the plan chosen, or the error."""
         self.plan: PlanNode = self.budgeted(optimizer.optimize().plan, "initial plan")
         self.decisions: list[dict] = []
         """``--migration auto``: each decision on a proposed plan change (batch, numbers)."""
+        self.triggered: list[int] = []
+        """Batches after which the change trigger re-planned (off the schedule)."""
 
     def budgeted(self, plan: PlanNode, when: str) -> PlanNode:
         """``plan``, or the plan ``--max-state`` runs instead (:mod:`reopt.statebudget`);
@@ -139,16 +176,33 @@ class Replanner:
         if last is None or self.every is None:
             return self.plan
         self.window.append(dataclasses.replace(last, rows=[]))  # rates and sels only
-        if len(self.window) < self.every:
+        moved = [] if self.trigger is None else self.trigger.changed(last.deltas,
+                                                                     last.evidence)
+        scheduled = (last.index + 1) % self.every == 0
+        if not (scheduled or moved):
             return self.plan
-        deltas = self.deltas()
+        if moved:  # the optimizer's statistics are stale: the moved ones from this batch
+            self.triggered.append(last.index)
+        keys = {delta_key(d) for d in moved}
+        deltas = [d for d in self.deltas() if delta_key(d) not in keys] if scheduled else []
+        known = interval_evidence(b.evidence for b in self.window) if scheduled else {}
+        known.update({k: last.evidence[k] for k in keys})
         self.window = []
+        return self._replan(deltas + moved, last, known, bool(moved))
+
+    def _replan(self, deltas: list[str], last: MicroBatch, evidence: dict[str, Evidence],
+                changed: bool) -> PlanNode | tuple[PlanNode, str]:
+        """Update the optimizer with ``deltas`` after ``last`` (and the trigger's reference
+        with their ``evidence``); the plan to run next and, on a change, how to migrate
+        (``--migration auto`` may keep the old plan). ``changed``: the trigger asked."""
         try:
             step = self.optimizer.update(deltas)
         except DeltaError as e:  # the optimizer is as it was; keep the plan
             self.log.append(f"after batch {last.index}: re-planning refused: {e}")
             return self.plan
-        when = f"after batch {last.index}"
+        if self.trigger is not None:
+            self.trigger.confirm(evidence)
+        when = f"after batch {last.index}" + (" (change)" if changed else "")
         proposed = self.budgeted(step.plan, when)
         head = f"{when}: {'; '.join(deltas)} -> plan {plan_line(proposed)}"
         if plan_line(proposed) == plan_line(self.plan):
@@ -193,13 +247,15 @@ def main(argv: list[str]) -> int:
         settings = {"query": opt.query.sql, "data": str(Path(args.data).resolve()),
                     "catalog": str(Path(catalog).resolve()),
                     "batch_seconds": args.batch_seconds, "plan_every": args.plan_every,
-                    "state": state, "migration": migration, "executor": args.executor,
+                    "replan_on_change": args.replan_on_change, "state": state,
+                    "migration": migration, "executor": args.executor,
                     "rate_profile": opt.model.constants.name, "optimizer": args.optimizer,
                     "objective": args.objective, "max_state": args.max_state,
                     "results": str(Path(args.results).resolve()) if args.results else None}
         resumed = checkpoints.load(args.checkpoint, settings)
     replanner = resumed.replanner if resumed is not None else \
-        Replanner(opt, every, migration, args.batch_seconds, args.max_state)
+        Replanner(opt, every, migration, args.batch_seconds, args.max_state,
+                  args.replan_on_change)
     # the eddy and Spark's own join need only the executor's checks and windows here
     executor = args.executor if args.strategy in ("adaptive", "static", "hindsight") \
         else "spark"
@@ -224,7 +280,8 @@ def main(argv: list[str]) -> int:
                         resumed.last if resumed is not None else None)
     else:
         source = run_strategy(args.strategy, opt, args.data, args.batch_seconds, every,
-                              cq.spark, args.seed, record, args.executor, migration)
+                              cq.spark, args.seed, record, args.executor, migration,
+                              args.replan_on_change)
     if args.max_batches is not None:
         source = itertools.islice(source, args.max_batches)
     batches = []
@@ -267,6 +324,8 @@ def main(argv: list[str]) -> int:
                "batches": [b.to_json() for b in batches],
                "replanning": replanner.log if args.strategy == "adaptive" else record.log,
                "decisions": replanner.decisions,
+               "replan_on_change": args.replan_on_change,
+               "triggered_after": replanner.triggered,
                "resumed_after": resumed.last.index if resumed is not None else None}
         sys.stdout.write(dumps_strict(doc, indent=2) + "\n")
     else:

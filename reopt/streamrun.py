@@ -56,7 +56,7 @@ class _Observer(ContinuousQuery):
                                                                        in arrived.items()},
                            {t: len(f) for t, f in self.buffers.items()}, [], [], 0.0,
                            skipped=skipped)
-            b.deltas = self.observed(b)
+            self.observe(b)
             out.append(b)
             self.batch += 1
         return out
@@ -91,6 +91,8 @@ class Strategy:
     """The optimizer's time over the run (planning before the first batch included)."""
     switches: int = 0
     """Batches whose plan differs from the previous batch's."""
+    triggered: list[int] = field(default_factory=list)
+    """Adaptive: the batches after which the change trigger re-planned off the schedule."""
 
 
 def _replan(opt: Optimizer, deltas: list[str], strategy: Strategy,
@@ -127,12 +129,15 @@ def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
 def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds: int,
                  plan_every: int | None, spark: SparkSession | None, seed: int = 0,
                  strategy: Strategy | None = None, executor: str = "local",
-                 migration: str = "moving") -> Iterator[MicroBatch]:
+                 migration: str = "moving", on_change: float | None = None
+                 ) -> Iterator[MicroBatch]:
     """``name``'s batches over ``data_dir`` (see the module doc). ``plan_every`` is in
     batches. ``strategy`` (optional) collects the log, switches and optimizer time.
     ``executor`` runs adaptive, static and hindsight in process (``local``) or on Spark
     (:mod:`reopt.streamlocal`); ``migration`` is adaptive's (``moving``, ``parallel`` or
-    ``auto``, :mod:`reopt.migration`); static never switches and hindsight moves state."""
+    ``auto``, :mod:`reopt.migration`) and ``on_change`` its change trigger's factor
+    (:mod:`reopt.streamchange`; None: the schedule only); static never switches and
+    hindsight moves state."""
     from reopt.streamcli import Replanner
 
     if name not in STRATEGIES:
@@ -154,7 +159,8 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
                     opt.adjustments, migration="moving" if migration == "auto" else migration)
     t0 = time.perf_counter()
     if name == "adaptive":
-        replanner = Replanner(opt, plan_every, migration, batch_seconds)
+        replanner = Replanner(opt, plan_every, migration, batch_seconds,
+                              on_change=on_change)
         record.replan_seconds += time.perf_counter() - t0
         previous = None
         last: MicroBatch | None = None
@@ -164,6 +170,7 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
             chosen = replanner(last)
             record.replan_seconds += time.perf_counter() - t1
             record.log += replanner.log[seen:]
+            record.triggered = replanner.triggered
             plan, how = chosen if isinstance(chosen, tuple) else (chosen, None)
             last = cq.step(plan, how)
             record.switches += previous is not None and last.plan != previous
