@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -172,9 +172,13 @@ class Evaluation:
     def best_plan(self, q: int) -> PlanNode:
         """The best plan tree from BestPlan (ties broken by the smallest alternative)."""
         rel = self.relations["BestPlan"]
+        first: Callable[[tuple[int, str]], tuple | None]
         if isinstance(rel, Relation):  # its tuples by OR node: an index kept up to date
             by_node = rel.index((0, 1, 2))  # by the engine, so an update reads only the plan's
-            first = lambda node: min(b) if (b := by_node.get((q, *node))) else None  # noqa: E731
+
+            def first(node: tuple[int, str]) -> tuple | None:
+                got = by_node.get((q, *node))
+                return min(got) if got else None
         else:
             smallest: dict[tuple[int, str], tuple] = {}  # per OR node its smallest tuple
             for r in self.rows("BestPlan"):
