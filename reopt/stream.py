@@ -594,16 +594,9 @@ class ContinuousQuery:
         time_col = next(c for c in buf.columns if c.lower() == TIME)
         return buf[buf[time_col] > end - self.windows[alias]]
 
-    def observed(self, batch: MicroBatch) -> list[str]:
-        """``batch``'s observations as ``rate``/``sel`` delta texts (see the module doc)."""
-        return self._observations(batch)[0]
-
     def observe(self, batch: MicroBatch) -> None:
-        """Set ``batch``'s deltas (:meth:`observed`) and the evidence behind them."""
-        batch.deltas, batch.evidence = self._observations(batch)
-
-    def _observations(self, batch: MicroBatch) -> tuple[list[str], dict[str, Evidence]]:
-        """The deltas (module doc) and, for every stream and predicate, the evidence."""
+        """Set ``batch``'s observations as ``rate``/``sel`` delta texts (see the module doc)
+        and, for every stream and predicate, the evidence behind them."""
         seconds = batch.end - batch.start
         deltas = [f"rate {t} ={n / seconds:.6g}" for t, n in batch.arrivals.items() if n > 0]
         evidence = {f"rate {t}": Evidence(n, seconds) for t, n in batch.arrivals.items()}
@@ -611,7 +604,7 @@ class ContinuousQuery:
             evidence[_sel_key(p)] = Evidence(matches, pairs)
             if matches > 0:
                 deltas.append(f"{_sel_key(p)} ={matches / pairs:.6g}")
-        return deltas, evidence
+        batch.deltas, batch.evidence = deltas, evidence
 
     def _join_counts(self, end: float) -> Iterator[tuple[Any, int, int]]:
         """Per equi-join predicate whose sides' windows both hold tuples at ``end``: the

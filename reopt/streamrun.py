@@ -161,6 +161,7 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
     if name == "adaptive":
         replanner = Replanner(opt, plan_every, migration, batch_seconds,
                               on_change=on_change)
+        record.triggered = replanner.triggered  # (the list the re-planner appends to)
         record.replan_seconds += time.perf_counter() - t0
         previous = None
         last: MicroBatch | None = None
@@ -170,7 +171,6 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
             chosen = replanner(last)
             record.replan_seconds += time.perf_counter() - t1
             record.log += replanner.log[seen:]
-            record.triggered = replanner.triggered
             plan, how = chosen if isinstance(chosen, tuple) else (chosen, None)
             last = cq.step(plan, how)
             record.switches += previous is not None and last.plan != previous
