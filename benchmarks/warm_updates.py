@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import harness
-from enumeration import BATCH_SECONDS, COUNT, MODEL, workload
+from enumeration import BATCH_SECONDS, COUNT, MODEL, _timed, workload
 
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
@@ -44,19 +44,11 @@ REPLAYS = 7
 OPTIMIZERS = (("topdown-inc", TopDownInc, topdown), ("bottomup-inc", BottomUpInc, bottomup))
 
 
-def per_call(fn: Callable[[], Any], calls: int) -> float:
-    """CPU seconds per call of ``calls`` calls back to back, after one ``gc.collect()``."""
-    gc.collect()
-    t = time.process_time()
-    for _ in range(calls):
-        fn()
-    return (time.process_time() - t) / calls
-
-
 def scratch_seconds(fn: Callable[[], Any]) -> float:
-    """Warm from-scratch time per call: the least of three batches of ≥ BATCH_SECONDS."""
-    calls = max(1, int(BATCH_SECONDS / max(per_call(fn, 1), 1e-6)))
-    return min(per_call(fn, calls) for _ in range(3))
+    """Warm from-scratch time per call: the least of three batches of ≥ BATCH_SECONDS
+    (``enumeration._timed``: CPU per call, back to back, after one ``gc.collect()``)."""
+    calls = max(1, int(BATCH_SECONDS / max(_timed(fn)[0], 1e-6)))
+    return min(_timed(fn, calls)[0] for _ in range(3))
 
 
 def update_seconds(inc: Any, space: PlanSpace, before: Adjustments, after: Adjustments
