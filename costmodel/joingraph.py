@@ -93,6 +93,9 @@ class JoinGraph:
         """:meth:`halves` as arrays, when the compiled enumeration made them
         (:meth:`flat_halves`)."""
         self._lefts: dict[int, list[int]] | None = None
+        self._enumerated = False
+        """Whether :meth:`_enumerate` ran (its pairs counted, :attr:`_flat` or
+        :attr:`_halves` made)."""
         self._pairs = 0
         self._budget: int | None = None
         """While :meth:`pairs_within` enumerates: the most sets it may examine."""
@@ -162,7 +165,7 @@ class JoinGraph:
     def csgs(self) -> list[int]:
         """Every connected subset of the graph, each once (``EnumerateCsg``)."""
         if self._csgs is None and self.compiled:
-            self.halves()  # the compiled kernel finds the csgs with the pairs
+            self._enumerate()  # the compiled kernel finds the csgs with the pairs
         if self._csgs is None:
             out: list[int] = []
             for i in reversed(range(self.n)):
@@ -180,16 +183,29 @@ class JoinGraph:
         that side). The csg-cmp pairs grouped by their union, plus the cross-product splits of
         unions of whole components. Computed once; what a symmetric cost model (``cout``)
         joins, and what :meth:`lefts` doubles into both orders."""
-        if self._halves is not None:
-            return self._halves
-        by_union = self._compiled_halves() if self.compiled else None
-        if by_union is None:
+        if self._halves is None:
+            self._enumerate()
+        if self._halves is None:  # the compiled kernel's arrays, as lists on first read
+            self._halves = self._halves_of_flat()
+        return self._halves
+
+    def _enumerate(self) -> None:
+        """Enumerate the csg-cmp pairs once and count them. Of a connected graph the compiled
+        kernel keeps its pairs as arrays only (:meth:`flat_halves`), and :meth:`halves` makes
+        its lists when first read: a batch cost model reads the arrays alone, and on
+        large-clique-17 the 223,771 pairs' lists cost about 15 ms."""
+        if self._enumerated:
+            return
+        by_union = None
+        if self.compiled:
+            pairs = self._compiled_halves()
+        else:
             by_union = self._python_halves()
-        pairs = 0
-        for got in by_union.values():
-            pairs += len(got)
+            pairs = sum(len(got) for got in by_union.values())
         comps = self.components
         if len(comps) > 1:
+            if by_union is None:
+                by_union = self._halves_of_flat()
             for u in self.component_unions():
                 low = u & -u
                 got = [m for m in _submasks_over(u, comps) if m & low]
@@ -199,7 +215,17 @@ class JoinGraph:
                 pairs += len(got)
         self._pairs = pairs
         self._halves = by_union
-        return by_union
+        self._enumerated = True
+
+    def _halves_of_flat(self) -> dict[int, list[int]]:
+        """The compiled enumeration's arrays (:attr:`_flat`) as :meth:`halves`' lists."""
+        if self._flat is None:
+            return {}
+        unions, bounds, ordered = self._flat
+        lefts = ordered.tolist()
+        cuts = bounds.tolist()
+        return dict(zip(unions.tolist(), (lefts[a:b] for a, b in zip(cuts, cuts[1:])),
+                        strict=True))
 
     def _python_halves(self) -> dict[int, list[int]]:
         """:meth:`halves` of the connected components in Python: ``EnumerateCmp`` of every csg
@@ -271,9 +297,10 @@ class JoinGraph:
             got.sort()
         return by_union
 
-    def _compiled_halves(self) -> dict[int, list[int]]:
-        """:meth:`halves` of the connected components by the compiled enumeration
-        (:mod:`~reopt.costmodel.ccp`); also sets :meth:`csgs` and counts the sets examined."""
+    def _compiled_halves(self) -> int:
+        """Enumerate the connected components' pairs by the compiled enumeration
+        (:mod:`~reopt.costmodel.ccp`) into :attr:`_flat` and return their count; also sets
+        :meth:`csgs` and counts the sets examined."""
         from reopt.costmodel import ccp
 
         budget = (self._budget - self.examined) if self._budget is not None else 2**62
@@ -284,15 +311,11 @@ class JoinGraph:
             raise _OverBudget
         self._csgs = found.tolist()
         if not len(left):
-            return {}
+            return 0
         union, ordered = _by_union(left | right, left, self.n)
-        lefts = ordered.tolist()
-        cuts = (np.flatnonzero(np.diff(union)) + 1).tolist()
-        starts, ends = [0, *cuts], [*cuts, len(lefts)]
-        self._flat = (union[starts], np.asarray([*starts, len(lefts)], dtype=np.int64),
-                      ordered)
-        return dict(zip(union[starts].tolist(),
-                        (lefts[a:b] for a, b in zip(starts, ends, strict=True)), strict=True))
+        starts = np.flatnonzero(np.diff(union, prepend=-1))
+        self._flat = (union[starts], np.append(starts, len(ordered)).astype(np.int64), ordered)
+        return len(ordered)
 
     def flat_halves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """:meth:`halves` as three arrays — the expressions ascending, where each one's left
@@ -300,8 +323,21 @@ class JoinGraph:
         per expression — or None where the compiled enumeration did not make them (Python
         enumeration; a disconnected graph, whose cross-product splits are added after):
         what a batch of many OR nodes' splits reads (:meth:`CostModel.joins_batch`)."""
-        self.halves()
+        self._enumerate()
         return self._flat if len(self.components) == 1 else None
+
+    def halves_of(self, expr: int) -> list[int]:
+        """``halves().get(expr, [])``, one expression's left sides, read off the compiled
+        enumeration's arrays while :meth:`halves`' lists are not made: a cost model that
+        answers in batches asks for a few expressions' splits only."""
+        self._enumerate()
+        if self._halves is not None or self._flat is None:
+            return self.halves().get(expr, [])
+        unions, bounds, ordered = self._flat
+        at = int(np.searchsorted(unions, expr))
+        if at == len(unions) or unions[at] != expr:
+            return []
+        return ordered[bounds[at]:bounds[at + 1]].tolist()
 
     def lefts(self) -> dict[int, list[int]]:
         """Expression → the left sides of its splits in both orders, sorted (the right side
@@ -329,7 +365,7 @@ class JoinGraph:
     def pair_count(self) -> int:
         """Unordered splits of all expressions (csg-cmp pairs, plus cross-product splits of
         a disconnected graph)."""
-        self.halves()
+        self._enumerate()
         return self._pairs
 
     def pairs_within(self, max_pairs: int) -> int | None:
@@ -338,11 +374,11 @@ class JoinGraph:
         has examined more than ``2 · max_pairs + n`` sets, which only a graph of more than
         ``max_pairs`` pairs makes it do (at most 2 · pairs + n). A graph within the budget
         keeps its enumeration: the optimizer that follows does not repeat it."""
-        if self._halves is None:
+        if not self._enumerated:
             start = self.examined
             self._budget = start + 2 * max_pairs + self.n
             try:
-                self.halves()
+                self._enumerate()
                 # the loops test the budget where they count a batch of sets, not after the
                 # single sets counted last, and the two enumerations count in other orders:
                 # one last test makes the refusal (and the sets examined) the same for both
@@ -350,6 +386,7 @@ class JoinGraph:
                     raise _OverBudget
             except _OverBudget:
                 self._csgs, self._halves, self._flat, self.examined = None, None, None, start
+                self._enumerated = False
                 return None
             finally:
                 self._budget = None

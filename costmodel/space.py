@@ -435,8 +435,9 @@ class PlanSpace:
         (:meth:`JoinGraph.lefts`); none for the final operator's pseudo-expression."""
         if expr == self.top:
             return _NO_LEFTS
-        splits = self.graph.halves() if self.model.symmetric else self.graph.lefts()
-        return splits.get(expr, _NO_LEFTS)
+        if self.model.symmetric:
+            return self.graph.halves_of(expr) or _NO_LEFTS
+        return self.graph.lefts().get(expr, _NO_LEFTS)
 
     def alternative(self, expr: int, prop: str, i: int) -> Alt:
         """Alternative ``i`` of the OR node (``alternatives(expr, prop)[i]``), built from its
