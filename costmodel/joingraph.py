@@ -224,7 +224,8 @@ class JoinGraph:
         unions, bounds, ordered = self._flat
         lefts = ordered.tolist()
         cuts = bounds.tolist()
-        return dict(zip(unions.tolist(), (lefts[a:b] for a, b in zip(cuts, cuts[1:])),
+        return dict(zip(unions.tolist(), (lefts[a:b] for a, b in zip(cuts[:-1], cuts[1:],
+                                                                       strict=True)),
                         strict=True))
 
     def _python_halves(self) -> dict[int, list[int]]:

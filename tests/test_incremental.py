@@ -24,7 +24,7 @@ from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.driver import PRUNING_MODES, load_program
-from reopt.evaluator.maintenance import maintenance_plan
+from reopt.evaluator.maintenance import _revival_reads_aggregates, layers, maintenance_plan
 from reopt.evaluator.python_engine import PythonEngine
 from reopt.incremental.session import Session
 from reopt.optimizers.bottomup import bottomup
@@ -484,3 +484,42 @@ def test_a_member_that_re_optimized_alone_leaves_its_old_batch():
     b.update("card nation *2")
     assert {r[0] for r in a._evaluation.rows("BestCost")} == {0}
     assert len(a.relations()["BestCost"]) == len(from_scratch(program, [a.space()])["BestCost"])
+
+
+def test_revival_reads_no_aggregate_of_the_shipped_program():
+    """Revival recomputes the aggregate groups it touches once, at its end, only where no
+    rule it runs and no embedded source it checks reads an aggregate of the layer: not in
+    the shipped program; a layer whose relation embeds an aggregate is told apart."""
+    for mode in ("all", "aggsel+refcount"):
+        program = PROGRAMS[mode]
+        shape = layers(program, maintenance_plan(program))
+        assert not _revival_reads_aggregates(program, shape)
+        embedding = replace(shape, embedded={**shape.embedded,
+                                             "PlanCost": [[("BestCost", (0, 1, 2, 3))]]})
+        assert _revival_reads_aggregates(program, embedding)
+
+
+@pytest.mark.parametrize("mode", ["all", "aggsel+refcount"])
+def test_revival_regrouping_at_its_end_equals_regrouping_every_wave(mode):
+    """The live layer and the reference counts are the same whether a revival recomputes
+    an aggregate's groups at every wave that touches them or once at its end, from
+    scratch and after deltas that revive plans."""
+    m = cost_model("cout")
+    q, cat = make_query("clique", 6, 5)
+    sessions = []
+    for at_end in (True, False):
+        session = Session(PROGRAMS[mode], [PlanSpace(q, cat, m)], "python")
+        assert session.engine._regroup_after
+        session.engine._regroup_after = at_end
+        session.optimize()
+        sessions.append(session)
+    adj = [s.ctx[0].adjustments for s in sessions]
+    for text in random_deltas(q, random.Random(11), 6, m.operators):
+        states = []
+        for i, session in enumerate(sessions):
+            e = session.engine
+            states.append(({p: r.rows for p, r in e.live.items()}, e.counts))
+            adj[i] = apply_deltas(list(parse_deltas(text)), q, cat, adj[i], m.operators)
+            session.update({0: adj[i]})
+        assert states[0] == states[1]
+        assert states[0][0]["BestCost"]
