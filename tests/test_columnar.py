@@ -157,6 +157,42 @@ def test_index_grown_by_appends_finds_what_a_rebuilt_one_finds(chunks, probe):
     assert Counter(zip(order[li].tolist(), ri.tolist(), strict=True)) == want
 
 
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-3, 5), st.booleans(), st.integers(0, 2**40)),
+                     min_size=1, max_size=30),
+       probe=st.lists(st.tuples(st.integers(-5, 7), st.booleans(), st.integers(0, 2**40)),
+                      max_size=12),
+       cols=st.sampled_from([(0,), (1,), (0, 1), (2, 0), (0, 1, 2)]))
+def test_key_index_finds_the_rows_with_equal_columns(rows, probe, cols):
+    """A key index's probes get exactly the rows equal on every key column (a nested
+    loop's pairs), probe values outside the rows' ranges included."""
+    rows += [rows[0]]  # a repeated row: both its ids
+    probe += [rows[-1]]
+    def columns(tuples: list[tuple]) -> list[np.ndarray]:
+        dtypes = (np.int64, np.bool_, np.int64)
+        return [np.asarray([t[c] for t in tuples], dtype=dtypes[c]) for c in cols]
+
+    idx = frames.KeyIndex.of(columns(rows), len(rows))
+    assert idx is not None
+    li, ri = idx.probe(columns(probe), len(probe))
+    want = Counter((i, j) for i, p in enumerate(probe) for j, r in enumerate(rows)
+                   if all(p[c] == r[c] for c in cols))
+    assert Counter(zip(li.tolist(), ri.tolist(), strict=True)) == want
+    assert frames.KeyIndex.of([np.asarray([0.5] * len(rows))], len(rows)) is None
+
+
+@pytest.mark.parametrize("span", [7, 2**16, 2**16 + 1, 2**40, 2**62])
+def test_radix_key_order_is_the_stable_sort(span):
+    """Keys ordered by 16-bit radix passes (from RADIX_FROM keys on) come out in the order
+    of a stable sort, repeated keys in row order."""
+    rng = np.random.default_rng(span % 1000)
+    n = frames.RADIX_FROM + 100
+    keys = rng.integers(0, span, n, dtype=np.int64)
+    keys[::7] = keys[0]  # many repeats of one key
+    want = np.argsort(keys, kind="stable")
+    assert np.array_equal(frames._key_order(keys, span), want)
+
+
 @settings(max_examples=30, deadline=None)
 @given(keys=st.lists(st.integers(0, 40), max_size=60),
        probes=st.lists(st.integers(0, 41), min_size=frames.SORTED_PROBES - 5,
