@@ -498,7 +498,8 @@ class ColumnarStratum:
         """A term's values over the bindings, and their column type."""
         if isinstance(t, Const):
             kind = _py_type(t.value)
-            return np.full(b.height, column([t.value], kind)[0]), kind
+            # (a read-only view repeating one value: frames never write into a column)
+            return np.broadcast_to(column([t.value], kind)[:1], (b.height,)), kind
         if isinstance(t, Arith):
             (left, lk), (right, rk) = self._term(b, t.left), self._term(b, t.right)
             kind = DOUBLE if DOUBLE in (lk, rk) else LONG
@@ -613,7 +614,11 @@ class ColumnarStratum:
         row, *outs = fn.batch(self.ctx, *args)
         b = b.take(np.asarray(row, dtype=np.int64))
         checks, binds = match_terms(op.outputs, {c[1:] for c in b.cols})
-        values = [column(col, ty) for col, ty in zip(outs, fn.outputs, strict=True)]
+        made: dict[tuple[int, str], np.ndarray] = {}  # a column a built-in gives twice: once
+        values = [made.get((id(col), ty)) for col, ty in zip(outs, fn.outputs, strict=True)]
+        for j, (col, ty) in enumerate(zip(outs, fn.outputs, strict=True)):
+            if values[j] is None:
+                values[j] = made[(id(col), ty)] = column(col, ty)
         if checks:
             keep = np.ones(b.height, dtype=bool)
             for j, kind, x in checks:

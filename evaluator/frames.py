@@ -504,13 +504,18 @@ def row_hash(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     """A 64-bit hash per row of ``columns`` (equal rows, equal hashes; ``0.0`` and ``-0.0``
     alike). Callers compare the columns of rows whose hashes match, so a collision costs a
     comparison, never a wrong answer."""
-    h = np.full(n, _SEED, dtype=np.uint64)
+    if not columns:
+        return np.full(n, _SEED, dtype=np.uint64)
+    h = None
     for col in columns:
         if col.dtype == np.float64:
             x = (col + 0.0).view(np.uint64)
         else:
             x = col.astype(np.int64, copy=False).view(np.uint64)
-        h ^= x
+        if h is None:  # (the seed mixed into the first column: no array of seeds first)
+            h = x ^ _SEED
+        else:
+            h ^= x
         h *= _MULT
         h ^= h >> np.uint64(31)
     return h
