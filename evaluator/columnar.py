@@ -68,7 +68,6 @@ from reopt.evaluator.frames import (
     group_best,
     join,
     lookup,
-    minus,
     row_hash,
     runs_by,
 )
@@ -278,7 +277,11 @@ class ColumnarStratum:
         frames = {}
         for p, rel in delta.items():
             new = frames[p] = self._frame_of(rel.rows, p)
-            old = minus(self.full[p], new)  # the delta last, as a release leaves it
+            # the delta last, as a release leaves it; the rest picked from the tuples (a set
+            # difference of frames keys every column: 4 ms for 3,848 SearchSpace tuples)
+            fresh = rel.rows
+            old = self._frame_of([r for r in self.engine.full[p].rows if r not in fresh], p) \
+                if fresh else self.full[p]
             self.before[p], self.full[p] = old, concat([old, new])
         self._seminaive(frames)
         self._hand_back()
