@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -305,11 +306,10 @@ def _state_bytes(types: tuple[str, ...], rows: Any) -> int:
     if not rows:
         return 0
     state = len(rows) * sum(_WIDTHS[t] for t in types if t in _WIDTHS)
-    texts = [i for i, t in enumerate(types) if t not in _WIDTHS]
-    if texts:
-        cols = list(zip(*rows, strict=True))
-        for i in texts:
-            state += sum(len(str(v).encode()) * n for v, n in Counter(cols[i]).items())
+    for i, t in enumerate(types):
+        if t not in _WIDTHS:  # (one column read in C, not the tuples transposed)
+            state += sum(len(str(v).encode()) * n
+                         for v, n in Counter(map(itemgetter(i), rows)).items())
     return state
 
 
