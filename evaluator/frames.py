@@ -405,11 +405,17 @@ def _packed(columns: Sequence[np.ndarray], n: int, limit: int
     if ranges is None:
         return None
     lows, widths, span = ranges
+    return _pack(columns, lows, widths, n), span
+
+
+def _pack(columns: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int
+          ) -> np.ndarray:
+    """The ``n`` rows of ``columns`` packed by their ranges (:func:`_ranges`)."""
     key = np.zeros(n, dtype=np.int64)
     for col, low, width in zip(columns, lows, widths, strict=True):
         key *= width
         key += col.astype(np.int64, copy=False) - low
-    return key, span
+    return key
 
 
 def _ranges(columns: Sequence[np.ndarray], limit: int
@@ -587,10 +593,7 @@ class KeyIndex:
         if ranges is None:
             return None
         lows, widths, span = ranges
-        key = np.zeros(n, dtype=np.int64)
-        for col, low, width in zip(columns, lows, widths, strict=True):
-            key *= width
-            key += col.astype(np.int64, copy=False) - low
+        key = _pack(columns, lows, widths, n)
         order = _key_order(key, span)
         return KeyIndex(lows, widths, key[order], order)
 
