@@ -141,6 +141,11 @@ class UpdateStats:
     seconds: float = 0.0
 
 
+def _worse_than(func: str, new: Any, old: Any) -> bool:
+    """Whether value ``new`` is strictly worse than ``old`` under aggregate ``func``."""
+    return new > old if func == "min" else new < old
+
+
 @dataclass(frozen=True)
 class MaintenancePlan:
     """Where incremental maintenance acts, read off a compiled program."""
@@ -543,6 +548,16 @@ class MaintainedEngine(PythonEngine):
         self._source_rows: dict[tuple[str, tuple[int, ...]], SourceRows | None] = {}
         """Per source relation and group columns, its tuples on arrays after an evaluation
         on frames (:meth:`_picker`); made again after every evaluation."""
+        self._source_cols = {pred: cols for pred, cols, _ in self.plan.sources}
+        """Source relation → its columns holding the group key."""
+        self._embedders: dict[str, list[Callable[[tuple], tuple]]] = {}
+        """Source relation → per distinct embedding among its rules, the function reading
+        a source tuple back out of a ``target`` tuple its rule derived."""
+        for pred, _, v in self.plan.sources:
+            if v.embeds is not None:
+                self._embedders.setdefault(pred, [])
+                if key_of(v.embeds) not in self._embedders[pred]:
+                    self._embedders[pred].append(key_of(v.embeds))
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
@@ -939,7 +954,6 @@ class MaintainedEngine(PythonEngine):
         are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
-        cols_of = {pred: cols for pred, cols, _ in plan.sources}
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
             {} if plan.reach and self._sel is not None and self.bounded else None)
         if partial is None:
@@ -982,22 +996,80 @@ class MaintainedEngine(PythonEngine):
             if not changed:
                 continue
             changes.update(changed)
-            moved = [t for went, came in changed.values() for t in (*went, *came)]
-            delta = {plan.target: Relation(moved)}
             parents: set[tuple] = set()
             if partial is None:
+                moved = [t for went, came in changed.values() for t in (*went, *came)]
+                delta = {plan.target: Relation(moved)}
                 for v in plan.parents:
                     parents.update(self.run_variant(v, complete, delta))
-            for (source, v), reads in zip(plan.reach if partial is not None else (),
-                                          self._reach_reads, strict=False):
-                key = key_of(cols_of[source])
-                for row in self.run_variant(v, complete, self._one_each(moved, reads, delta)):
-                    parent = key(row)
-                    parents.add(parent)
-                    if parent not in stale:
-                        partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+            else:
+                self._reach(changed, stale, parents, partial)
             queue(parents)
         return changes
+
+    def _reach(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]],
+               stale: set[tuple], parents: set[tuple],
+               partial: dict[tuple, dict[str, set[tuple]]]) -> None:
+        """Add to ``parents`` the groups not ``stale`` (queued whole already) whose source
+        tuples read a tuple of the ``changed`` groups, and those source tuples to ``partial``
+        (per parent, per source relation: :attr:`MaintenancePlan.reach`).
+
+        Of a group whose best got worse (:meth:`_worse_moved`), only the source tuples of
+        the parents' selected tuples are taken: any other one derived a tuple worse than
+        its parent's selected ones (else it would be selected), and through a worse child
+        it derives nothing better than it did — the monotonicity aggregate selection
+        already rests on (a group's worse tuples are dropped because nothing derived from
+        them can beat what its best derive). So such a parent keeps its best unless its
+        selected tuples were reached and got worse, and then it is re-derived whole
+        (:meth:`_rederive_groups`)."""
+        plan, complete = self.plan, self.complete
+        better, worse = self._worse_moved(changed)
+        for (source, v), reads in zip(plan.reach, self._reach_reads, strict=True):
+            key = key_of(self._source_cols[source])
+            for moved, selected_only in ((better, False), (worse, True)):
+                if not moved:
+                    continue
+                delta = {plan.target: Relation(moved)}
+                rows = self.run_variant(v, complete, self._one_each(moved, reads, delta))
+                if selected_only:
+                    rows = self._selected_sources(source, rows, key, stale)
+                for row in rows:  # (a stale parent is queued, whole, already)
+                    parent = key(row)
+                    if parent not in stale:
+                        parents.add(parent)
+                        partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+
+    def _worse_moved(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]]
+                     ) -> tuple[list[tuple], list[tuple]]:
+        """The tuples that went and came of the ``changed`` groups, apart: those of groups
+        whose best got strictly worse under the aggregate selection (or that lost every
+        selected tuple), and the others (better, equal, or new)."""
+        sel = self._sel
+        better: list[tuple] = []
+        worse: list[tuple] = []
+        for went, came in changed.values():
+            if sel is not None and went and (not came or _worse_than(
+                    sel.func, next(iter(came))[sel.value], next(iter(went))[sel.value])):
+                worse += went
+                worse += came
+            else:
+                better += went
+                better += came
+        return better, worse
+
+    def _selected_sources(self, source: str, rows: list[tuple],
+                          key: Callable[[tuple], tuple], stale: set[tuple]) -> list[tuple]:
+        """Those of ``rows`` (tuples of ``source``, grouped by ``key``) that a selected tuple
+        of their group embeds, the group not ``stale`` (queued whole already): the source
+        tuples of the groups' best."""
+        selected = self.complete[self.plan.target].index(tuple(range(self.plan.key)))
+        best: set[tuple] = set()  # (per group, not per tuple: the embeddings read in C)
+        for g in set(map(key, rows)).difference(stale):
+            sel = selected.get(g)
+            if sel:
+                for embedded in self._embedders[source]:
+                    best.update(map(embedded, sel))
+        return [r for r in rows if r in best]
 
     def _picker(self, source: str, cols: tuple[int, ...], groups: list[tuple]
                 ) -> SourceRows | None:
