@@ -301,6 +301,32 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
 
 
+def reach_join(v: Variant, target: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """For a variant of :attr:`MaintenancePlan.reach` that only scans its delta of
+    ``target`` (distinct variables and wildcards: no test) and then its source atom (all
+    distinct variables, projected: :func:`source_variant`): the delta's columns and the
+    source's columns its join equates, in step — the source tuples it derives are those
+    whose columns hold the values of a delta tuple's. None for any other shape."""
+    if len(v.ops) != 2:
+        return None
+    d, s = v.ops
+    if not (isinstance(d, Scan) and isinstance(s, Scan) and d.pred == target
+            and d.version == DELTA and not d.negated and not s.negated
+            and tuple(v.head) == tuple(s.args)):
+        return None
+    names: dict[str, int] = {}
+    for i, t in enumerate(d.args):
+        if isinstance(t, Var) and t.name not in names:
+            names[t.name] = i
+        elif not isinstance(t, Wildcard):
+            return None  # (a constant or a repeated variable: a test of the delta)
+    pairs = [(names[t.name], j) for j, t in enumerate(s.args)
+             if isinstance(t, Var) and t.name in names]
+    if not pairs:
+        return None
+    return tuple(i for i, _ in pairs), tuple(j for _, j in pairs)
+
+
 def _delta_scan(v: Variant) -> Scan | None:
     """``v``'s first op when it scans its delta positively (what :func:`delta_reads` and
     :func:`source_tests` read a variant's delta tuples off); else None."""
@@ -559,6 +585,9 @@ class MaintainedEngine(PythonEngine):
                 if key_of(v.embeds) not in self._embedders[pred]:
                     self._embedders[pred].append(key_of(v.embeds))
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
+        self._reach_joins = [reach_join(v, self.plan.target) for _, v in self.plan.reach]
+        """Per variant of :attr:`MaintenancePlan.reach`, the columns its join reads of a
+        changed tuple and of the source (:func:`reach_join`), or None."""
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
         self._frames: columnar.Maintained | None = None
@@ -1024,13 +1053,16 @@ class MaintainedEngine(PythonEngine):
         (:meth:`_rederive_groups`)."""
         plan, complete = self.plan, self.complete
         better, worse = self._worse_moved(changed)
-        for (source, v), reads in zip(plan.reach, self._reach_reads, strict=True):
+        for (source, v), reads, join in zip(plan.reach, self._reach_reads, self._reach_joins,
+                                            strict=True):
             key = key_of(self._source_cols[source])
             for moved, selected_only in ((better, False), (worse, True)):
                 if not moved:
                     continue
-                delta = {plan.target: Relation(moved)}
-                rows = self.run_variant(v, complete, self._one_each(moved, reads, delta))
+                rows = self._readers(source, join, moved)
+                if rows is None:
+                    delta = {plan.target: Relation(moved)}
+                    rows = self.run_variant(v, complete, self._one_each(moved, reads, delta))
                 if selected_only:
                     rows = self._selected_sources(source, rows, key, stale)
                 for row in rows:  # (a stale parent is queued, whole, already)
@@ -1038,6 +1070,19 @@ class MaintainedEngine(PythonEngine):
                     if parent not in stale:
                         parents.add(parent)
                         partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+
+    def _readers(self, source: str, join: tuple[tuple[int, ...], tuple[int, ...]] | None,
+                 moved: list[tuple]) -> list[tuple] | None:
+        """The tuples of ``source`` that a reach variant joining ``moved`` on ``join``
+        (:func:`reach_join`) finds, looked up on the source's arrays
+        (:meth:`SourceRows.readers`) — no hash index of a large source relation built for
+        it; None where there are none (then the variant runs)."""
+        if join is None:
+            return None
+        picker = self._arrays(source, self._source_cols[source])
+        if picker is None:
+            return None
+        return picker.readers(join[1], set(map(key_of(join[0]), moved)))
 
     def _worse_moved(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]]
                      ) -> tuple[list[tuple], list[tuple]]:

@@ -21,7 +21,7 @@ tuples is always exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -67,6 +67,10 @@ class SourceRows:
         n = frame.height
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
+        self._col, self._kinds = col, kinds
+        self._hashed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        """Columns → the hashes of the tuples' values in them, sorted, and the tuples in that
+        order (:meth:`readers`)."""
         order, starts = runs_by(frame, [f"c{j}" for j in key])
         self.order = order
         bounds = np.append(starts, n).tolist()
@@ -161,6 +165,55 @@ class SourceRows:
                 i = np.minimum(np.searchsorted(held, at), len(held) - 1)
                 keep[keep] = held[i] == at
         return self.rows[pos[keep]].tolist()
+
+
+    def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
+        """The tuples whose columns ``cols`` hold one of ``keys`` — the source tuples a join
+        on those columns reads — found by binary searches of their hashes and confirmed in
+        Python (a collision costs a comparison, never a wrong tuple); None when a key's
+        values cannot be hashed as the columns hold them (then the caller joins in Python).
+        The first call for some columns sorts their hashes (milliseconds, where a hash
+        index of the tuples costs tens of them on a large relation)."""
+        probe = self._probe(cols, keys)
+        if probe is None:
+            return None
+        if not keys:
+            return []
+        hashed = self._hashed.get(cols)
+        if hashed is None:
+            h = row_hash([self._col[j] for j in cols], len(self.rows))
+            order = np.argsort(h, kind="stable")
+            hashed = self._hashed[cols] = (h[order], order)
+        hashes, order = hashed
+        probe = np.unique(probe)  # (keys whose hashes collide: their run once)
+        lo = np.searchsorted(hashes, probe, "left")
+        count = np.searchsorted(hashes, probe, "right") - lo
+        total = int(count.sum())
+        if not total:
+            return []
+        at = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(total, dtype=np.int64)
+        get, wanted = key_of(cols), set(keys)
+        return [r for r in self.rows[order[at]].tolist() if get(r) in wanted]
+
+    def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> np.ndarray | None:
+        """The hashes of ``keys`` as :func:`~.frames.row_hash` gives those of equal values in
+        the columns ``cols``; None unless every column holds integers or strings and every
+        key's value there is one (so equal values hash alike)."""
+        arrays = []
+        for k, j in enumerate(cols):
+            values = [key[k] for key in keys]
+            if self._kinds[j] == STRING:
+                if not all(type(x) is str for x in values):
+                    return None
+                code = STRINGS.code.get
+                arrays.append(np.fromiter((code(x, -1) for x in values), np.int64, len(values)))
+            elif self._col[j].dtype == np.int64:
+                if not all(type(x) is int and -2**63 <= x < 2**63 for x in values):
+                    return None
+                arrays.append(np.fromiter(values, np.int64, len(values)))
+            else:
+                return None
+        return row_hash(arrays, len(keys))
 
 
 class _Unequal(Exception):
