@@ -576,14 +576,11 @@ class MaintainedEngine(PythonEngine):
         on frames (:meth:`_picker`); made again after every evaluation."""
         self._source_cols = {pred: cols for pred, cols, _ in self.plan.sources}
         """Source relation → its columns holding the group key."""
-        self._embedders: dict[str, list[Callable[[tuple], tuple]]] = {}
-        """Source relation → per distinct embedding among its rules, the function reading
-        a source tuple back out of a ``target`` tuple its rule derived."""
+        self._embeds_of: dict[str, list[tuple[int, ...]]] = {}
+        """Source relation → the distinct embeddings of its rules (:attr:`Variant.embeds`)."""
         for pred, _, v in self.plan.sources:
-            if v.embeds is not None:
-                self._embedders.setdefault(pred, [])
-                if key_of(v.embeds) not in self._embedders[pred]:
-                    self._embedders[pred].append(key_of(v.embeds))
+            if v.embeds is not None and v.embeds not in self._embeds_of.get(pred, []):
+                self._embeds_of.setdefault(pred, []).append(v.embeds)
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
         self._reach_joins = [reach_join(v, self.plan.target) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns its join reads of a
@@ -1044,7 +1041,8 @@ class MaintainedEngine(PythonEngine):
         (per parent, per source relation: :attr:`MaintenancePlan.reach`).
 
         Of a group whose best got worse (:meth:`_worse_moved`), only the source tuples of
-        the parents' selected tuples are taken: any other one derived a tuple worse than
+        the parents' selected tuples are taken, where the join is known
+        (:meth:`_selected_readers`): any other one derived a tuple worse than
         its parent's selected ones (else it would be selected), and through a worse child
         it derives nothing better than it did — the monotonicity aggregate selection
         already rests on (a group's worse tuples are dropped because nothing derived from
@@ -1059,17 +1057,21 @@ class MaintainedEngine(PythonEngine):
             for moved, selected_only in ((better, False), (worse, True)):
                 if not moved:
                     continue
-                rows = self._readers(source, join, moved)
+                rows = (self._selected_readers(source, join, moved, stale) if selected_only
+                        else self._readers(source, join, moved))
                 if rows is None:
                     delta = {plan.target: Relation(moved)}
                     rows = self.run_variant(v, complete, self._one_each(moved, reads, delta))
-                if selected_only:
-                    rows = self._selected_sources(source, rows, key, stale)
-                for row in rows:  # (a stale parent is queued, whole, already)
-                    parent = key(row)
-                    if parent not in stale:
-                        parents.add(parent)
-                        partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+                by_parent: dict[tuple, list[tuple]] = {}
+                for parent, row in zip(map(key, rows), rows):  # noqa: B905 (keys read in C)
+                    if (have := by_parent.get(parent)) is None:
+                        by_parent[parent] = [row]
+                    else:
+                        have.append(row)
+                for parent in by_parent.keys() - stale:  # (a stale one is queued whole)
+                    partial.setdefault(parent, {}).setdefault(source, set()).update(
+                        by_parent[parent])
+                    parents.add(parent)
 
     def _readers(self, source: str, join: tuple[tuple[int, ...], tuple[int, ...]] | None,
                  moved: list[tuple]) -> list[tuple] | None:
@@ -1083,6 +1085,30 @@ class MaintainedEngine(PythonEngine):
         if picker is None:
             return None
         return picker.readers(join[1], set(map(key_of(join[0]), moved)))
+
+    def _selected_readers(self, source: str,
+                          join: tuple[tuple[int, ...], tuple[int, ...]] | None,
+                          moved: list[tuple], stale: set[tuple]) -> list[tuple] | None:
+        """:meth:`_readers` restricted to the source tuples of selected tuples of groups not
+        ``stale`` (:meth:`_selected_sources`), read off the selected tuples themselves: those
+        holding a moved tuple's values where they embed the joined source columns, looked
+        up in an index of the maintained relation on those columns (kept up to date as
+        groups settle) — work in proportion to the parents' best plans reading the moved
+        tuples, not to all their alternatives. None where ``join`` is None."""
+        if join is None:
+            return None
+        plan = self.plan
+        rel = self.complete[plan.target]
+        keys = set(map(key_of(join[0]), moved))
+        out: list[tuple] = []
+        for embeds in self._embeds_of[source]:
+            idx = rel.index(tuple(embeds[j] for j in join[1]))
+            embedded, n = key_of(embeds), plan.key
+            out += [embedded(t) for k in keys for t in idx.get(k, ()) if t[:n] not in stale]
+        if len(self._embeds_of) > 1 or len(self._embeds_of[source]) > 1:
+            have = self.complete[source].rows  # (a tuple another rule derived: not a source)
+            out = [r for r in out if r in have]
+        return out
 
     def _worse_moved(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]]
                      ) -> tuple[list[tuple], list[tuple]]:
@@ -1101,20 +1127,6 @@ class MaintainedEngine(PythonEngine):
                 better += went
                 better += came
         return better, worse
-
-    def _selected_sources(self, source: str, rows: list[tuple],
-                          key: Callable[[tuple], tuple], stale: set[tuple]) -> list[tuple]:
-        """Those of ``rows`` (tuples of ``source``, grouped by ``key``) that a selected tuple
-        of their group embeds, the group not ``stale`` (queued whole already): the source
-        tuples of the groups' best."""
-        selected = self.complete[self.plan.target].index(tuple(range(self.plan.key)))
-        best: set[tuple] = set()  # (per group, not per tuple: the embeddings read in C)
-        for g in set(map(key, rows)).difference(stale):
-            sel = selected.get(g)
-            if sel:
-                for embedded in self._embedders[source]:
-                    best.update(map(embedded, sel))
-        return [r for r in rows if r in best]
 
     def _picker(self, source: str, cols: tuple[int, ...], groups: list[tuple]
                 ) -> SourceRows | None:

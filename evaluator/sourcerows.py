@@ -168,14 +168,15 @@ class SourceRows:
 
 
     def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
-        """The tuples whose columns ``cols`` hold one of ``keys`` — the source tuples a join
-        on those columns reads — found by binary searches of their hashes and confirmed in
-        Python (a collision costs a comparison, never a wrong tuple); None when a key's
-        values cannot be hashed as the columns hold them (then the caller joins in Python).
-        The first call for some columns sorts their hashes (milliseconds, where a hash
-        index of the tuples costs tens of them on a large relation)."""
-        probe = self._probe(cols, keys)
-        if probe is None:
+        """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source
+        tuples a join on those columns reads — found by binary searches of their hashes and
+        confirmed on the columns (a collision costs a comparison, never a wrong tuple);
+        None when a key's values cannot be compared as the columns hold them (then the
+        caller joins in Python). The first call for some columns sorts their hashes
+        (milliseconds, where a hash index of the tuples costs tens of them on a large
+        relation)."""
+        values = self._probe(cols, keys)
+        if values is None:
             return None
         if not keys:
             return []
@@ -185,20 +186,25 @@ class SourceRows:
             order = np.argsort(h, kind="stable")
             hashed = self._hashed[cols] = (h[order], order)
         hashes, order = hashed
-        probe = np.unique(probe)  # (keys whose hashes collide: their run once)
-        lo = np.searchsorted(hashes, probe, "left")
-        count = np.searchsorted(hashes, probe, "right") - lo
+        at_hash = row_hash(values, len(keys))
+        lo = np.searchsorted(hashes, at_hash, "left")
+        count = np.searchsorted(hashes, at_hash, "right") - lo
         total = int(count.sum())
         if not total:
             return []
-        at = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(total, dtype=np.int64)
-        get, wanted = key_of(cols), set(keys)
-        return [r for r in self.rows[order[at]].tolist() if get(r) in wanted]
+        pos = order[np.repeat(lo - (np.cumsum(count) - count), count)
+                    + np.arange(total, dtype=np.int64)]
+        which = np.repeat(np.arange(len(keys), dtype=np.int64), count)  # (the key probed)
+        same = np.ones(total, dtype=bool)
+        for j, v in zip(cols, values):  # noqa: B905
+            same &= self._col[j][pos] == v[which]
+        return self.rows[pos[same]].tolist()
 
-    def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> np.ndarray | None:
-        """The hashes of ``keys`` as :func:`~.frames.row_hash` gives those of equal values in
-        the columns ``cols``; None unless every column holds integers or strings and every
-        key's value there is one (so equal values hash alike)."""
+    def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[np.ndarray] | None:
+        """The values of ``keys`` per column, as the columns ``cols`` hold them (string
+        codes: -1 for a string no frame holds), so that equal values compare and hash
+        alike; None unless every column holds integers or strings and every key's value
+        there is one."""
         arrays = []
         for k, j in enumerate(cols):
             values = [key[k] for key in keys]
@@ -213,7 +219,7 @@ class SourceRows:
                 arrays.append(np.fromiter(values, np.int64, len(values)))
             else:
                 return None
-        return row_hash(arrays, len(keys))
+        return arrays
 
 
 class _Unequal(Exception):
