@@ -36,6 +36,9 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    propagation). A parent that is not stale itself is re-derived from the source tuples
    reading a changed child and those of its selected tuples only — every other one derives
    what it did, worse than the selected — and whole only if its selected tuples got worse.
+   Through a child whose best got worse, only the parents' selected tuples' source tuples
+   are reached: the others derived worse than the selected and, by the monotonicity that
+   aggregate selection rests on, derive nothing better through a worse child.
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
    it (undoing suppression, reference counts 0 → 1). The later strata follow the
