@@ -1252,7 +1252,7 @@ class MaintainedEngine(PythonEngine):
         kept = self._unreached(groups, partial, selected)
         for t in self._within(plan.target, kept) if self.bounded else kept:
             cands[t[:plan.key]].append(t)
-        worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
+        worse = self._got_worse(groups, partial, cands, selected)
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
             if key not in seconds:
@@ -1280,6 +1280,8 @@ class MaintainedEngine(PythonEngine):
         source tuples — is spared. A tuple some of whose possible source tuples were
         reached is left to them (derived afresh from those)."""
         complete = self.complete
+        if len(self._embeds_of) == 1 and len(embeds := next(iter(self._embeds_of.values()))) == 1:
+            return self._unreached_one(groups, partial, selected, key_of(embeds[0]))
         reads = [(source, key_of(embeds), complete[source].rows) for source, embeds in
                  dict.fromkeys((s, v.embeds) for s, _, v in self.plan.sources)]
         out = []
@@ -1299,19 +1301,45 @@ class MaintainedEngine(PythonEngine):
                         out.append(t)
         return out
 
-    def _got_worse(self, g: tuple, kept: list[tuple]) -> bool:
-        """Whether group ``g`` holds selected tuples and the best of ``kept`` (candidates
-        within the bound) is worse than they are, or there is none."""
-        sel, target = self._sel, self.plan.target
-        old = self.complete[target].index(tuple(range(self.plan.key))).get(g)
-        if not old or sel is None:
-            return bool(old)
-        if not kept:
-            return True
-        was = next(iter(old))[sel.value]
-        if sel.func == "min":
-            return min(r[sel.value] for r in kept) > was
-        return max(r[sel.value] for r in kept) < was
+    def _unreached_one(self, groups: list[tuple], partial: Mapping[tuple, Mapping[str, Any]],
+                       selected: Mapping[tuple, Iterable[tuple]],
+                       embedded: Callable[[tuple], tuple]) -> list[tuple]:
+        """:meth:`_unreached` when every rule of the maintained relation reads one source
+        relation, embedded alike: each selected tuple embeds the very source tuple that
+        derived it (the source relation never changes between evaluations), so only
+        whether that one was reached is asked."""
+        (source,) = self._embeds_of
+        out: list[tuple] = []
+        for g in groups:
+            given = partial.get(g)
+            if given is None or not (sel := selected.get(g)):
+                continue
+            reached = given.get(source)
+            if reached:
+                out += [t for t in sel if embedded(t) not in reached]
+            else:
+                out += sel
+        return out
+
+    def _got_worse(self, groups: list[tuple], partial: Mapping[tuple, Any],
+                   cands: Mapping[tuple, list[tuple]],
+                   selected: Mapping[tuple, Collection[tuple]]) -> list[tuple]:
+        """Those of ``groups`` re-derived partially (in ``partial``) that hold selected tuples
+        and whose best candidate (``cands``: within the bound) is worse than they are, or
+        that have none: they are re-derived whole."""
+        sel = self._sel
+        if sel is None:
+            return [g for g in groups if g in partial and selected.get(g)]
+        val, func = sel.value, sel.func
+        best = min if func == "min" else max
+        out = []
+        for g in groups:
+            if g not in partial or not (old := selected.get(g)):
+                continue
+            kept = cands[g]
+            if not kept or _worse_than(func, best(r[val] for r in kept), next(iter(old))[val]):
+                out.append(g)
+        return out
 
     def _on_frames(self) -> None:
         """After an evaluation from scratch, the complete layer's frames for a large layer
