@@ -36,6 +36,9 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    propagation). A parent that is not stale itself is re-derived from the source tuples
    reading a changed child and those of its selected tuples only — every other one derives
    what it did, worse than the selected — and whole only if its selected tuples got worse.
+   Through a child whose best got worse, only the parents' selected tuples' source tuples
+   are reached: the others derived worse than the selected and, by the monotonicity that
+   aggregate selection rests on, derive nothing better through a worse child.
 3. Suppression and reference counting are replayed on the new complete layer; deletions
    cascade, and a plan that becomes optimal is present again because the complete layer kept
    it (undoing suppression, reference counts 0 → 1). The later strata follow the
@@ -139,6 +142,11 @@ class UpdateStats:
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
     seconds: float = 0.0
+
+
+def _worse_than(func: str, new: Any, old: Any) -> bool:
+    """Whether value ``new`` is strictly worse than ``old`` under aggregate ``func``."""
+    return new > old if func == "min" else new < old
 
 
 @dataclass(frozen=True)
@@ -294,6 +302,32 @@ def source_variant(v: Variant, source: str, *, joined: bool = False
             isinstance(v.ops[end], Scan) and not v.ops[end].negated)):
         end += 1
     return source, replace(v, ops=v.ops[:end], head=args, embeds=None)
+
+
+def reach_join(v: Variant, target: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """For a variant of :attr:`MaintenancePlan.reach` that only scans its delta of
+    ``target`` (distinct variables and wildcards: no test) and then its source atom (all
+    distinct variables, projected: :func:`source_variant`): the delta's columns and the
+    source's columns its join equates, in step — the source tuples it derives are those
+    whose columns hold the values of a delta tuple's. None for any other shape."""
+    if len(v.ops) != 2:
+        return None
+    d, s = v.ops
+    if not (isinstance(d, Scan) and isinstance(s, Scan) and d.pred == target
+            and d.version == DELTA and not d.negated and not s.negated
+            and tuple(v.head) == tuple(s.args)):
+        return None
+    names: dict[str, int] = {}
+    for i, t in enumerate(d.args):
+        if isinstance(t, Var) and t.name not in names:
+            names[t.name] = i
+        elif not isinstance(t, Wildcard):
+            return None  # (a constant or a repeated variable: a test of the delta)
+    pairs = [(names[t.name], j) for j, t in enumerate(s.args)
+             if isinstance(t, Var) and t.name in names]
+    if not pairs:
+        return None
+    return tuple(i for i, _ in pairs), tuple(j for _, j in pairs)
 
 
 def _delta_scan(v: Variant) -> Scan | None:
@@ -567,7 +601,17 @@ class MaintainedEngine(PythonEngine):
         self._source_rows: dict[tuple[str, tuple[int, ...]], SourceRows | None] = {}
         """Per source relation and group columns, its tuples on arrays after an evaluation
         on frames (:meth:`_picker`); made again after every evaluation."""
+        self._source_cols = {pred: cols for pred, cols, _ in self.plan.sources}
+        """Source relation → its columns holding the group key."""
+        self._embeds_of: dict[str, list[tuple[int, ...]]] = {}
+        """Source relation → the distinct embeddings of its rules (:attr:`Variant.embeds`)."""
+        for pred, _, v in self.plan.sources:
+            if v.embeds is not None and v.embeds not in self._embeds_of.get(pred, []):
+                self._embeds_of.setdefault(pred, []).append(v.embeds)
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
+        self._reach_joins = [reach_join(v, self.plan.target) for _, v in self.plan.reach]
+        """Per variant of :attr:`MaintenancePlan.reach`, the columns its join reads of a
+        changed tuple and of the source (:func:`reach_join`), or None."""
         """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
         reads (:func:`delta_reads`)."""
         self._frames: columnar.Maintained | None = None
@@ -963,7 +1007,6 @@ class MaintainedEngine(PythonEngine):
         are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
-        cols_of = {pred: cols for pred, cols, _ in plan.sources}
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
             {} if plan.reach and self._sel is not None and self.bounded else None)
         if partial is None:
@@ -1006,22 +1049,111 @@ class MaintainedEngine(PythonEngine):
             if not changed:
                 continue
             changes.update(changed)
-            moved = [t for went, came in changed.values() for t in (*went, *came)]
-            delta = {plan.target: Relation(moved)}
             parents: set[tuple] = set()
             if partial is None:
+                moved = [t for went, came in changed.values() for t in (*went, *came)]
+                delta = {plan.target: Relation(moved)}
                 for v in plan.parents:
                     parents.update(self.run_variant(v, complete, delta))
-            for (source, v), reads in zip(plan.reach if partial is not None else (),
-                                          self._reach_reads, strict=False):
-                key = key_of(cols_of[source])
-                for row in self.run_variant(v, complete, self._one_each(moved, reads, delta)):
-                    parent = key(row)
-                    parents.add(parent)
-                    if parent not in stale:
-                        partial.setdefault(parent, {}).setdefault(source, set()).add(row)
+            else:
+                self._reach(changed, stale, parents, partial)
             queue(parents)
         return changes
+
+    def _reach(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]],
+               stale: set[tuple], parents: set[tuple],
+               partial: dict[tuple, dict[str, set[tuple]]]) -> None:
+        """Add to ``parents`` the groups not ``stale`` (queued whole already) whose source
+        tuples read a tuple of the ``changed`` groups, and those source tuples to ``partial``
+        (per parent, per source relation: :attr:`MaintenancePlan.reach`).
+
+        Of a group whose best got worse (:meth:`_worse_moved`), only the source tuples of
+        the parents' selected tuples are taken, where the join is known
+        (:meth:`_selected_readers`): any other one derived a tuple worse than
+        its parent's selected ones (else it would be selected), and through a worse child
+        it derives nothing better than it did — the monotonicity aggregate selection
+        already rests on (a group's worse tuples are dropped because nothing derived from
+        them can beat what its best derive). So such a parent keeps its best unless its
+        selected tuples were reached and got worse, and then it is re-derived whole
+        (:meth:`_rederive_groups`)."""
+        plan, complete = self.plan, self.complete
+        better, worse = self._worse_moved(changed)
+        for (source, v), reads, join in zip(plan.reach, self._reach_reads, self._reach_joins,
+                                            strict=True):
+            key = key_of(self._source_cols[source])
+            for moved, selected_only in ((better, False), (worse, True)):
+                if not moved:
+                    continue
+                rows = (self._selected_readers(source, join, moved, stale) if selected_only
+                        else self._readers(source, join, moved))
+                if rows is None:
+                    delta = {plan.target: Relation(moved)}
+                    rows = self.run_variant(v, complete, self._one_each(moved, reads, delta))
+                by_parent: dict[tuple, list[tuple]] = {}
+                for parent, row in zip(map(key, rows), rows):  # noqa: B905 (keys read in C)
+                    if (have := by_parent.get(parent)) is None:
+                        by_parent[parent] = [row]
+                    else:
+                        have.append(row)
+                for parent in by_parent.keys() - stale:  # (a stale one is queued whole)
+                    partial.setdefault(parent, {}).setdefault(source, set()).update(
+                        by_parent[parent])
+                    parents.add(parent)
+
+    def _readers(self, source: str, join: tuple[tuple[int, ...], tuple[int, ...]] | None,
+                 moved: list[tuple]) -> list[tuple] | None:
+        """The tuples of ``source`` that a reach variant joining ``moved`` on ``join``
+        (:func:`reach_join`) finds, looked up on the source's arrays
+        (:meth:`SourceRows.readers`) — no hash index of a large source relation built for
+        it; None where there are none (then the variant runs)."""
+        if join is None:
+            return None
+        picker = self._arrays(source, self._source_cols[source])
+        if picker is None:
+            return None
+        return picker.readers(join[1], set(map(key_of(join[0]), moved)))
+
+    def _selected_readers(self, source: str,
+                          join: tuple[tuple[int, ...], tuple[int, ...]] | None,
+                          moved: list[tuple], stale: set[tuple]) -> list[tuple] | None:
+        """:meth:`_readers` restricted to the source tuples of selected tuples of groups not
+        ``stale`` (:meth:`_selected_sources`), read off the selected tuples themselves: those
+        holding a moved tuple's values where they embed the joined source columns, looked
+        up in an index of the maintained relation on those columns (kept up to date as
+        groups settle) — work in proportion to the parents' best plans reading the moved
+        tuples, not to all their alternatives. None where ``join`` is None."""
+        if join is None:
+            return None
+        plan = self.plan
+        rel = self.complete[plan.target]
+        keys = set(map(key_of(join[0]), moved))
+        out: list[tuple] = []
+        for embeds in self._embeds_of[source]:
+            idx = rel.index(tuple(embeds[j] for j in join[1]))
+            embedded, n = key_of(embeds), plan.key
+            out += [embedded(t) for k in keys for t in idx.get(k, ()) if t[:n] not in stale]
+        if len(self._embeds_of) > 1 or len(self._embeds_of[source]) > 1:
+            have = self.complete[source].rows  # (a tuple another rule derived: not a source)
+            out = [r for r in out if r in have]
+        return out
+
+    def _worse_moved(self, changed: Mapping[tuple, tuple[set[tuple], set[tuple]]]
+                     ) -> tuple[list[tuple], list[tuple]]:
+        """The tuples that went and came of the ``changed`` groups, apart: those of groups
+        whose best got strictly worse under the aggregate selection (or that lost every
+        selected tuple), and the others (better, equal, or new)."""
+        sel = self._sel
+        better: list[tuple] = []
+        worse: list[tuple] = []
+        for went, came in changed.values():
+            if sel is not None and went and (not came or _worse_than(
+                    sel.func, next(iter(came))[sel.value], next(iter(went))[sel.value])):
+                worse += went
+                worse += came
+            else:
+                better += went
+                better += came
+        return better, worse
 
     def _picker(self, source: str, cols: tuple[int, ...], groups: list[tuple]
                 ) -> SourceRows | None:
@@ -1144,7 +1276,7 @@ class MaintainedEngine(PythonEngine):
         kept = self._unreached(groups, partial, selected)
         for t in self._within(plan.target, kept) if self.bounded else kept:
             cands[t[:plan.key]].append(t)
-        worse = [g for g in groups if g in partial and self._got_worse(g, cands[g])]
+        worse = self._got_worse(groups, partial, cands, selected)
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
             if key not in seconds:
@@ -1172,6 +1304,8 @@ class MaintainedEngine(PythonEngine):
         source tuples — is spared. A tuple some of whose possible source tuples were
         reached is left to them (derived afresh from those)."""
         complete = self.complete
+        if len(self._embeds_of) == 1 and len(embeds := next(iter(self._embeds_of.values()))) == 1:
+            return self._unreached_one(groups, partial, selected, key_of(embeds[0]))
         reads = [(source, key_of(embeds), complete[source].rows) for source, embeds in
                  dict.fromkeys((s, v.embeds) for s, _, v in self.plan.sources)]
         out = []
@@ -1191,19 +1325,45 @@ class MaintainedEngine(PythonEngine):
                         out.append(t)
         return out
 
-    def _got_worse(self, g: tuple, kept: list[tuple]) -> bool:
-        """Whether group ``g`` holds selected tuples and the best of ``kept`` (candidates
-        within the bound) is worse than they are, or there is none."""
-        sel, target = self._sel, self.plan.target
-        old = self.complete[target].index(tuple(range(self.plan.key))).get(g)
-        if not old or sel is None:
-            return bool(old)
-        if not kept:
-            return True
-        was = next(iter(old))[sel.value]
-        if sel.func == "min":
-            return min(r[sel.value] for r in kept) > was
-        return max(r[sel.value] for r in kept) < was
+    def _unreached_one(self, groups: list[tuple], partial: Mapping[tuple, Mapping[str, Any]],
+                       selected: Mapping[tuple, Iterable[tuple]],
+                       embedded: Callable[[tuple], tuple]) -> list[tuple]:
+        """:meth:`_unreached` when every rule of the maintained relation reads one source
+        relation, embedded alike: each selected tuple embeds the very source tuple that
+        derived it (the source relation never changes between evaluations), so only
+        whether that one was reached is asked."""
+        (source,) = self._embeds_of
+        out: list[tuple] = []
+        for g in groups:
+            given = partial.get(g)
+            if given is None or not (sel := selected.get(g)):
+                continue
+            reached = given.get(source)
+            if reached:
+                out += [t for t in sel if embedded(t) not in reached]
+            else:
+                out += sel
+        return out
+
+    def _got_worse(self, groups: list[tuple], partial: Mapping[tuple, Any],
+                   cands: Mapping[tuple, list[tuple]],
+                   selected: Mapping[tuple, Collection[tuple]]) -> list[tuple]:
+        """Those of ``groups`` re-derived partially (in ``partial``) that hold selected tuples
+        and whose best candidate (``cands``: within the bound) is worse than they are, or
+        that have none: they are re-derived whole."""
+        sel = self._sel
+        if sel is None:
+            return [g for g in groups if g in partial and selected.get(g)]
+        val, func = sel.value, sel.func
+        best = min if func == "min" else max
+        out = []
+        for g in groups:
+            if g not in partial or not (old := selected.get(g)):
+                continue
+            kept = cands[g]
+            if not kept or _worse_than(func, best(r[val] for r in kept), next(iter(old))[val]):
+                out.append(g)
+        return out
 
     def _on_frames(self) -> None:
         """After an evaluation from scratch, the complete layer's frames for a large layer

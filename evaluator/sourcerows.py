@@ -21,7 +21,7 @@ tuples is always exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -67,6 +67,10 @@ class SourceRows:
         n = frame.height
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
+        self._col, self._kinds = col, kinds
+        self._hashed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        """Columns → the hashes of the tuples' values in them, sorted, and the tuples in that
+        order (:meth:`readers`)."""
         order, starts = runs_by(frame, [f"c{j}" for j in key])
         self.order = order
         bounds = np.append(starts, n).tolist()
@@ -161,6 +165,61 @@ class SourceRows:
                 i = np.minimum(np.searchsorted(held, at), len(held) - 1)
                 keep[keep] = held[i] == at
         return self.rows[pos[keep]].tolist()
+
+
+    def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
+        """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source
+        tuples a join on those columns reads — found by binary searches of their hashes and
+        confirmed on the columns (a collision costs a comparison, never a wrong tuple);
+        None when a key's values cannot be compared as the columns hold them (then the
+        caller joins in Python). The first call for some columns sorts their hashes
+        (milliseconds, where a hash index of the tuples costs tens of them on a large
+        relation)."""
+        values = self._probe(cols, keys)
+        if values is None:
+            return None
+        if not keys:
+            return []
+        hashed = self._hashed.get(cols)
+        if hashed is None:
+            h = row_hash([self._col[j] for j in cols], len(self.rows))
+            order = np.argsort(h, kind="stable")
+            hashed = self._hashed[cols] = (h[order], order)
+        hashes, order = hashed
+        at_hash = row_hash(values, len(keys))
+        lo = np.searchsorted(hashes, at_hash, "left")
+        count = np.searchsorted(hashes, at_hash, "right") - lo
+        total = int(count.sum())
+        if not total:
+            return []
+        pos = order[np.repeat(lo - (np.cumsum(count) - count), count)
+                    + np.arange(total, dtype=np.int64)]
+        which = np.repeat(np.arange(len(keys), dtype=np.int64), count)  # (the key probed)
+        same = np.ones(total, dtype=bool)
+        for j, v in zip(cols, values):  # noqa: B905
+            same &= self._col[j][pos] == v[which]
+        return self.rows[pos[same]].tolist()
+
+    def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[np.ndarray] | None:
+        """The values of ``keys`` per column, as the columns ``cols`` hold them (string
+        codes: -1 for a string no frame holds), so that equal values compare and hash
+        alike; None unless every column holds integers or strings and every key's value
+        there is one."""
+        arrays = []
+        for k, j in enumerate(cols):
+            values = [key[k] for key in keys]
+            if self._kinds[j] == STRING:
+                if not all(type(x) is str for x in values):
+                    return None
+                code = STRINGS.code.get
+                arrays.append(np.fromiter((code(x, -1) for x in values), np.int64, len(values)))
+            elif self._col[j].dtype == np.int64:
+                if not all(type(x) is int and -2**63 <= x < 2**63 for x in values):
+                    return None
+                arrays.append(np.fromiter(values, np.int64, len(values)))
+            else:
+                return None
+        return arrays
 
 
 class _Unequal(Exception):

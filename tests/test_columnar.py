@@ -327,6 +327,38 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
                 {p: fresh._evaluation.rows(p) for p in fresh._evaluation.relations}
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["", "any", "ü"]),
+                               st.integers(-3, 3)), min_size=1, max_size=20, unique=True),
+       cols=st.sampled_from([(0,), (1,), (0, 1), (2, 1), (0, 2)]),
+       extra=st.lists(st.tuples(st.sampled_from([-9, 1, 2.0, True, "any", "zz"]),
+                                st.sampled_from(["any", "", "new", 3])), max_size=3),
+       colliding=st.booleans())
+def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, colliding):
+    """:meth:`~reopt.evaluator.sourcerows.SourceRows.readers` (an update's reach of the
+    parents' source tuples on arrays) against a filter in Python: the tuples whose columns
+    ``cols`` equal a key, keys taken from the tuples and made up (values absent, of other
+    types: then None, for the join in Python, or the right tuples); with every hash alike
+    too (collisions confirmed away)."""
+    frame = frame_of(rows, ["c0", "c1", "c2"], (LONG, STRING, LONG))
+    built = np.fromiter(rows, object, len(rows))
+    hashing = (mock.patch.object(sourcerows, "row_hash",
+                                 lambda cs, n: np.zeros(n, np.uint64))
+               if colliding else mock.patch.object(sourcerows, "row_hash", frames.row_hash))
+    with hashing:
+        picker = sourcerows.SourceRows.of(built, frame, (0,), {}, ())
+        assert picker is not None
+        keys = {tuple(r[c] for c in cols) for r in rows[::2]}
+        keys |= {tuple(e[i % 2] for i in range(len(cols))) for e in extra}
+        got = picker.readers(cols, keys)
+    want = [r for r in rows if tuple(r[c] for c in cols) in keys]
+    if got is None:  # (only for a value the columns cannot hold as it is)
+        assert any(type(k[i]) is not (str if c == 1 else int)
+                   for k in keys for i, c in enumerate(cols))
+    else:
+        assert Counter(got) == Counter(want)
+
+
 def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
     """What :class:`~reopt.evaluator.sourcerows.SourceRows` picks for a variant and some
     groups, after updates moved which groups are held, equals the groups' source tuples
