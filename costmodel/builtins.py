@@ -71,6 +71,8 @@ def _isleaf(ctx: Context, q: int, e: int):
 def _split(ctx: Context, q: int, e: int, p: str, m: str):
     """An alternative's index, left, left_prop, right, right_prop, per join of method m."""
     c = ctx[q].join_columns(e, p, m)
+    if not len(c.index):  # a method the model does not have: the rules ask for every one listed
+        return ()
     return list(zip(c.index, c.left, c.left_prop, c.right, c.right_prop, strict=True))
 
 
