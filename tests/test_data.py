@@ -142,6 +142,23 @@ def binomial_close(share: float, p: float, n: int) -> bool:
     return abs(share - p) <= 4 * np.sqrt(p * (1 - p) / n)
 
 
+def check_hot_group_shares(rows: pd.DataFrame, years: pd.Series, group: str, keys: str,
+                           eligible: pd.DataFrame, z: float, seed: int) -> None:
+    """Per year, the share of ``rows`` whose ``group`` is the year's hot group (the ((y - 1992
+    + seed) mod G)-th of the G groups of ``eligible``, sorted) is P(rank <= that group's keys
+    in ``eligible``), and the most frequent key's share is P(rank = 1)."""
+    groups = sorted(set(eligible[group]))
+    cdf = zipf_probabilities(len(eligible), z).cumsum()
+    for y in sorted(set(years)):
+        hot = groups[(y - 1992 + seed) % len(groups)]
+        these = rows[years == y]
+        expected = cdf[int((eligible[group] == hot).sum()) - 1]
+        share = float((these[group] == hot).mean())
+        assert binomial_close(share, expected, len(these)), (y, group, share, expected)
+        top = float(these[keys].value_counts(normalize=True).iloc[0])
+        assert binomial_close(top, cdf[0], len(these)), (y, keys, top, cdf[0])
+
+
 @pytest.mark.spark
 def test_drift_puts_each_years_hot_keys_in_one_group(spark, tpch_dir, tmp_path):
     """``--drift``: a year's share of orders from its hot region (and of line items of its
@@ -154,36 +171,19 @@ def test_drift_puts_each_years_hot_keys_in_one_group(spark, tpch_dir, tmp_path):
     cust = read(tpch_dir, "customer", ["c_custkey", "c_nationkey"])
     nation = read(tpch_dir, "nation", ["n_nationkey", "n_regionkey"])
     cust = cust.merge(nation, left_on="c_nationkey", right_on="n_nationkey")
-    eligible = cust[cust.c_custkey % 3 != 0]
-    regions = sorted(set(nation.n_regionkey))
     orders = read(out, "orders", ["o_custkey", "o_orderdate"]).merge(
         cust, left_on="o_custkey", right_on="c_custkey", how="left")
     assert orders.n_regionkey.notna().all() and (orders.o_custkey % 3 != 0).all()
-    years = pd.to_datetime(orders.o_orderdate).dt.year
-    cdf = zipf_probabilities(len(eligible), z).cumsum()
-    for y in sorted(set(years)):
-        hot = regions[(y - 1992 + seed) % len(regions)]
-        these = orders[years == y]
-        in_hot = int((eligible.n_regionkey == hot).sum())
-        share = float((these.n_regionkey == hot).mean())
-        assert binomial_close(share, cdf[in_hot - 1], len(these)), (y, share, cdf[in_hot - 1])
-        top = float(these.o_custkey.value_counts(normalize=True).iloc[0])
-        assert binomial_close(top, cdf[0], len(these)), (y, top, cdf[0])
+    check_hot_group_shares(orders, pd.to_datetime(orders.o_orderdate).dt.year, "n_regionkey",
+                           "o_custkey", cust[cust.c_custkey % 3 != 0], z, seed)
 
     part = read(tpch_dir, "part", ["p_partkey", "p_brand", "p_retailprice"])
-    brands = sorted(set(part.p_brand))
     line = read(out, "lineitem", ["l_partkey", "l_suppkey", "l_shipdate", "l_quantity",
                                   "l_extendedprice"]).merge(
         part, left_on="l_partkey", right_on="p_partkey", how="left")
     assert line.p_brand.notna().all()
-    ship_years = pd.to_datetime(line.l_shipdate).dt.year
-    cdf = zipf_probabilities(len(part), z).cumsum()
-    for y in sorted(set(ship_years)):
-        hot = brands[(y - 1992 + seed) % len(brands)]
-        these = line[ship_years == y]
-        share = float((these.p_brand == hot).mean())
-        in_hot = int((part.p_brand == hot).sum())
-        assert binomial_close(share, cdf[in_hot - 1], len(these)), (y, share, cdf[in_hot - 1])
+    check_hot_group_shares(line, pd.to_datetime(line.l_shipdate).dt.year, "p_brand",
+                           "l_partkey", part, z, seed)
     # a redrawn part keeps a supplier of partsupp and its own price (as without --drift)
     ps = read(tpch_dir, "partsupp", ["ps_partkey", "ps_suppkey"])
     pairs = set(zip(ps.ps_partkey.tolist(), ps.ps_suppkey.tolist(), strict=True))
