@@ -1,7 +1,8 @@
 """The adaptive loop split by split: which plan each strategy runs, and what adaptive observes.
 
 Run: ``.venv/bin/python benchmarks/looptrace.py --data DIR --query q9join [--splits 8]
-[--cost-model dist] [--strategies adaptive,hindsight]`` (DIR as ``reopt data tpch`` writes it;
+[--split-by hash|range] [--split-column COL] [--cost-model dist]
+[--strategies adaptive,hindsight]`` (DIR as ``reopt data tpch`` writes it;
 the built-in catalog at its scale factor). After a warm-up ``static`` run (not printed), per
 strategy and split: execution wall and JVM CPU seconds, whether the plan changed, the plan,
 and every scan's and join's estimated and observed rows; then the batches of deltas the
@@ -29,6 +30,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--data", required=True)
     ap.add_argument("--query", default="q9join")
     ap.add_argument("--splits", type=int, default=8)
+    ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
+    ap.add_argument("--split-column", help="with --split-by range, e.g. l_shipdate")
     ap.add_argument("--cost-model", default="dist")
     ap.add_argument("--strategies", default="adaptive,hindsight")
     ap.add_argument("--warm", action="store_true")
@@ -47,7 +50,8 @@ def main(argv: list[str]) -> int:
         return Optimizer(f"tpch:{args.query}", catalog, cost_model=args.cost_model,
                          optimizer="topdown-inc")
 
-    loop = Loop(make, args.data, args.splits, get_spark())
+    loop = Loop(make, args.data, args.splits, get_spark(), by=args.split_by,
+                column=args.split_column)
     try:
         loop.run("static")  # warm-up, not printed
         for strategy in args.strategies.split(","):
@@ -55,7 +59,7 @@ def main(argv: list[str]) -> int:
             print(f"== {strategy}: execution {sum(s.execution_seconds for s in run.splits):.2f} s"
                   f", JVM CPU {sum(s.execution_cpu_seconds for s in run.splits):.1f} s")
             for s in run.splits:
-                print(f"  split {s.index}: {s.execution_seconds:.2f} s "
+                print(f"  split {s.index} ({s.split_rows} rows): {s.execution_seconds:.2f} s "
                       f"({s.execution_cpu_seconds:.1f} s CPU) "
                       f"{'CHANGED ' if s.plan_changed else ''}{s.plan}")
                 for n in s.nodes:

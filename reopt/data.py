@@ -23,6 +23,20 @@ independent values; two seeded rewrites, done with Spark, make that assumption w
     4``) and ``l_extendedprice = l_quantity * p_retailprice`` of the new part, so lineitem
     still joins partsupp and part as in TPC-H.
 
+``--drift`` (with ``--skew``) — the hot keys of a year come from one group that moves
+    The ranks are mapped to keys by each year's own order instead of the affine permutation:
+    first the keys of the year's *hot group*, then all others, each block in the order of a
+    hash of the seed, the year and the key. Customers are grouped by the region of their
+    nation, parts by ``p_brand``; the hot group of year ``y`` is the ``((y - 1992 + seed) mod
+    G)``-th of the ``G`` groups in ascending order (region key, brand name), so consecutive
+    years have different hot groups. With ``n_y`` eligible keys in the hot group, a year's
+    share of rows whose key is in its hot group is ``P(r <= n_y)`` of the law above: at ``Z =
+    1`` on SF 1, ``log(20001) / log(100001) = 0.86`` of a year's orders come from one region
+    (0.2 without skew) and ``0.74`` of its line items from one brand (0.04); at ``Z = 0.5``,
+    0.45 and 0.20. A filter on region or brand then keeps most rows in some years and few in
+    others, so plans chosen for one date range are wrong for another (the estimates assume
+    every year is alike).
+
 ``--correlate`` — suppliers of the customer's nation
     Each line item's ``l_suppkey`` becomes a supplier (picked by a hash of the line's key and
     the seed) of the nation of the customer who placed the order, where that nation has
@@ -57,6 +71,8 @@ if TYPE_CHECKING:
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 FIRST_YEAR = 1992
 """The first year of TPC-H's dates (clause 4.2.3: STARTDATE is 1992-01-01)."""
+LAST_YEAR = 1998
+"""The last year of TPC-H's dates (clause 4.2.3: ENDDATE is 1998-12-31)."""
 MANIFEST = "reopt-data.json"
 KEY = {"orders": ("o_orderkey",), "lineitem": ("l_orderkey", "l_linenumber")}
 """The primary keys of the tables a rewrite changes: rewritten tables are written sorted."""
@@ -131,14 +147,74 @@ def drifting_index(u: Column, year: Column, n: int, z: float, seed: int, tag: st
     return F.pmod((rank - 1) * F.lit(stride(n)) + offset, F.lit(n))
 
 
-def skew_orders(orders: DataFrame, customers: int, z: float, seed: int) -> DataFrame:
-    """``o_custkey`` redrawn: Zipf over the customers with orders, drifting by order year."""
+def yearly_key_order(spark: SparkSession, keys: DataFrame, seed: int, tag: str) -> DataFrame:
+    """``(year, rank, key)``: per year from ``FIRST_YEAR`` to ``LAST_YEAR``, ranks 1..n given
+    first to the keys of the year's hot group, then to the others (``keys`` has columns
+    ``key`` and ``group``; the hot group of year ``y`` is the ``(y - FIRST_YEAR + seed) mod
+    G``-th distinct group in ascending order), each block in an order hashed from the seed,
+    the year and the key, so the hot keys move within the group too."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    groups = sorted(r[0] for r in keys.select("group").distinct().collect())
+    hot = spark.createDataFrame(
+        [(y, groups[(y - FIRST_YEAR + seed) % len(groups)])
+         for y in range(FIRST_YEAR, LAST_YEAR + 1)], ["year", "hot"])
+    hot = hot.withColumn("hot", F.col("hot").cast(keys.schema["group"].dataType))
+    by_year = keys.crossJoin(F.broadcast(hot))
+    order = Window.partitionBy("year").orderBy(
+        (F.col("group") != F.col("hot")).cast("int"),
+        F.xxhash64(F.lit(seed), F.lit(tag + ":order"), F.col("year"), F.col("key")),
+        F.col("key"))
+    return by_year.select("year", F.row_number().over(order).cast("long").alias("rank"), "key")
+
+
+def redraw_by_year(df: DataFrame, column: str, year: Column, rank: Column,
+                   order: DataFrame) -> DataFrame:
+    """``df`` with ``column`` := the key of ``rank`` in ``order`` (from
+    :func:`yearly_key_order`) for the row's ``year``."""
+    from pyspark.sql import functions as F
+
+    cols = df.columns
+    ranked = df.withColumn("_year", year).withColumn("_rank", rank)
+    joined = ranked.join(order, (F.col("_year") == F.col("year"))
+                         & (F.col("_rank") == F.col("rank")), "left")
+    return joined.withColumn(column, F.col("key")).select(*cols)
+
+
+def customer_groups(customer: DataFrame, nation: DataFrame) -> DataFrame:
+    """``(key, group)``: the customers that may have orders (key not a multiple of 3) and the
+    region of their nation."""
+    from pyspark.sql import functions as F
+
+    regions = nation.select(F.col("n_nationkey"), F.col("n_regionkey").alias("group"))
+    eligible = customer.where(F.pmod(F.col("c_custkey"), F.lit(3)) != 0)
+    return eligible.join(F.broadcast(regions), F.col("c_nationkey") == F.col("n_nationkey")) \
+        .select(F.col("c_custkey").alias("key"), "group")
+
+
+def part_groups(part: DataFrame) -> DataFrame:
+    """``(key, group)``: every part and its brand."""
+    from pyspark.sql import functions as F
+
+    return part.select(F.col("p_partkey").alias("key"), F.col("p_brand").alias("group"))
+
+
+def skew_orders(orders: DataFrame, customers: int, z: float, seed: int,
+                grouped: DataFrame | None = None) -> DataFrame:
+    """``o_custkey`` redrawn: Zipf over the customers with orders, drifting by order year
+    (by the affine permutation, or, given ``grouped`` from :func:`customer_groups`, with each
+    year's hot customers from one region)."""
     from pyspark.sql import functions as F
 
     eligible = customers - customers // 3
     if eligible < 1:
         return orders
     u = uniform(seed, "o_custkey", F.col("o_orderkey"))
+    if grouped is not None:
+        order = yearly_key_order(orders.sparkSession, grouped, seed, "o_custkey")
+        return redraw_by_year(orders, "o_custkey", F.year("o_orderdate"),
+                              zipf_rank(u, eligible, z), order)
     i = drifting_index(u, F.year("o_orderdate"), eligible, z, seed, "o_custkey")
     return orders.withColumn("o_custkey", i + F.floor(i / 2).cast("long") + F.lit(1))
 
@@ -154,16 +230,22 @@ def partsupp_supplier(partkey: Column, i: Column, suppliers: int) -> Column:
 
 
 def skew_lineitem(lineitem: DataFrame, part: DataFrame, parts: int, suppliers: int, z: float,
-                  seed: int) -> DataFrame:
-    """``l_partkey`` redrawn (Zipf drifting by ship year), its supplier and price to match."""
+                  seed: int, drift: bool = False) -> DataFrame:
+    """``l_partkey`` redrawn (Zipf drifting by ship year; with ``drift``, each year's hot
+    parts of one brand), its supplier and price to match."""
     from pyspark.sql import functions as F
 
     if parts < 1 or suppliers < 1:
         return lineitem
     cols = lineitem.columns
     u = uniform(seed, "l_partkey", F.col("l_orderkey"), F.col("l_linenumber"))
-    i = drifting_index(u, F.year("l_shipdate"), parts, z, seed, "l_partkey")
-    out = lineitem.withColumn("l_partkey", i + F.lit(1))
+    if drift:
+        order = yearly_key_order(lineitem.sparkSession, part_groups(part), seed, "l_partkey")
+        out = redraw_by_year(lineitem, "l_partkey", F.year("l_shipdate"),
+                             zipf_rank(u, parts, z), order)
+    else:
+        i = drifting_index(u, F.year("l_shipdate"), parts, z, seed, "l_partkey")
+        out = lineitem.withColumn("l_partkey", i + F.lit(1))
     out = out.withColumn("l_suppkey", partsupp_supplier(
         F.col("l_partkey"), F.pmod(F.col("l_linenumber") - 1, F.lit(4)), suppliers))
     prices = part.select(F.col("p_partkey"), F.col("p_retailprice"))
@@ -203,7 +285,7 @@ def correlate_lineitem(lineitem: DataFrame, orders: DataFrame, customer: DataFra
 
 
 def rewrite(out: Path, spark: SparkSession, skew: float | None, correlate: bool,
-            seed: int) -> list[str]:
+            seed: int, drift: bool = False) -> list[str]:
     """Apply the rewrites to the tables in ``out``; returns the tables rewritten."""
     import pyarrow.parquet as pq
 
@@ -212,9 +294,10 @@ def rewrite(out: Path, spark: SparkSession, skew: float | None, correlate: bool,
              for t in ("customer", "part", "supplier")}
     new: dict[str, DataFrame] = {}
     if skew is not None:
-        new["orders"] = skew_orders(read["orders"], sizes["customer"], skew, seed)
+        grouped = customer_groups(read["customer"], read["nation"]) if drift else None
+        new["orders"] = skew_orders(read["orders"], sizes["customer"], skew, seed, grouped)
         new["lineitem"] = skew_lineitem(read["lineitem"], read["part"], sizes["part"],
-                                        sizes["supplier"], skew, seed)
+                                        sizes["supplier"], skew, seed, drift)
     if correlate:
         new["lineitem"] = correlate_lineitem(new.get("lineitem", read["lineitem"]),
                                              new.get("orders", read["orders"]),
@@ -232,13 +315,16 @@ def rewrite(out: Path, spark: SparkSession, skew: float | None, correlate: bool,
 
 def generate_tpch(sf: float, out: Path | str, skew: float | None = None,
                   correlate: bool = False, seed: int = 0,
-                  spark: SparkSession | None = None, master: str | None = None) -> dict:
+                  spark: SparkSession | None = None, master: str | None = None,
+                  drift: bool = False) -> dict:
     """Write TPC-H at scale factor ``sf`` to ``out`` (which must be empty or absent), apply
     the rewrites asked for, and return the manifest (also written to ``out/reopt-data.json``).
     Spark (``spark``, else :func:`~reopt.spark.get_spark` with ``master``) is started only
     when a rewrite is asked for."""
     out = Path(out)
     check_arguments(sf, skew, seed)
+    if drift and skew is None:
+        raise ReoptError("--drift needs --skew (it decides which keys the skew makes hot)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ReoptError(f"{out}: output folder exists and is not empty "
                          "(reopt data writes a fresh folder)")
@@ -253,9 +339,9 @@ def generate_tpch(sf: float, out: Path | str, skew: float | None = None,
             from reopt.spark import get_spark
 
             spark = get_spark(master)
-        rewritten = rewrite(out, spark, skew, correlate, seed)
-    manifest = {"generator": "tpchgen-cli", "sf": sf, "skew": skew, "correlate": correlate,
-                "seed": seed, "rewritten": rewritten}
+        rewritten = rewrite(out, spark, skew, correlate, seed, drift)
+    manifest = {"generator": "tpchgen-cli", "sf": sf, "skew": skew, "drift": drift,
+                "correlate": correlate, "seed": seed, "rewritten": rewritten}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -289,6 +375,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="output folder (created; must be empty)")
     t.add_argument("--skew", type=_skew, metavar="Z", help="Zipf exponent of o_custkey and "
                    "l_partkey, hot keys drifting by year (the paper: 0.5)")
+    t.add_argument("--drift", action="store_true", help="with --skew: each year's hot "
+                   "customers from one region and hot parts of one brand, moving by year")
     t.add_argument("--correlate", action="store_true",
                    help="line items' suppliers from the ordering customer's nation")
     t.add_argument("--seed", type=_seed, default=0, help="seed of the rewrites (default 0)")
@@ -308,8 +396,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """``reopt data tpch --sf F -o DIR [--skew Z] [--correlate] [--seed S]`` and ``reopt data
-    stream --workload W -o DIR [--seconds S] [--seed N] [--phases P]``."""
+    """``reopt data tpch --sf F -o DIR [--skew Z [--drift]] [--correlate] [--seed S]`` and
+    ``reopt data stream --workload W -o DIR [--seconds S] [--seed N] [--phases P]``."""
     args = _parser().parse_args(argv)
     if args.benchmark == "stream":
         from reopt.streamgen import generate_stream
@@ -323,8 +411,9 @@ def main(argv: list[str]) -> int:
     if args.master is not None and args.skew is None and not args.correlate:
         raise ReoptError("--master applies to --skew/--correlate (nothing else uses Spark)")
     m = generate_tpch(args.sf, args.output, args.skew, args.correlate, args.seed,
-                      master=args.master)
+                      master=args.master, drift=args.drift)
     how = [f"skew {m['skew']:g}" if m["skew"] is not None else "",
+           "drifting by region and brand" if m["drift"] else "",
            "correlated" if m["correlate"] else ""]
     extra = ", ".join(h for h in how if h)
     print(f"wrote TPC-H SF {args.sf:g} to {args.output}" + (f" ({extra}, seed {m['seed']})"

@@ -47,6 +47,7 @@ def test_cli_rejects_bad_input(tmp_path, capsys):
         (["--sf", "0.01", "-o", str(tmp_path / "a"), "--skew", "-1"], "--skew: must be from"),
         (["--sf", "0.01", "-o", str(tmp_path / "a"), "--seed", "x"], "--seed: expected"),
         (["--sf", "0.01", "-o", str(tmp_path / "full")], "exists and is not empty"),
+        (["--sf", "0.01", "-o", str(tmp_path / "a"), "--drift"], "--drift needs --skew"),
     ]:
         assert cli_main(["data", "tpch", *argv]) == 2
         err = capsys.readouterr().err
@@ -55,9 +56,12 @@ def test_cli_rejects_bad_input(tmp_path, capsys):
 
 def zipf_probabilities(n: int, z: float) -> np.ndarray:
     """P(rank = r), r = 1..n, of the documented law P(rank <= k) = ((k+1)^(1-z) - 1) /
-    ((n+1)^(1-z) - 1)."""
+    ((n+1)^(1-z) - 1) (its limit log(k+1) / log(n+1) at z = 1)."""
     k = np.arange(0, n + 1, dtype=float)
-    cdf = ((k + 1) ** (1 - z) - 1) / ((n + 1) ** (1 - z) - 1)
+    if z == 1:
+        cdf = np.log(k + 1) / np.log(n + 1)
+    else:
+        cdf = ((k + 1) ** (1 - z) - 1) / ((n + 1) ** (1 - z) - 1)
     return np.diff(cdf)
 
 
@@ -131,6 +135,62 @@ def test_skew_and_correlation(spark, tpch_dir, tmp_path):
     plain_same, _ = same_nation(read(tpch_dir, "lineitem", ["l_orderkey", "l_suppkey"]),
                                 read(tpch_dir, "orders", ["o_orderkey", "o_custkey"]))
     assert abs(plain_same.mean() - 1 / 25) < 0.01  # independent nations: 1/25
+
+
+def binomial_close(share: float, p: float, n: int) -> bool:
+    """``share`` of ``n`` independent draws is within 4 standard deviations of ``p``."""
+    return abs(share - p) <= 4 * np.sqrt(p * (1 - p) / n)
+
+
+def check_hot_group_shares(rows: pd.DataFrame, years: pd.Series, group: str, keys: str,
+                           eligible: pd.DataFrame, z: float, seed: int) -> None:
+    """Per year, the share of ``rows`` whose ``group`` is the year's hot group (the ((y - 1992
+    + seed) mod G)-th of the G groups of ``eligible``, sorted) is P(rank <= that group's keys
+    in ``eligible``), and the most frequent key's share is P(rank = 1)."""
+    groups = sorted(set(eligible[group]))
+    cdf = zipf_probabilities(len(eligible), z).cumsum()
+    for y in sorted(set(years)):
+        hot = groups[(y - 1992 + seed) % len(groups)]
+        these = rows[years == y]
+        expected = cdf[int((eligible[group] == hot).sum()) - 1]
+        share = float((these[group] == hot).mean())
+        assert binomial_close(share, expected, len(these)), (y, group, share, expected)
+        top = float(these[keys].value_counts(normalize=True).iloc[0])
+        assert binomial_close(top, cdf[0], len(these)), (y, keys, top, cdf[0])
+
+
+@pytest.mark.spark
+def test_drift_puts_each_years_hot_keys_in_one_group(spark, tpch_dir, tmp_path):
+    """``--drift``: a year's share of orders from its hot region (and of line items of its
+    hot brand) is P(rank <= keys in that group) of the documented law, the hot group of
+    year y being the ((y - 1992 + seed) mod G)-th; the top key's share is P(rank = 1)."""
+    out, z, seed = tmp_path / "drift", 1.0, 3
+    generate_tpch(SF, out, skew=z, seed=seed, spark=spark, drift=True)
+    assert json.loads((out / MANIFEST).read_text())["drift"] is True
+
+    cust = read(tpch_dir, "customer", ["c_custkey", "c_nationkey"])
+    nation = read(tpch_dir, "nation", ["n_nationkey", "n_regionkey"])
+    cust = cust.merge(nation, left_on="c_nationkey", right_on="n_nationkey")
+    orders = read(out, "orders", ["o_custkey", "o_orderdate"]).merge(
+        cust, left_on="o_custkey", right_on="c_custkey", how="left")
+    assert orders.n_regionkey.notna().all() and (orders.o_custkey % 3 != 0).all()
+    check_hot_group_shares(orders, pd.to_datetime(orders.o_orderdate).dt.year, "n_regionkey",
+                           "o_custkey", cust[cust.c_custkey % 3 != 0], z, seed)
+
+    part = read(tpch_dir, "part", ["p_partkey", "p_brand", "p_retailprice"])
+    line = read(out, "lineitem", ["l_partkey", "l_suppkey", "l_shipdate", "l_quantity",
+                                  "l_extendedprice"]).merge(
+        part, left_on="l_partkey", right_on="p_partkey", how="left")
+    assert line.p_brand.notna().all()
+    check_hot_group_shares(line, pd.to_datetime(line.l_shipdate).dt.year, "p_brand",
+                           "l_partkey", part, z, seed)
+    # a redrawn part keeps a supplier of partsupp and its own price (as without --drift)
+    ps = read(tpch_dir, "partsupp", ["ps_partkey", "ps_suppkey"])
+    pairs = set(zip(ps.ps_partkey.tolist(), ps.ps_suppkey.tolist(), strict=True))
+    assert all(p in pairs for p in zip(line.l_partkey.tolist(), line.l_suppkey.tolist(),
+                                       strict=True))
+    price = line.l_quantity.astype(float) * line.p_retailprice.astype(float)
+    assert np.allclose(line.l_extendedprice.astype(float), price)
 
 
 @pytest.mark.spark
