@@ -166,7 +166,6 @@ class SourceRows:
                 keep[keep] = held[i] == at
         return self.rows[pos[keep]].tolist()
 
-
     def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
         """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source
         tuples a join on those columns reads — found by binary searches of their hashes and
