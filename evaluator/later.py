@@ -317,7 +317,7 @@ class LaterStrata:
         """Later strata evaluated again whole by updates because that was cheaper: they read
         few tuples (:data:`SMALL`) or the changes reached a large part of them (more than
         1/:data:`WHOLE`)."""
-        self.calm = {s.stratum for s in self.shapes if s.how != FROM_EMPTY}
+        self.calm: set[int] = set()
         """Strata whose last update changed little. Right after a large change another is
         likely (a cost model naming most groups stale; a moved optimum moving most bounds):
         the next update evaluates the stratum from empty (and it is calm again) rather than
@@ -325,6 +325,13 @@ class LaterStrata:
         self.everything_from_empty = False
         """Re-derive every later stratum from empty (the reference behaviour: benchmarks
         compare against it)."""
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop what updates learnt (the counted derivations, which strata are calm), as
+        after a fresh evaluation; the counters of strata evaluated again stay."""
+        self.derivations = {}
+        self.calm = {s.stratum for s in self.shapes if s.how != FROM_EMPTY}
 
     # -- state ------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -98,6 +98,23 @@ FRAME_PROBES = 64
 """Lookups of one complete-layer relation made on its frames before a hash index of its
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
 
+REBUILD_SHARE = 0.7
+"""An update whose re-derivation has queued more than this share of the groups that can
+derive (every group the source relations name) stops and evaluates afresh instead: its
+re-derivation, with the reach to the parents, would cost more than a fresh evaluation. A
+rebuilt round costs about 1.5x from scratch (the fresh evaluation, the stale test before it,
+telling what changed) plus the work thrown away, and the next update from a fresh state
+costs more than from an updated one, so only the updates reaching most of the space gain:
+measured on the adaptive loop's rounds (BENCHMARKS.md, "an update never costs more than from
+scratch"), 0.3 and 0.5 slowed more rounds than they sped up, 0.7 rebuilt only the rounds
+costing 2.5-4x from scratch."""
+
+
+class _Rebuild(Exception):
+    """Raised by an update's re-derivation once it has queued more than
+    :data:`REBUILD_SHARE` of the groups (:meth:`MaintainedEngine.update` rebuilds)."""
+
+
 
 class Batch:
     """Distinct tuples handed to a variant as its delta: what the generated code reads of a
@@ -141,6 +158,9 @@ class UpdateStats:
     fallback: bool = False
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
+    rebuilt: bool = False
+    """Whether the update reached so much of the space that both layers were evaluated
+    afresh instead (:data:`REBUILD_SHARE`)."""
     seconds: float = 0.0
 
 
@@ -560,6 +580,13 @@ class MaintainedEngine(PythonEngine):
         some query's optimum."""
         self.fallbacks = 0
         """Evaluations and updates whose complete layer was re-derived without bounds."""
+        self.rebuild_share = REBUILD_SHARE
+        """:data:`REBUILD_SHARE` for this engine (0: every update that re-derives a group
+        evaluates afresh; infinite: none does)."""
+        self._rebuild_limit = math.inf
+        """During an update: how many groups its re-derivation may queue (:class:`_Rebuild`)."""
+        self.rebuilds = 0
+        """Updates that evaluated afresh (:data:`REBUILD_SHARE`)."""
         st = compiled.strata[self.plan.stratum]
         self._sel = compiled.features.aggsel.get(self.plan.target)
         self._rank = compiled.builtins[st.schedule.rank].fn  # type: ignore[union-attr]
@@ -841,16 +868,36 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps
         self._reseed()
         self.full = self.complete
-        if self.bounded:
-            changes = self._bounded_changes(old, caps, up)
-        else:
-            changes = self._unbounded_changes(old, caps, up)
+        self._rebuild_limit = self.rebuild_share * len(self._source_keys()[0])
+        try:
+            if self.bounded:
+                changes = self._bounded_changes(old, caps, up)
+            else:
+                changes = self._unbounded_changes(old, caps, up)
+        except _Rebuild:
+            return self._rebuild(up, t0)
+        finally:
+            self._rebuild_limit = math.inf
         self.full = self.live
         self.program = self.live_program
         up.from_empty = self._live_update(changes, old)
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         up.seconds = time.perf_counter() - t0
         return self.full, up
+
+    def _rebuild(self, up: UpdateStats, t0: float) -> tuple[dict[str, Relation], UpdateStats]:
+        """Finish an update that reached most of the space by evaluating afresh under the new
+        statistics: both layers, the reference counts and the later strata's state become a
+        fresh evaluation's (what the half-done re-derivation left is dropped)."""
+        inputs = {p: list(self.complete[p].rows) for p in self.live_program.inputs}
+        rels, stats = self.evaluate(inputs)
+        self.later.forget()
+        self.rebuilds += 1
+        up.rebuilt = True
+        for pred, n in stats.derived.items():  # (the aborted re-derivation's work, and this)
+            up.derived[pred] = up.derived.get(pred, 0) + n
+        up.seconds = time.perf_counter() - t0
+        return rels, up
 
     def _unbounded_changes(self, old: Mapping[int, Any], caps: dict[str, dict[tuple, Any]],
                            up: UpdateStats) -> dict[tuple, tuple[set[tuple], set[tuple]]]:
@@ -1037,6 +1084,8 @@ class MaintainedEngine(PythonEngine):
         def queue(groups: set[tuple]) -> None:
             groups -= queued
             queued.update(groups)
+            if len(queued) > self._rebuild_limit:
+                raise _Rebuild
             for g, k in zip(groups, self._ranks(groups), strict=True):
                 pending.setdefault(k, set()).add(g)
 
@@ -1451,6 +1500,7 @@ class MaintainedEngine(PythonEngine):
         width = len(self.program.schemas[self.plan.sources[0][0]])
         or_key, and_key = key_of(tuple(range(self.plan.key))), key_of(tuple(range(width)))
         changed: dict[int, list[tuple]] = {}  # a relation in both layers: its journal once
+        was: dict[int, set[tuple]] = {}
         self.live_changes = {}
         for (layer, p), then in before.items():
             rel = (self.complete if layer == "complete" else self.live)[p]
@@ -1459,8 +1509,10 @@ class MaintainedEngine(PythonEngine):
                 if id(rel) not in changed:
                     changed[id(rel)] = rel.changed()
                 diff = changed[id(rel)]
-            else:  # replaced meanwhile: the old relation still holds what was
-                diff = then.rows ^ rel.rows
+            else:  # replaced meanwhile (a seed, a rebuild): the old relation, its journal
+                if id(then) not in was:  # undone, holds what was (once: layers share some)
+                    was[id(then)] = then.rows_then()
+                diff = was[id(then)] ^ rel.rows
             if diff and layer == "live":
                 self.live_changes[p] = (diff, rel.rows)
             if not diff or len(self.program.schemas[p]) < self.plan.key:

@@ -213,6 +213,15 @@ class Relation:
         have = self.rows
         return [r for r, was in journal.items() if (r in have) != was]
 
+    def rows_then(self) -> set[tuple]:
+        """The tuples held when the journal started (all of them without one); stops the
+        journal: what a relation replaced midway through an update held before it."""
+        journal, self.journal = self.journal or {}, None
+        if not journal:
+            return self.rows
+        return {r for r in self.rows if journal.get(r, True)} | {
+            r for r, was in journal.items() if was}
+
     def add(self, rows: Iterable[tuple]) -> list[tuple]:
         """Insert; returns the tuples that were new."""
         new: list[tuple] = []

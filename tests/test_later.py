@@ -9,6 +9,7 @@ counting, and group re-derivation in schedule order — and the counters prove t
 
 from __future__ import annotations
 
+import math
 import pickle
 import random
 
@@ -22,7 +23,7 @@ from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
-from reopt.evaluator import later
+from reopt.evaluator import later, maintenance
 from reopt.evaluator.driver import load_program
 from reopt.evaluator.python_engine import PythonEngine
 from reopt.incremental.session import Session
@@ -88,6 +89,7 @@ def test_later_strata_follow_updates_exactly(whole, shape, n, seed, model, mode,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(later, "WHOLE", whole)
         mp.setattr(later, "SMALL", 0)
+        mp.setattr(maintenance, "REBUILD_SHARE", math.inf)  # (every update follows them)
         session, updates = follow(program, q, cat, model, deltas, resave)
     lat = session.engine.later
     how = {p: s.how for s in lat.shapes for p in program.strata[s.stratum].preds}
