@@ -570,7 +570,6 @@ class Index:
         return li, self.rids[starts + offsets]
 
 
-
 class KeyIndex:
     """Rows of a relation that no longer grows, by their key columns packed into one exact
     number (:func:`_packed`) instead of hashed: no collisions to compare away, and keys of a
@@ -602,8 +601,11 @@ class KeyIndex:
         key = np.zeros(n, dtype=np.int64)
         outside = np.zeros(n, dtype=bool)
         for col, low, width in zip(values, self.lows, self.widths, strict=True):
-            x = col.astype(np.int64, copy=False) - low
+            with np.errstate(invalid="ignore"):  # (nan, inf: cast to garbage, then outside)
+                x = col.astype(np.int64, copy=False) - low
             outside |= (x < 0) | (x >= width)
+            if col.dtype.kind not in "iub":  # a value no integer equals (2.5, nan): no key
+                outside |= col != x + low
             key *= width
             key += x
         key[outside] = -1  # below every key held

@@ -181,6 +181,19 @@ def test_key_index_finds_the_rows_with_equal_columns(rows, probe, cols):
     assert frames.KeyIndex.of([np.asarray([0.5] * len(rows))], len(rows)) is None
 
 
+def test_key_index_probed_with_floats_matches_equal_values_only():
+    """Probe values of a float column match the integer keys they equal (3.0 is 3, as a
+    lookup of tuples finds it) and nothing else (2.5, nan, and values past int64)."""
+    idx = frames.KeyIndex.of([np.asarray([1, 2, 3, 3], dtype=np.int64)], 4)
+    assert idx is not None
+    probe = np.asarray([3.0, 2.5, np.nan, 1.0, 1e300, -0.0], dtype=np.float64)
+    li, ri = idx.probe([probe], len(probe))
+    got = sorted(zip(li.tolist(), ri.tolist(), strict=True))
+    want = sorted((i, j) for i, p in enumerate(probe.tolist())
+                  for j, k in enumerate([1, 2, 3, 3]) if p == k)
+    assert got == want == [(0, 2), (0, 3), (3, 0)]
+
+
 @pytest.mark.parametrize("span", [7, 2**16, 2**16 + 1, 2**40, 2**62])
 def test_radix_key_order_is_the_stable_sort(span):
     """Keys ordered by 16-bit radix passes (from RADIX_FROM keys on) come out in the order
