@@ -636,11 +636,11 @@ class MaintainedEngine(PythonEngine):
             if v.embeds is not None and v.embeds not in self._embeds_of.get(pred, []):
                 self._embeds_of.setdefault(pred, []).append(v.embeds)
         self._reach_reads = [delta_reads(v) for _, v in self.plan.reach]
+        """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
+        reads (:func:`delta_reads`)."""
         self._reach_joins = [reach_join(v, self.plan.target) for _, v in self.plan.reach]
         """Per variant of :attr:`MaintenancePlan.reach`, the columns its join reads of a
         changed tuple and of the source (:func:`reach_join`), or None."""
-        """Per variant of :attr:`MaintenancePlan.reach`, the columns of a changed tuple it
-        reads (:func:`delta_reads`)."""
         self._frames: columnar.Maintained | None = None
         """The complete layer on frames after an evaluation, for revival (:meth:`_on_frames`)."""
         self._probes: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -658,10 +658,10 @@ class MaintainedEngine(PythonEngine):
                                      for p in compiled.strata[i].preds))
         """The later strata, followed incrementally by updates (:mod:`.later`)."""
         self._old: Mapping[int, Any] = {}
+        """During an update: the plan spaces before it."""
         self._keys_kept: tuple[list, frozenset[tuple], dict] | None = None
         """The source relations (with their versions) and the groups they name
         (:meth:`_source_keys`)."""
-        """During an update: the plan spaces before it."""
         self._asked: list[Collection[tuple]] = []
         self._named: set[tuple] = set()
         """During an update: the groups asked about for staleness and those named stale
