@@ -553,21 +553,24 @@ class Index:
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, indexed row id) pair with equal hashes."""
-        return self._pairs(*runs(self.hashes, hashes), len(hashes))
+        return _pairs(*runs(self.hashes, hashes), len(hashes), self.rids)
 
     def probe_sorted(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`probe` with the probes' hashes ascending (searched as they are)."""
-        return self._pairs(np.searchsorted(self.hashes, hashes, "left"),
-                           np.searchsorted(self.hashes, hashes, "right"), len(hashes))
+        return _pairs(np.searchsorted(self.hashes, hashes, "left"),
+                      np.searchsorted(self.hashes, hashes, "right"), len(hashes), self.rids)
 
-    def _pairs(self, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (probe, row id) pairs of the runs ``[lo, hi)`` of the ``n`` probes."""
-        count = hi - lo
-        total = int(count.sum())
-        li = np.repeat(np.arange(n, dtype=np.int64), count)
-        starts = np.repeat(lo, count)
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        return li, self.rids[starts + offsets]
+
+def _pairs(lo: np.ndarray, hi: np.ndarray, n: int, rids: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The (probe, row id) pairs of the runs ``[lo, hi)`` of the ``n`` probes in a sorted
+    index whose entries hold the row ids ``rids``."""
+    count = hi - lo
+    total = int(count.sum())
+    li = np.repeat(np.arange(n, dtype=np.int64), count)
+    starts = np.repeat(lo, count)
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return li, rids[starts + offsets]
 
 
 class KeyIndex:
@@ -609,12 +612,7 @@ class KeyIndex:
             key *= width
             key += x
         key[outside] = -1  # below every key held
-        lo, hi = runs(self.keys, key)
-        count = hi - lo
-        total = int(count.sum())
-        li = np.repeat(np.arange(n, dtype=np.int64), count)
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        return li, self.rids[np.repeat(lo, count) + offsets]
+        return _pairs(*runs(self.keys, key), n, self.rids)
 
 
 def _key_order(key: np.ndarray, span: int) -> np.ndarray:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from reopt.costmodel.builtins import STRING
-from reopt.evaluator.frames import STRINGS, Frame, row_hash, runs_by
+from reopt.evaluator.frames import STRINGS, Frame, Index, row_hash, runs_by
 from reopt.evaluator.python_engine import key_of
 
 PICK_FROM = 256
@@ -68,9 +68,8 @@ class SourceRows:
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
         self._col, self._kinds = col, kinds
-        self._hashed: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
-        """Columns → the hashes of the tuples' values in them, sorted, and the tuples in that
-        order (:meth:`readers`)."""
+        self._hashed: dict[tuple[int, ...], Index] = {}
+        """Columns → the tuples by the hash of their values in them (:meth:`readers`)."""
         order, starts = runs_by(frame, [f"c{j}" for j in key])
         self.order = order
         bounds = np.append(starts, n).tolist()
@@ -179,22 +178,15 @@ class SourceRows:
             return None
         if not keys:
             return []
-        hashed = self._hashed.get(cols)
-        if hashed is None:
-            h = row_hash([self._col[j] for j in cols], len(self.rows))
-            order = np.argsort(h, kind="stable")
-            hashed = self._hashed[cols] = (h[order], order)
-        hashes, order = hashed
-        at_hash = row_hash(values, len(keys))
-        lo = np.searchsorted(hashes, at_hash, "left")
-        count = np.searchsorted(hashes, at_hash, "right") - lo
-        total = int(count.sum())
-        if not total:
+        idx = self._hashed.get(cols)
+        if idx is None:
+            n = len(self.rows)
+            idx = self._hashed[cols] = Index(row_hash([self._col[j] for j in cols], n),
+                                             np.arange(n, dtype=np.int64))
+        which, pos = idx.probe(row_hash(values, len(keys)))  # (the key probed, the tuple)
+        if not len(pos):
             return []
-        pos = order[np.repeat(lo - (np.cumsum(count) - count), count)
-                    + np.arange(total, dtype=np.int64)]
-        which = np.repeat(np.arange(len(keys), dtype=np.int64), count)  # (the key probed)
-        same = np.ones(total, dtype=bool)
+        same = np.ones(len(pos), dtype=bool)
         for j, v in zip(cols, values):  # noqa: B905
             same &= self._col[j][pos] == v[which]
         return self.rows[pos[same]].tolist()
