@@ -93,8 +93,6 @@ class ChangeTrigger:
                 if (key := delta_key(d)) in self.reference and key in evidence
                 and moved(self.reference[key], evidence[key], self.factor, self.sigmas)]
 
-    def confirm(self, evidence: dict[str, Evidence], keys: Iterable[str] | None = None
-                ) -> None:
-        """The optimizer now plans with ``evidence`` (only ``keys`` of it, if given)."""
-        for key in evidence if keys is None else keys:
-            self.reference[key] = evidence[key]
+    def confirm(self, evidence: dict[str, Evidence]) -> None:
+        """The optimizer now plans with ``evidence``."""
+        self.reference.update(evidence)
