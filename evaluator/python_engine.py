@@ -518,7 +518,8 @@ class PythonEngine:
     def __init__(self, compiled: CompiledProgram, ctx: Mapping[int, Any]):
         self.program = compiled
         self.ctx = ctx
-        self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
+        self._agg_inputs = compiled.memoized(  # (read once per program, not per session)
+            ("aggregate inputs",), lambda: aggregate_inputs(compiled.rules, compiled.aggregates))
         self._fns = {name: b.fn for name, b in compiled.builtins.items()}
         self._single = frozenset(n for n, b in compiled.builtins.items() if b.one is not None)
         self._fns.update({n + SINGLE: compiled.builtins[n].one for n in self._single})
