@@ -72,10 +72,11 @@ def test_greedy_cost_is_the_greedy_plans_cost_bit_for_bit(q, model):
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(q=queries(min_n=2, max_n=8))
+@given(q=queries(min_n=2, max_n=10))
 def test_greedy_joins_connected_sub_plans_and_the_smallest_first(q):
     """Brute force over the current sub-plans at every join: the pair GOO joins is connected
-    when any pair is, and no pair of that kind has a smaller estimate."""
+    when any pair is, no pair of that kind has a smaller estimate, and among equal estimates
+    it is the lowest pair of relation sets (the module's tie rule)."""
     query, catalog = q
     space = PlanSpace(query, catalog, cost_model("cout"))
     card = space.estimator.card
@@ -86,6 +87,7 @@ def test_greedy_joins_connected_sub_plans_and_the_smallest_first(q):
         linked = [(x, y) for x, y in pairs if space.crossing(x, y)]
         assert bool(space.crossing(a, b)) == bool(linked)
         assert card(a | b) == min(card(x | y) for x, y in (linked or pairs))
+        assert (a, b) == min((x, y) for x, y in (linked or pairs) if card(x | y) == card(a | b))
         plans = (plans - {a, b}) | {a | b}
     assert plans == {space.all}
 
