@@ -1652,7 +1652,7 @@ class MaintainedEngine(PythonEngine):
         touched = self._touched = {} if self._regroup_after else None
         try:
             while work:
-                p, rs = work.popleft()
+                p, rs = _gathered(work)
                 rel = self.full[p]
                 rs = self._supported([r for r in set(rs) if r not in rel.rows], p)
                 if rs:
@@ -1798,3 +1798,27 @@ class MaintainedEngine(PythonEngine):
             return {keys[i] for i in set(frames.lookup(pred, cols, keys)[0])}
         idx = self.complete[pred].index(cols)
         return {k for k in keys if k in idx}
+
+
+def _gathered(work: deque[tuple[str, Iterable[tuple]]]) -> tuple[str, Iterable[tuple]]:
+    """The first queued batch of a revival with every other batch of the same relation
+    queued behind it, taken out of ``work``: one wave of the relation instead of one per
+    tuple that queued it (a plan tree revived top-down queues its children's ``Goal`` and
+    ``PlanCost`` tuples one by one; on a 12-relation chain 93 batches of about one tuple
+    become about half as many). Revival is a fixpoint — a candidate not supported yet is
+    queued again by the tuple that makes it supported, each live tuple spreads once and
+    each derivation is counted once — so the order of its waves does not change what it
+    revives."""
+    p, rs = work.popleft()
+    if not any(q == p for q, _ in work):
+        return p, rs
+    rows = list(rs)
+    rest = []
+    for q, more in work:
+        if q == p:
+            rows.extend(more)
+        else:
+            rest.append((q, more))
+    work.clear()
+    work.extend(rest)
+    return p, rows
