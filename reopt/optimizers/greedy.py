@@ -39,28 +39,36 @@ def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
     the last one's union is every relation (empty for a one-relation query).
 
     Each round joins the pair of current sub-plans with the least key (cross product or
-    not, estimated cardinality, the lower set, the higher); a pair's key does not change
-    while both its sub-plans stay, so the keys live in a heap and a round computes only the
-    new sub-plan's pairs: O(n²) estimates instead of O(n³) (a seed bound is computed on
-    every evaluation), the same joins in the same order."""
+    not, estimated cardinality, the lower set, the higher). A pair's key does not change
+    while both its sub-plans stay, so the connected pairs' keys live in a heap and a round
+    estimates only the new sub-plan's connected pairs; a cross product is estimated only in
+    a round without any connected pair (a disconnected graph's last joins). O(n²)
+    estimates instead of O(n³) — the seed bound computes this tree on every evaluation —
+    with the same joins in the same order."""
     card, neighbors = space.estimator.card, space.neighbors
 
-    def key(a: int, b: int) -> tuple[bool, float, int, int]:
-        # (connectedness is symmetric: some relation of b is a neighbor of a, or not)
-        return (not neighbors(a) & b, card(a | b), min(a, b), max(a, b))
+    def key(a: int, b: int) -> tuple[float, int, int]:
+        return (card(a | b), min(a, b), max(a, b))
 
     plans = [1 << i for i in range(space.query.n)]
-    heap = [key(a, b) for i, a in enumerate(plans) for b in plans[i + 1:]]
+    # (connectedness is symmetric: some relation of b is a neighbor of a, or not)
+    heap = [key(a, b) for i, a in enumerate(plans) for b in plans[i + 1:] if neighbors(a) & b]
     heapq.heapify(heap)
     alive = set(plans)
     joins: list[tuple[int, int]] = []
     while len(alive) > 1:
-        _, _, a, b = heapq.heappop(heap)
-        if a not in alive or b not in alive:
-            continue  # a pair of a sub-plan joined since
+        while heap and not (heap[0][1] in alive and heap[0][2] in alive):
+            heapq.heappop(heap)  # a pair of a sub-plan joined since
+        if heap:
+            _, a, b = heapq.heappop(heap)
+        else:  # no two sub-plans connected: the least cross product
+            ordered = sorted(alive)
+            _, a, b = min(key(x, y) for i, x in enumerate(ordered) for y in ordered[i + 1:])
         alive -= {a, b}
+        near = neighbors(a | b)
         for p in alive:
-            heapq.heappush(heap, key(a | b, p))
+            if near & p:
+                heapq.heappush(heap, key(a | b, p))
         alive.add(a | b)
         joins.append((a, b))
     return joins
