@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mini import closure
 from randq import SHAPES, make_query, random_deltas
 from ways import WAYS, way
 
@@ -523,15 +524,5 @@ def test_a_stratum_moves_to_frames_after_a_large_iteration_it_goes_on_from(
     monkeypatch.setenv("REOPT_COLUMNAR", "auto")
     got = PythonEngine(program, {}).evaluate({"E": edges})[0]["T"].rows
     assert calls == handed
-    assert got == want == {(x, z) for x, z in _closure(edges)}
+    assert got == want == closure(set(edges))
 
-
-def _closure(edges: list[tuple[int, int]]) -> set[tuple[int, int]]:
-    """The transitive closure by repeated squaring of the reachability relation (plain
-    Python, independent of the engine)."""
-    out = set(edges)
-    while True:
-        more = out | {(x, w) for x, y in out for z, w in out if y == z}
-        if more == out:
-            return out
-        out = more
