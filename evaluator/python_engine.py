@@ -518,7 +518,8 @@ class PythonEngine:
     def __init__(self, compiled: CompiledProgram, ctx: Mapping[int, Any]):
         self.program = compiled
         self.ctx = ctx
-        self._agg_inputs = aggregate_inputs(compiled.rules, compiled.aggregates)
+        self._agg_inputs = compiled.memoized(  # (read once per program, not per session)
+            ("aggregate inputs",), lambda: aggregate_inputs(compiled.rules, compiled.aggregates))
         self._fns = {name: b.fn for name, b in compiled.builtins.items()}
         self._single = frozenset(n for n, b in compiled.builtins.items() if b.one is not None)
         self._fns.update({n + SINGLE: compiled.builtins[n].one for n in self._single})
@@ -592,14 +593,16 @@ class PythonEngine:
         pending: dict[str, list[tuple]] = {p: [] for p in stratum.preds}
         for v in self._live_base(stratum):
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
+        before = 0  # the previous iteration's new tuples
         while True:
             delta = {p: self._release(p, rows) for p, rows in pending.items()}
             self._iterated(delta)
             if not stratum.recursive or not any(delta.values()):
                 return
-            if columnar.takes_over(self, stratum, delta):  # grown large: on frames from here
+            if columnar.takes_over(self, stratum, before):  # grown large: on frames from here
                 columnar.resume(self, stratum, delta, fresh)
                 return
+            before = sum(len(d) for d in delta.values())
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:
                 if delta[v.delta_pred]:  # type: ignore[index]

@@ -29,7 +29,7 @@ from reopt.costmodel.models import cost_model as get_cost_model
 from reopt.costmodel.query import Query
 from reopt.costmodel.rate import check_streams, plan_estimates
 from reopt.costmodel.space import PlanSpace
-from reopt.optimizers.base import Result, without_gc
+from reopt.optimizers.base import Result, building_state
 from reopt.optimizers.bottomup import bottomup
 from reopt.optimizers.exhaustive import exhaustive
 from reopt.optimizers.incremental import BottomUpInc, Incremental, TopDownInc
@@ -312,7 +312,7 @@ class Optimizer:
         step.deltas = texts
         return step
 
-    @without_gc  # as the procedural searches run (README, "Optimizers")
+    @building_state  # paused as the procedural searches run (README, "Optimizers")
     def _incremental_step(self, session: Any, adjustments: Adjustments) -> Step:
         q = self._qid
         res = session.update({q: adjustments})
@@ -440,7 +440,7 @@ def optimize_batch(opts: list[Optimizer]) -> list[Step]:
     return [steps[i] for i in range(len(opts))]
 
 
-@without_gc  # as the procedural searches run (README, "Optimizers")
+@building_state  # paused as the procedural searches run (README, "Optimizers")
 def _declarative_steps(opts: list[Optimizer], spaces: list[PlanSpace], engine: str,
                        checked: float) -> list[Step]:
     """One evaluation of the declarative optimizers ``opts`` (one engine, one program) as a

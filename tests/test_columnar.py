@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mini import closure
 from randq import SHAPES, make_query, random_deltas
 from ways import WAYS, way
 
@@ -485,3 +486,43 @@ def test_releases_skip_the_lookup_only_where_no_tuple_can_repeat(text, want):
     if len(want) or "E(x, y), E(y, z)" in text:  # (the first two: the paths of two edges)
         paths = {(x, y, z) for x, y in E_ROWS for y2, z in E_ROWS if y2 == y}
         assert results[0][0]["P"] == (len(paths), paths)
+
+
+# -- the tuple engine handing a stratum to frames midway (columnar.takes_over) -----------------
+CLOSURE = """
+T(x, y) :- E(x, y).
+T(x, z) :- T(x, y), E(y, z).
+"""
+
+
+@pytest.mark.parametrize("edges, handed", [
+    # a path 0 -> 6: the closure's iterations derive 6, 5, 4, 3, 2, 1 new pairs; the one after
+    # the first that derived MIN_DELTA (3) goes on on frames with its own delta (5 pairs)
+    ([(i, i + 1) for i in range(6)], [5]),
+    # a star out of 0: one iteration of 6 pairs, then none (its largest iteration is its last)
+    ([(0, i) for i in range(1, 7)], []),
+    # two edges: no iteration derives MIN_DELTA
+    ([(0, 1), (1, 2)], []),
+])
+def test_a_stratum_moves_to_frames_after_a_large_iteration_it_goes_on_from(
+        monkeypatch, edges, handed):
+    """``auto`` hands a recursive stratum to frames with the delta of the iteration following
+    one of at least MIN_DELTA new tuples, not with the large one itself: a stratum whose
+    largest iteration is its last stays on tuples. Its relations are those of tuples only."""
+    program = _compiled(CLOSURE)
+    calls: list[int] = []
+    resume = columnar.resume
+
+    def spy(engine, stratum, delta, fresh):
+        calls.append(sum(len(d) for d in delta.values()))
+        resume(engine, stratum, delta, fresh)
+
+    with way("tuples"):
+        want = PythonEngine(program, {}).evaluate({"E": edges})[0]["T"].rows
+    monkeypatch.setattr(columnar, "resume", spy)
+    monkeypatch.setattr(columnar, "MIN_DELTA", 3)
+    monkeypatch.setenv("REOPT_COLUMNAR", "auto")
+    got = PythonEngine(program, {}).evaluate({"E": edges})[0]["T"].rows
+    assert calls == handed
+    assert got == want == closure(set(edges))
+

@@ -212,6 +212,59 @@ def test_an_optimization_leaves_no_reference_cycles(model):
             gc.enable()
 
 
+def _in_generation(obj: object, generation: int) -> bool:
+    import gc
+
+    return any(o is obj for o in gc.get_objects(generation))
+
+
+def test_a_promoting_pause_moves_its_survivors_to_the_oldest_generation():
+    """What a promoting pause leaves alive is in the oldest generation at its end (no young
+    collection will scan it), the collector enabled again; a nested pause promotes nothing
+    (the outer one's end does)."""
+    import gc
+
+    from reopt.optimizers.base import paused_gc
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
+    gc.set_threshold(10**9)  # enabled, but no automatic collection moves the objects here
+    try:
+        with paused_gc(promote=True):
+            with paused_gc(promote=True):
+                inner = [[]]
+            assert _in_generation(inner, 0)
+            state = [[]]
+            assert _in_generation(state, 0)
+        assert gc.isenabled()
+        assert _in_generation(state, 2) and _in_generation(inner, 2)
+        with paused_gc():
+            young = [[]]
+        assert _in_generation(young, 0)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def test_a_promoting_pause_leaves_a_callers_frozen_objects_frozen():
+    """``unfreeze`` would thaw everything frozen: with a caller's ``gc.freeze()`` in force the
+    pause promotes nothing, and what the caller froze stays out of every generation."""
+    import gc
+
+    from reopt.optimizers.base import paused_gc
+
+    frozen = [[]]
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with paused_gc(promote=True):
+            young = [[]]
+        assert gc.get_freeze_count() == count
+        assert not any(_in_generation(frozen, g) for g in range(3))
+        assert _in_generation(young, 0)
+    finally:
+        gc.unfreeze()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(qc=queries(2, 7), model=st.sampled_from(["cout", "io", "dist"]),
        seed=st.integers(0, 2**31))

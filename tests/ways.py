@@ -15,7 +15,7 @@ WAYS = ("tuples", "frames", "handover")
 @contextmanager
 def way(name: str) -> Iterator[None]:
     """Run evaluations on tuples only, on frames for every stratum that deletes nothing, or
-    on tuples until a recursive stratum's first iteration, then on frames."""
+    on tuples until a recursive stratum's second iteration, then on frames."""
     env = {"tuples": "never", "frames": "always", "handover": "auto"}[name]
     saved = (os.environ.get("REOPT_COLUMNAR"), columnar.MIN_DELTA, columnar.MIN_TUPLES,
              columnar.MIN_SELECTED)

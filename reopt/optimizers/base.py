@@ -68,7 +68,7 @@ class Result:
 
 
 @contextmanager
-def paused_gc(collect_young: bool = False) -> Iterator[None]:
+def paused_gc(collect_young: bool = False, promote: bool = False) -> Iterator[None]:
     """Pause CPython's cyclic garbage collector for the duration of a search.
 
     A search allocates hundreds of thousands of small, acyclic objects (alternatives, memo
@@ -77,26 +77,49 @@ def paused_gc(collect_young: bool = False) -> Iterator[None]:
     large query's search time, to free nothing (reference counting frees what dies).
     Re-enabled on exit, also after an exception; nested pauses are harmless. With
     ``collect_young``, one collection of the young generation on exit (what the pause
-    allocated), for work whose state has cycles (a fleet task's sessions)."""
+    allocated), for work whose state has cycles (a fleet task's sessions). With ``promote``,
+    see :func:`_promote_survivors`."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if promote:
+                _promote_survivors()
             gc.enable()
         if collect_young:
             gc.collect(0)
+
+
+def _promote_survivors() -> None:
+    """Move every object the collector tracks to its oldest generation, uncollected.
+
+    For work whose survivors are long-lived state (a declarative session's relations and
+    indexes): after a pause, the first young collection would scan all of them to free
+    nothing (about a millisecond of a 12 ms chain-18 optimization, 5 of a 70 ms clique-14),
+    and they would reach the oldest generation anyway. ``gc.freeze()`` then ``unfreeze()``
+    puts them there directly. Garbage cycles made during the pause then wait for the next full
+    collection, as any old object's do. Skipped when the process has frozen objects: ``unfreeze``
+    would thaw a caller's ``gc.freeze()`` (a forking server's)."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def without_gc(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` under :func:`paused_gc`."""
+def without_gc(fn: Callable[P, R], promote: bool = False) -> Callable[P, R]:
+    """Run ``fn`` under :func:`paused_gc` (``promote``: see there)."""
     @wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        with paused_gc():
+        with paused_gc(promote=promote):
             return fn(*args, **kwargs)
     return run
+
+
+def building_state(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn``, whose survivors are long-lived state, under ``paused_gc(promote=True)``."""
+    return without_gc(fn, promote=True)
