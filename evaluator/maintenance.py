@@ -1001,7 +1001,8 @@ class MaintainedEngine(PythonEngine):
             return kept[1], kept[2]
         keys: set[tuple] = set()
         for source, cols in rels:
-            keys.update(complete[source].index(cols))
+            arrays = None if complete[source].has_index(cols) else self._arrays(source, cols)
+            keys.update(arrays.run if arrays is not None else complete[source].index(cols))
         frozen = frozenset(keys)
         self._keys_kept = (stamp, frozen, keys_by_query(frozen))
         return frozen, self._keys_kept[2]
@@ -1070,9 +1071,8 @@ class MaintainedEngine(PythonEngine):
                 if picker is not None:
                     delta = Batch(picker.pick(id(v), groups))
                 elif (delta := deltas.get((source, cols))) is None:
-                    idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
-                        [r for g in entering for r in idx.get(g, ())])
+                        self._group_rows(source, cols, groups))
                 key = key_of(cols)
                 for row in set(self.run_variant(v, complete, {source: delta})
                                if delta.rows else ()):
@@ -1217,7 +1217,9 @@ class MaintainedEngine(PythonEngine):
         return picker
 
     def _arrays(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
-        """:meth:`_picker`'s arrays, whatever the batch."""
+        """:meth:`_picker`'s arrays, whatever the batch: on the source's frame, its tuples
+        made only as they are picked unless the relation has built them already (then
+        picked from those)."""
         k = (source, cols)
         if k in self._source_rows:
             return self._source_rows[k]
@@ -1226,17 +1228,29 @@ class MaintainedEngine(PythonEngine):
         kept = self.frames.get(source)
         if kept is not None and kept[0] is rel and kept[1] == rel.version and len(
                 rel) >= sourcerows.PICK_FROM:
-            rows = rel.as_built()
-            if rows is not None:
-                plan = self.plan
-                tests = {id(v): self._source_tests[id(v)]
-                         for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
-                             (None, None)] * len(plan.sources), strict=True)
-                         if (s, c) == k for v in (rule, cut) if v is not None}
-                held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
-                picker = SourceRows.of(rows, kept[2], cols, tests, held)
+            plan = self.plan
+            tests = {id(v): self._source_tests[id(v)]
+                     for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
+                         (None, None)] * len(plan.sources), strict=True)
+                     if (s, c) == k for v in (rule, cut) if v is not None}
+            held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
+            picker = SourceRows.of(rel.as_built() if rel.built() else None, kept[2], cols,
+                                   tests, held)
         self._source_rows[k] = picker
         return picker
+
+    def _group_rows(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+                    ) -> list[tuple]:
+        """Every source tuple of ``groups`` (``source``'s tuples whose columns ``cols`` hold
+        one of them): from the relation's index where it has one, else on its arrays
+        (:meth:`_arrays`) — an index by group of a large source relation left on a frame
+        is not built for a few groups — else from the index, built now."""
+        rel = self.complete[source]
+        arrays = None if rel.has_index(cols) else self._arrays(source, cols)
+        if arrays is not None:
+            return arrays.of_groups(groups if isinstance(groups, list) else list(groups))
+        idx = rel.index(cols)
+        return [r for g in groups for r in idx.get(g, ())]
 
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
@@ -1287,9 +1301,8 @@ class MaintainedEngine(PythonEngine):
                   ) -> tuple[Batch, dict[tuple, Collection[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run;
             without the whole groups' when they are picked per variant (:meth:`_picker`)."""
-            idx = complete[source].index(cols)
-            rows = [] if pickers[(source, cols)] is not None else [
-                r for g in whole for r in idx.get(g, ())]
+            rows = [] if pickers[(source, cols)] is not None else self._group_rows(
+                source, cols, whole)
             used: dict[tuple, Collection[tuple]] = {}
             for g in groups:
                 given = partial.get(g)
@@ -1328,10 +1341,10 @@ class MaintainedEngine(PythonEngine):
         worse = self._got_worse(groups, partial, cands, selected)
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
-            if key not in seconds:
-                idx, used = complete[source].index(cols), firsts[key][1]
-                seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
-                                      if r not in used[g]])
+            if key not in seconds:  # (a source tuple is of one group: those run, apart)
+                ran = set().union(*(firsts[key][1][g] for g in worse))
+                seconds[key] = Batch([r for r in self._group_rows(source, cols, worse)
+                                      if r not in ran])
             derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + derived
         out = {}

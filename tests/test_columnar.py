@@ -346,20 +346,25 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
        cols=st.sampled_from([(0,), (1,), (0, 1), (2, 1), (0, 2)]),
        extra=st.lists(st.tuples(st.sampled_from([-9, 1, 2.0, True, "any", "zz"]),
                                 st.sampled_from(["any", "", "new", 3])), max_size=3),
-       colliding=st.booleans())
-def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, colliding):
+       colliding=st.booleans(), from_columns=st.booleans())
+def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, colliding,
+                                                         from_columns):
     """:meth:`~reopt.evaluator.sourcerows.SourceRows.readers` (an update's reach of the
     parents' source tuples on arrays) against a filter in Python: the tuples whose columns
     ``cols`` equal a key, keys taken from the tuples and made up (values absent, of other
-    types: then None, for the join in Python, or the right tuples); with every hash alike
-    too (collisions confirmed away)."""
+    types: then None, for the join in Python, or the right tuples); by packed keys, and by
+    hashes with every hash alike (collisions confirmed away); the tuples picked from the
+    built ones or made from the columns."""
     frame = frame_of(rows, ["c0", "c1", "c2"], (LONG, STRING, LONG))
     built = np.fromiter(rows, object, len(rows))
     hashing = (mock.patch.object(sourcerows, "row_hash",
                                  lambda cs, n: np.zeros(n, np.uint64))
                if colliding else mock.patch.object(sourcerows, "row_hash", frames.row_hash))
-    with hashing:
-        picker = sourcerows.SourceRows.of(built, frame, (0,), {}, ())
+    packing = (mock.patch.object(sourcerows.KeyIndex, "of", lambda cs, n: None)
+               if colliding else mock.patch.object(sourcerows, "KeyIndex", frames.KeyIndex))
+    with hashing, packing:
+        picker = sourcerows.SourceRows.of(None if from_columns else built, frame, (0,), {},
+                                          ())
         assert picker is not None
         keys = {tuple(r[c] for c in cols) for r in rows[::2]}
         keys |= {tuple(e[i % 2] for i in range(len(cols))) for e in extra}
