@@ -700,16 +700,19 @@ class MaintainedEngine(PythonEngine):
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
-    def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
+    def evaluate(self, inputs: Mapping[str, Iterable[tuple]],
+                 kept: Mapping[str, tuple[Relation, Any]] | None = None
                  ) -> tuple[dict[str, Relation], RunStats]:
+        """From scratch; ``kept``: relations of strata that no statistics move, as a former
+        evaluation left them (with their frames), taken as they are instead of evaluated
+        again (:meth:`_unmoved`)."""
         t0 = time.perf_counter()
         self.program = self.complete_program
         self._frames = None
         self._probes = {}
         self._source_rows = {}
         self.start(inputs)
-        for stratum in self.program.strata[:self.plan.stratum + 1]:
-            self.run_stratum(stratum)
+        self._run_complete(kept or {})
         self._caps = self._bound_caps()
         if self.program.features.bound and not self._caps:
             # a seed below some query's optimum: the bounded layer lacks a root's plans;
@@ -718,8 +721,7 @@ class MaintainedEngine(PythonEngine):
             first = self.stats
             self.program = self._unbounded
             self.start(inputs)
-            for stratum in self.program.strata[:self.plan.stratum + 1]:
-                self.run_stratum(stratum)
+            self._run_complete(kept or {})
             for mine, theirs in ((self.stats.produced, first.produced),
                                  (self.stats.derived, first.derived)):
                 for pred, n in theirs.items():  # the work of both runs
@@ -731,6 +733,45 @@ class MaintainedEngine(PythonEngine):
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
+
+    def _run_complete(self, kept: Mapping[str, tuple[Relation, Any]]) -> None:
+        """Evaluate the strata up to the maintained one, those whose relations are all
+        ``kept`` taken from there (the relation, and its frame entry or None)."""
+        for stratum in self.program.strata[:self.plan.stratum + 1]:
+            if not stratum.preds or not all(p in kept for p in stratum.preds):
+                self.run_stratum(stratum)
+                continue
+            for p in stratum.preds:
+                rel, frame = kept[p]
+                self.full[p] = rel
+                if frame is not None:
+                    self.frames[p] = frame
+
+    def _unmoved(self) -> dict[str, tuple[Relation, Any]]:
+        """The complete layer's relations that no change of statistics moves, with their
+        frame entries where still valid: those of the strata before the maintained one that
+        are no seed of ``.bound`` (evaluated again on every update), pruned by no bound,
+        and read only inputs, facts and such relations — no statistics built-in runs there
+        (:func:`maintenance_plan` checks), so a fresh evaluation derives them again, tuple
+        for tuple (the enumeration: most of a from-scratch evaluation of the layer). An
+        update never changes them either (the complete layer deletes from none)."""
+        plan = self.plan
+        prog = self.complete_program
+        bounded = set(prog.features.bound) | set(self._unbounded.features.bound)
+        fixed = set(prog.inputs) | set(prog.facts)
+        out: dict[str, tuple[Relation, Any]] = {}
+        for i, stratum in enumerate(prog.strata[:plan.stratum]):
+            own = set(stratum.preds)
+            reads = {a.pred for r in prog.rules if r.head.pred in own for a in r.body
+                     if isinstance(a, Atom) and not a.is_builtin}
+            if i in plan.reseed or own & bounded or not reads <= fixed | own:
+                continue
+            fixed |= own
+            for p in own:
+                rel, frame = self.complete[p], self.frames.get(p)
+                valid = frame is not None and frame[0] is rel and frame[1] == rel.version
+                out[p] = (rel, frame if valid else None)
+        return out
 
     def _live(self) -> None:
         """Derive the live layer from the complete one: suppression and reference counting
@@ -888,9 +929,11 @@ class MaintainedEngine(PythonEngine):
     def _rebuild(self, up: UpdateStats, t0: float) -> tuple[dict[str, Relation], UpdateStats]:
         """Finish an update that reached most of the space by evaluating afresh under the new
         statistics: both layers, the reference counts and the later strata's state become a
-        fresh evaluation's (what the half-done re-derivation left is dropped)."""
+        fresh evaluation's (what the half-done re-derivation left is dropped). The relations
+        no statistics move are kept as they are (:meth:`_unmoved`): not evaluated again, and
+        what changed is told without comparing them (:meth:`changed_since`)."""
         inputs = {p: list(self.complete[p].rows) for p in self.live_program.inputs}
-        rels, stats = self.evaluate(inputs)
+        rels, stats = self.evaluate(inputs, self._unmoved())
         self.later.forget()
         self.rebuilds += 1
         up.rebuilt = True
@@ -1584,7 +1627,6 @@ class MaintainedEngine(PythonEngine):
         target = plan.target
         source = prog.features.suppress.get(target)
         width = len(prog.schemas[source]) if source else 0
-        kept = self.complete[target].index(tuple(range(width))) if source else {}
         order = sorted(changes, key=lambda g: self._rank(self.ctx, *g)[0][0], reverse=True)
         live = self.full
         for g in order:
@@ -1595,7 +1637,7 @@ class MaintainedEngine(PythonEngine):
                 srcs = live[source].rows
                 dead = {r[:width] for r in removed} - {a[:width] for a in added}
                 dead_live = [s for s in dead if s in srcs
-                             and not self._within(target, kept.get(s, ()))]
+                             and not self._within(target, self._derived_from(s))]
                 if dead_live:
                     self._delete(source, dead_live)
                 back = {a[:width] for a in added} - srcs
@@ -1608,6 +1650,21 @@ class MaintainedEngine(PythonEngine):
         self.full.update(post)
         moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
         return self.later.update(self, moved, old, self.stale_of)
+
+    def _derived_from(self, source: tuple) -> list[tuple]:
+        """The complete layer's selected tuples embedding the source tuple ``source`` in
+        their leading columns (what keeps it live under suppression): read off its group's
+        selected tuples, which the index by group kept up to date holds, when the group key
+        is among those columns — no index of the whole relation on the source's columns
+        built for a session's first update (an update's revival asks for few; one from
+        scratch looks many up on frames: :meth:`_complete_rows`) — else through that
+        index."""
+        plan, width = self.plan, len(source)
+        rel = self.complete[plan.target]
+        if plan.key <= width:
+            return [t for t in rel.index(tuple(range(plan.key))).get(source[:plan.key], ())
+                    if t[:width] == source]
+        return list(rel.index(tuple(range(width))).get(source, ()))
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
@@ -1675,8 +1732,10 @@ class MaintainedEngine(PythonEngine):
             rows = [r for r in rows if r in keeps]
         elif pruned is not None and rows and pruned in self._caps:
             cols = self._suppressed_key[pred]
-            have = {t[:len(cols)] for t in self._within(
-                pruned, self._complete_rows(pruned, cols, rows))}
+            kept = ([t for r in rows for t in self._derived_from(r)]
+                    if pruned == self.plan.target and self._frames is None
+                    else self._complete_rows(pruned, cols, rows))
+            have = {t[:len(cols)] for t in self._within(pruned, kept)}
             rows = [r for r in rows if r in have]
         elif pruned is not None and rows:
             have = self._complete_keys(pruned, self._suppressed_key[pred], rows)
