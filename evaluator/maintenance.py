@@ -710,9 +710,12 @@ class MaintainedEngine(PythonEngine):
         self.program = self.complete_program
         self._frames = None
         self._probes = {}
+        kept = kept or {}
+        arrays = {k: a for k, a in self._source_rows.items()
+                  if a is not None and k[0] in kept}  # (on a kept source's frame: valid)
         self._source_rows = {}
         self.start(inputs)
-        self._run_complete(kept or {})
+        self._run_complete(kept)
         self._caps = self._bound_caps()
         if self.program.features.bound and not self._caps:
             # a seed below some query's optimum: the bounded layer lacks a root's plans;
@@ -721,12 +724,17 @@ class MaintainedEngine(PythonEngine):
             first = self.stats
             self.program = self._unbounded
             self.start(inputs)
-            self._run_complete(kept or {})
+            self._run_complete(kept)
             for mine, theirs in ((self.stats.produced, first.produced),
                                  (self.stats.derived, first.derived)):
                 for pred, n in theirs.items():  # the work of both runs
                     mine[pred] = mine.get(pred, 0) + n
         self.complete = self.full
+        if arrays:
+            held = self.complete[self.plan.target].index(tuple(range(self.plan.key))).keys()
+            for a in arrays.values():
+                a.hold(held)
+            self._source_rows = arrays
         self._on_frames()
         self._live()
         self.live = self.full

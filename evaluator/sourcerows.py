@@ -95,8 +95,7 @@ class SourceRows:
         """Group → the hash of its key (the groups a held test can find: the source's)."""
         self.held_count: dict[int, int] = {}
         self._held: np.ndarray | None = None
-        for g in held:
-            self.set_held(g, True)
+        self.hold(held)
         hashes: dict[tuple[int, ...], np.ndarray] = {key: key_hash}
         self.masks: dict[int, np.ndarray | None] = {}
         self.held_by: dict[int, list[np.ndarray]] = {}
@@ -115,6 +114,13 @@ class SourceRows:
                 if m is not None:
                     mask = m if mask is None else mask & m
             self.masks[v] = mask
+
+    def hold(self, held: Iterable[tuple]) -> None:
+        """The groups the maintained relation holds are now ``held`` (all of them: after it
+        was evaluated afresh, these arrays of a source relation kept)."""
+        self.held_count, self._held = {}, None
+        for g in held:
+            self.set_held(g, True)
 
     def set_held(self, g: tuple, held: bool) -> None:
         """Group ``g`` of the maintained relation is now held (or no longer)."""

@@ -10,6 +10,7 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import math
 import operator
 import pickle
 import random
@@ -312,12 +313,15 @@ def test_hash_collisions_are_told_apart(monkeypatch):
 @given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
        model=st.sampled_from(["io", "cout"]),
        mode=st.sampled_from([m for m in PRUNING_MODES if m != "none"]),
-       how=st.sampled_from(["frames", "handover"]))
-def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how):
+       how=st.sampled_from(["frames", "handover"]), rebuilding=st.booleans())
+def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how,
+                                                             rebuilding):
     """Sessions whose evaluation ran on frames (``frames``) or on tuples (``handover``: its
     costing stratum), both maintained on frames — the source tuples re-derived picked on
     arrays (:mod:`~reopt.evaluator.sourcerows`) whatever their number — against
-    from-scratch optimizations."""
+    from-scratch optimizations. ``rebuilding``: every other update evaluates afresh from
+    the start or midway (keeping the source relation, its frame and its arrays), and the
+    next one follows from the rebuilt state."""
     q, cat = make_query(shape, n, seed)
     rng = random.Random(seed)
     ops = cost_model(model).operators
@@ -325,7 +329,9 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
         o = Optimizer(q, cat, cost_model=model, optimizer="declarative", engine="python",
                       pruning=mode)
         o.optimize()
-        for delta in random_deltas(q, rng, 4, ops, observe=True):
+        for i, delta in enumerate(random_deltas(q, rng, 4, ops, observe=True)):
+            if rebuilding:
+                o._session.engine.rebuild_share = (0.0, math.inf, 0.2, math.inf)[i % 4]
             try:
                 step = o.update([delta])
             except ReoptError:
@@ -338,6 +344,11 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
             assert step.cost == again.cost
             assert {p: o._evaluation.rows(p) for p in o._evaluation.relations} == \
                 {p: fresh._evaluation.rows(p) for p in fresh._evaluation.relations}
+            eng = o._session.engine  # the arrays tell the held groups as the layer holds them
+            held = eng.complete[eng.plan.target].index(tuple(range(eng.plan.key)))
+            for arrays in filter(None, eng._source_rows.values()):
+                assert arrays.held_count == Counter(arrays.hash_of[g] for g in held
+                                                    if g in arrays.hash_of)
 
 
 @settings(max_examples=200, deadline=None)
