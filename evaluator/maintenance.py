@@ -98,28 +98,16 @@ FRAME_PROBES = 64
 """Lookups of one complete-layer relation made on its frames before a hash index of its
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
 
-REBUILD_SHARE = 0.3
+REBUILD_SHARE = 0.7
 """An update whose re-derivation has queued more than this share of the groups that can
 derive (every group the source relations name) stops and evaluates afresh instead: its
 re-derivation, with the reach to the parents, would cost more than a fresh evaluation. A
-rebuild keeps the enumeration and what no statistics move (:meth:`MaintainedEngine._unmoved`),
-so it costs less than from scratch (large-clique-14: about 0.5x) plus the work thrown away.
-Measured on the adaptive loop's rounds (BENCHMARKS.md, "the first update on arrays, a
-cheaper rebuild"): 0.3 costs less over the loop than 0.7 and 0.5 on the four large
-queries; 0.15 rebuilt rounds that an update did in less."""
-
-
-REBUILD_FROM = 1024
-"""Groups that can derive from which an update may evaluate afresh (:data:`REBUILD_SHARE`,
-:data:`STALE_SHARE`): below, an update costs a few milliseconds either way, and the
-incremental path is kept (the property tests' queries are below it)."""
-
-STALE_SHARE = 0.8
-"""An update whose stale test names more than this share of the groups that can derive
-(stale, or entering under a bound that rose) evaluates afresh at once, before re-deriving
-anything: most of them are absent from the bounded layer, so the first queue is small, but
-the reach from the few present soon spreads over the space, and by the time the queue tells
-(:data:`REBUILD_SHARE`) most of the work is thrown away."""
+rebuilt round costs about 1.5x from scratch (the fresh evaluation, the stale test before it,
+telling what changed) plus the work thrown away, and the next update from a fresh state
+costs more than from an updated one, so only the updates reaching most of the space gain:
+measured on the adaptive loop's rounds (BENCHMARKS.md, "an update never costs more than from
+scratch"), 0.3 and 0.5 slowed more rounds than they sped up, 0.7 rebuilt only the rounds
+costing 2.5-4x from scratch."""
 
 
 class _Rebuild(Exception):
@@ -595,13 +583,8 @@ class MaintainedEngine(PythonEngine):
         self.rebuild_share = REBUILD_SHARE
         """:data:`REBUILD_SHARE` for this engine (0: every update that re-derives a group
         evaluates afresh; infinite: none does)."""
-        self.stale_share = STALE_SHARE
-        """:data:`STALE_SHARE` for this engine (infinite: the stale test never rebuilds)."""
-        self.rebuild_from = REBUILD_FROM
-        """:data:`REBUILD_FROM` for this engine."""
-        self._rebuild_limit = self._stale_limit = math.inf
-        """During an update: how many groups its re-derivation may queue, and how many its
-        stale test may name (:class:`_Rebuild`)."""
+        self._rebuild_limit = math.inf
+        """During an update: how many groups its re-derivation may queue (:class:`_Rebuild`)."""
         self.rebuilds = 0
         """Updates that evaluated afresh (:data:`REBUILD_SHARE`)."""
         st = compiled.strata[self.plan.stratum]
@@ -934,10 +917,7 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps
         self._reseed()
         self.full = self.complete
-        groups = len(self._source_keys()[0])
-        if groups >= self.rebuild_from:
-            self._rebuild_limit = self.rebuild_share * groups
-            self._stale_limit = self.stale_share * groups
+        self._rebuild_limit = self.rebuild_share * len(self._source_keys()[0])
         try:
             if self.bounded:
                 changes = self._bounded_changes(old, caps, up)
@@ -946,7 +926,7 @@ class MaintainedEngine(PythonEngine):
         except _Rebuild:
             return self._rebuild(up, t0)
         finally:
-            self._rebuild_limit = self._stale_limit = math.inf
+            self._rebuild_limit = math.inf
         self.full = self.live
         self.program = self.live_program
         up.from_empty = self._live_update(changes, old)
@@ -1124,8 +1104,6 @@ class MaintainedEngine(PythonEngine):
         is not queued. An unbounded layer (``bounded=False``, the Spark twin's shape)
         re-derives every group it queues whole, as the Spark twin does (their update metrics
         are compared)."""
-        if len(stale) + len(entering) > self._stale_limit:  # (disjoint: :meth:`_stale`)
-            raise _Rebuild
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
         partial: dict[tuple, dict[str, set[tuple]]] | None = (

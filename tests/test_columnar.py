@@ -332,8 +332,6 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
         for i, delta in enumerate(random_deltas(q, rng, 4, ops, observe=True)):
             if rebuilding:
                 o._session.engine.rebuild_share = (0.0, math.inf, 0.2, math.inf)[i % 4]
-                o._session.engine.stale_share = (0.8, math.inf, 0.5, math.inf)[i % 4]
-                o._session.engine.rebuild_from = 0
             try:
                 step = o.update([delta])
             except ReoptError:

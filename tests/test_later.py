@@ -89,7 +89,7 @@ def test_later_strata_follow_updates_exactly(whole, shape, n, seed, model, mode,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(later, "WHOLE", whole)
         mp.setattr(later, "SMALL", 0)
-        mp.setattr(maintenance, "REBUILD_FROM", math.inf)  # (every update follows them)
+        mp.setattr(maintenance, "REBUILD_SHARE", math.inf)  # (every update follows them)
         session, updates = follow(program, q, cat, model, deltas, resave)
     lat = session.engine.later
     how = {p: s.how for s in lat.shapes for p in program.strata[s.stratum].preds}

@@ -228,7 +228,7 @@ def test_incremental_session_same_as_python(spark, tmp_path, mode, shape, n, see
     # the Spark twin keeps its complete layer unbounded: the same work as a python engine's
     # unbounded one (the python sessions' is bounded by the seed; tests/test_bounds.py)
     sessions["python"].engine = MaintainedEngine(program, sessions["python"].ctx, bounded=False)
-    sessions["python"].engine.rebuild_from = math.inf  # (the twin never rebuilds)
+    sessions["python"].engine.rebuild_share = math.inf  # (the twin never rebuilds)
     first = {e: s.optimize() for e, s in sessions.items()}
     for pred in program.schemas:
         assert first["spark"].relations[pred].rows == first["python"].relations[pred].rows, pred
