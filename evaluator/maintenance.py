@@ -102,12 +102,12 @@ REBUILD_SHARE = 0.7
 """An update whose re-derivation has queued more than this share of the groups that can
 derive (every group the source relations name) stops and evaluates afresh instead: its
 re-derivation, with the reach to the parents, would cost more than a fresh evaluation. A
-rebuilt round costs about 1.5x from scratch (the fresh evaluation, the stale test before it,
-telling what changed) plus the work thrown away, and the next update from a fresh state
-costs more than from an updated one, so only the updates reaching most of the space gain:
-measured on the adaptive loop's rounds (BENCHMARKS.md, "an update never costs more than from
-scratch"), 0.3 and 0.5 slowed more rounds than they sped up, 0.7 rebuilt only the rounds
-costing 2.5-4x from scratch."""
+rebuild keeps the enumeration and what no statistics move (:meth:`MaintainedEngine._unmoved`):
+about half a from-scratch optimization on large-clique-14, plus the work thrown away. Lower
+shares, and shares of the groups named stale or changed, were measured with that cheaper
+rebuild and rejected (BENCHMARKS.md, "the first update on arrays, a cheaper rebuild"): each
+rebuilt one-delta updates that cost less incrementally (large-clique-14's at 0.3: 125-147
+ms rebuilt against 41-80 ms updated), as h40 found 0.3 and 0.5 did."""
 
 
 class _Rebuild(Exception):
