@@ -1286,7 +1286,7 @@ class MaintainedEngine(PythonEngine):
                      if (s, c) == k for v in (rule, cut) if v is not None}
             held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
             picker = SourceRows.of(rel.as_built() if rel.built() else None, kept[2], cols,
-                                   tests, held)
+                                   tests, held, rel.as_built)
         self._source_rows[k] = picker
         return picker
 
@@ -1645,7 +1645,7 @@ class MaintainedEngine(PythonEngine):
                 srcs = live[source].rows
                 dead = {r[:width] for r in removed} - {a[:width] for a in added}
                 dead_live = [s for s in dead if s in srcs
-                             and not self._within(target, self._derived_from(s))]
+                             and not self._within(target, self._derived_from([s]))]
                 if dead_live:
                     self._delete(source, dead_live)
                 back = {a[:width] for a in added} - srcs
@@ -1659,20 +1659,23 @@ class MaintainedEngine(PythonEngine):
         moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
         return self.later.update(self, moved, old, self.stale_of)
 
-    def _derived_from(self, source: tuple) -> list[tuple]:
-        """The complete layer's selected tuples embedding the source tuple ``source`` in
-        their leading columns (what keeps it live under suppression): read off its group's
-        selected tuples, which the index by group kept up to date holds, when the group key
-        is among those columns — no index of the whole relation on the source's columns
-        built for a session's first update (an update's revival asks for few; one from
-        scratch looks many up on frames: :meth:`_complete_rows`) — else through that
-        index."""
-        plan, width = self.plan, len(source)
+    def _derived_from(self, sources: list[tuple]) -> list[tuple]:
+        """The complete layer's selected tuples embedding one of the source tuples
+        ``sources`` (all of one width) in their leading columns (what keeps them live under
+        suppression): read off their groups' selected tuples, which the index by group kept
+        up to date holds, when the group key is among those columns — no index of the whole
+        relation on the source's columns built for a session's first update (an update's
+        revival asks for few; one from scratch looks many up on frames:
+        :meth:`_complete_rows`) — else through that index."""
+        if not sources:
+            return []
+        plan, width = self.plan, len(sources[0])
         rel = self.complete[plan.target]
-        if plan.key <= width:
-            return [t for t in rel.index(tuple(range(plan.key))).get(source[:plan.key], ())
-                    if t[:width] == source]
-        return list(rel.index(tuple(range(width))).get(source, ()))
+        if plan.key > width:
+            idx = rel.index(tuple(range(width)))
+            return [t for s in sources for t in idx.get(s, ())]
+        n, idx = plan.key, rel.index(tuple(range(plan.key)))
+        return [t for s in sources for t in idx.get(s[:n], ()) if t[:width] == s]
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
@@ -1740,7 +1743,7 @@ class MaintainedEngine(PythonEngine):
             rows = [r for r in rows if r in keeps]
         elif pruned is not None and rows and pruned in self._caps:
             cols = self._suppressed_key[pred]
-            kept = ([t for r in rows for t in self._derived_from(r)]
+            kept = (self._derived_from(rows)
                     if pruned == self.plan.target and self._frames is None
                     else self._complete_rows(pruned, cols, rows))
             have = {t[:len(cols)] for t in self._within(pruned, kept)}

@@ -21,7 +21,7 @@ tuples is always exact.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -35,6 +35,13 @@ PICK_FROM = 256
 the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
 
 
+BUILD_AFTER = 0.25
+"""The share of a source relation's tuples made from its columns after which they are all
+built at once instead (:class:`SourceRows`): a tuple made from ten columns costs a few
+times one taken from the built array, and an update reading much of the relation (an
+adaptive round) would pay that on every pick after it."""
+
+
 class SourceRows:
     """The source relation's tuples on ``frame``'s columns, their groups' runs, per held test
     the hash of the group each tuple joins with, and per variant its comparisons as a mask
@@ -46,19 +53,22 @@ class SourceRows:
     @staticmethod
     def of(rows: np.ndarray | None, frame: Frame, key: tuple[int, ...],
            tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
-           held: Iterable[tuple]) -> SourceRows | None:
+           held: Iterable[tuple], build: Callable[[], np.ndarray | None] | None = None
+           ) -> SourceRows | None:
         """The arrays for these tuples, or None where runs could disagree with Python's
         equality of keys (then the loops take every tuple)."""
         try:
-            return SourceRows(rows, frame, key, tests, held)
+            return SourceRows(rows, frame, key, tests, held, build)
         except _Unequal:
             return None
 
     def __init__(self, rows: np.ndarray | None, frame: Frame, key: tuple[int, ...],
                  tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
-                 held: Iterable[tuple]):
+                 held: Iterable[tuple], build: Callable[[], np.ndarray | None] | None = None):
         """``rows``: the tuples as an object array in ``frame``'s row order where they are
-        built already (picked from it then), else None (made from the columns); ``key``:
+        built already (picked from it then), else None (made from the columns, until as many
+        were made as :data:`BUILD_AFTER` of them: then ``build`` gives the array, if it
+        can: a session that reads much of the relation pays the build once); ``key``:
         the source's columns holding the group key; ``tests``: per variant (by id) its
         :func:`~.maintenance.source_tests`; ``held``: the groups the maintained relation
         holds now (kept up to date by :meth:`set_held`).
@@ -67,7 +77,7 @@ class SourceRows:
         (:func:`~.frames.row_hash`), counted per hash among the held groups: keys that
         collide only make a tuple look held, which keeps it — never drops one that
         derives."""
-        self._rows = rows
+        self._rows, self._build, self._made = rows, build, 0
         n = self.height = frame.height
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
@@ -169,8 +179,12 @@ class SourceRows:
         values, equal to those a frame's tuples are built as (:meth:`Frame.rows`: strings
         decoded, numbers through ``tolist``)."""
         if cols is None:
+            if self._rows is None and self._build is not None and (
+                    self._made > BUILD_AFTER * self.height):
+                self._rows, self._build = self._build(), None
             if self._rows is not None:
                 return self._rows[pos].tolist()
+            self._made += len(pos)
             cols = range(len(self._col))
         if not len(pos):
             return []
