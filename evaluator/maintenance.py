@@ -102,12 +102,12 @@ REBUILD_SHARE = 0.7
 """An update whose re-derivation has queued more than this share of the groups that can
 derive (every group the source relations name) stops and evaluates afresh instead: its
 re-derivation, with the reach to the parents, would cost more than a fresh evaluation. A
-rebuilt round costs about 1.5x from scratch (the fresh evaluation, the stale test before it,
-telling what changed) plus the work thrown away, and the next update from a fresh state
-costs more than from an updated one, so only the updates reaching most of the space gain:
-measured on the adaptive loop's rounds (BENCHMARKS.md, "an update never costs more than from
-scratch"), 0.3 and 0.5 slowed more rounds than they sped up, 0.7 rebuilt only the rounds
-costing 2.5-4x from scratch."""
+rebuild keeps the enumeration and what no statistics move (:meth:`MaintainedEngine._unmoved`):
+about half a from-scratch optimization on large-clique-14, plus the work thrown away. Lower
+shares, and shares of the groups named stale or changed, were measured with that cheaper
+rebuild and rejected (BENCHMARKS.md, "the first update on arrays, a cheaper rebuild"): each
+rebuilt one-delta updates that cost less incrementally (large-clique-14's at 0.3: 125-147
+ms rebuilt against 41-80 ms updated), as h40 found 0.3 and 0.5 did."""
 
 
 class _Rebuild(Exception):
@@ -742,16 +742,22 @@ class MaintainedEngine(PythonEngine):
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
-    def evaluate(self, inputs: Mapping[str, Iterable[tuple]]
+    def evaluate(self, inputs: Mapping[str, Iterable[tuple]],
+                 kept: Mapping[str, tuple[Relation, Any]] | None = None
                  ) -> tuple[dict[str, Relation], RunStats]:
+        """From scratch; ``kept``: relations of strata that no statistics move, as a former
+        evaluation left them (with their frames), taken as they are instead of evaluated
+        again (:meth:`_unmoved`)."""
         t0 = time.perf_counter()
         self.program = self.complete_program
         self._frames = None
         self._probes = {}
+        kept = kept or {}
+        arrays = {k: a for k, a in self._source_rows.items()
+                  if a is not None and k[0] in kept}  # (on a kept source's frame: valid)
         self._source_rows = {}
         self.start(inputs)
-        for stratum in self.program.strata[:self.plan.stratum + 1]:
-            self.run_stratum(stratum)
+        self._run_complete(kept)
         self._caps = self._bound_caps()
         if self.program.features.bound and not self._caps:
             # a seed below some query's optimum: the bounded layer lacks a root's plans;
@@ -760,19 +766,62 @@ class MaintainedEngine(PythonEngine):
             first = self.stats
             self.program = self._unbounded
             self.start(inputs)
-            for stratum in self.program.strata[:self.plan.stratum + 1]:
-                self.run_stratum(stratum)
+            self._run_complete(kept)
             for mine, theirs in ((self.stats.produced, first.produced),
                                  (self.stats.derived, first.derived)):
                 for pred, n in theirs.items():  # the work of both runs
                     mine[pred] = mine.get(pred, 0) + n
         self.complete = self.full
+        if arrays:
+            held = self.complete[self.plan.target].index(tuple(range(self.plan.key))).keys()
+            for a in arrays.values():
+                a.hold(held)
+            self._source_rows = arrays
         self._on_frames()
         self._live()
         self.live = self.full
         self.stats.held = {p: len(r) for p, r in self.full.items()}
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
+
+    def _run_complete(self, kept: Mapping[str, tuple[Relation, Any]]) -> None:
+        """Evaluate the strata up to the maintained one, those whose relations are all
+        ``kept`` taken from there (the relation, and its frame entry or None)."""
+        for stratum in self.program.strata[:self.plan.stratum + 1]:
+            if not stratum.preds or not all(p in kept for p in stratum.preds):
+                self.run_stratum(stratum)
+                continue
+            for p in stratum.preds:
+                rel, frame = kept[p]
+                self.full[p] = rel
+                if frame is not None:
+                    self.frames[p] = frame
+
+    def _unmoved(self) -> dict[str, tuple[Relation, Any]]:
+        """The complete layer's relations that no change of statistics moves, with their
+        frame entries where still valid: those of the strata before the maintained one that
+        are no seed of ``.bound`` (evaluated again on every update), pruned by no bound,
+        and read only inputs, facts and such relations — no statistics built-in runs there
+        (:func:`maintenance_plan` checks), so a fresh evaluation derives them again, tuple
+        for tuple (the enumeration: most of a from-scratch evaluation of the layer). An
+        update never changes them either (the complete layer deletes from none)."""
+        plan = self.plan
+        prog = self.complete_program
+        bounded = set(prog.features.bound) | set(self._unbounded.features.bound)
+        fixed = set(prog.inputs) | set(prog.facts)
+        out: dict[str, tuple[Relation, Any]] = {}
+        for i, stratum in enumerate(prog.strata[:plan.stratum]):
+            own = set(stratum.preds)
+            reads = {a.pred for r in prog.rules if r.head.pred in own for a in r.body
+                     if isinstance(a, Atom) and not a.is_builtin}
+            if i in plan.reseed or own & bounded or not reads <= fixed | own:
+                continue
+            fixed |= own
+            for p in own:
+                rel, frame = self.complete[p], self.frames.get(p)
+                valid = frame is not None and frame[0] is rel and frame[1] == rel.version
+                out[p] = (rel, frame if valid else None)
+        return out
 
     def _live(self) -> None:
         """Derive the live layer from the complete one: suppression and reference counting
@@ -930,9 +979,11 @@ class MaintainedEngine(PythonEngine):
     def _rebuild(self, up: UpdateStats, t0: float) -> tuple[dict[str, Relation], UpdateStats]:
         """Finish an update that reached most of the space by evaluating afresh under the new
         statistics: both layers, the reference counts and the later strata's state become a
-        fresh evaluation's (what the half-done re-derivation left is dropped)."""
+        fresh evaluation's (what the half-done re-derivation left is dropped). The relations
+        no statistics move are kept as they are (:meth:`_unmoved`): not evaluated again, and
+        what changed is told without comparing them (:meth:`changed_since`)."""
         inputs = {p: list(self.complete[p].rows) for p in self.live_program.inputs}
-        rels, stats = self.evaluate(inputs)
+        rels, stats = self.evaluate(inputs, self._unmoved())
         self.later.forget()
         self.rebuilds += 1
         up.rebuilt = True
@@ -1043,7 +1094,8 @@ class MaintainedEngine(PythonEngine):
             return kept[1], kept[2]
         keys: set[tuple] = set()
         for source, cols in rels:
-            keys.update(complete[source].index(cols))
+            arrays = None if complete[source].has_index(cols) else self._arrays(source, cols)
+            keys.update(arrays.run if arrays is not None else complete[source].index(cols))
         frozen = frozenset(keys)
         self._keys_kept = (stamp, frozen, keys_by_query(frozen))
         return frozen, self._keys_kept[2]
@@ -1112,9 +1164,8 @@ class MaintainedEngine(PythonEngine):
                 if picker is not None:
                     delta = Batch(picker.pick(id(v), groups))
                 elif (delta := deltas.get((source, cols))) is None:
-                    idx = complete[source].index(cols)
                     delta = deltas[(source, cols)] = Batch(
-                        [r for g in entering for r in idx.get(g, ())])
+                        self._group_rows(source, cols, groups))
                 key = key_of(cols)
                 for row in set(self.run_variant(v, complete, {source: delta})
                                if delta.rows else ()):
@@ -1259,7 +1310,9 @@ class MaintainedEngine(PythonEngine):
         return picker
 
     def _arrays(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
-        """:meth:`_picker`'s arrays, whatever the batch."""
+        """:meth:`_picker`'s arrays, whatever the batch: on the source's frame, its tuples
+        made only as they are picked unless the relation has built them already (then
+        picked from those)."""
         k = (source, cols)
         if k in self._source_rows:
             return self._source_rows[k]
@@ -1268,17 +1321,29 @@ class MaintainedEngine(PythonEngine):
         kept = self.frames.get(source)
         if kept is not None and kept[0] is rel and kept[1] == rel.version and len(
                 rel) >= sourcerows.PICK_FROM:
-            rows = rel.as_built()
-            if rows is not None:
-                plan = self.plan
-                tests = {id(v): self._source_tests[id(v)]
-                         for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
-                             (None, None)] * len(plan.sources), strict=True)
-                         if (s, c) == k for v in (rule, cut) if v is not None}
-                held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
-                picker = SourceRows.of(rows, kept[2], cols, tests, held)
+            plan = self.plan
+            tests = {id(v): self._source_tests[id(v)]
+                     for (s, c, rule), (_, cut) in zip(plan.sources, plan.enter or [
+                         (None, None)] * len(plan.sources), strict=True)
+                     if (s, c) == k for v in (rule, cut) if v is not None}
+            held = self.complete[plan.target].index(tuple(range(plan.key))).keys()
+            picker = SourceRows.of(rel.as_built() if rel.built() else None, kept[2], cols,
+                                   tests, held, rel.as_built)
         self._source_rows[k] = picker
         return picker
+
+    def _group_rows(self, source: str, cols: tuple[int, ...], groups: Collection[tuple]
+                    ) -> list[tuple]:
+        """Every source tuple of ``groups`` (``source``'s tuples whose columns ``cols`` hold
+        one of them): from the relation's index where it has one, else on its arrays
+        (:meth:`_arrays`) — an index by group of a large source relation left on a frame
+        is not built for a few groups — else from the index, built now."""
+        rel = self.complete[source]
+        arrays = None if rel.has_index(cols) else self._arrays(source, cols)
+        if arrays is not None:
+            return arrays.of_groups(groups if isinstance(groups, list) else list(groups))
+        idx = rel.index(cols)
+        return [r for g in groups for r in idx.get(g, ())]
 
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
@@ -1329,9 +1394,8 @@ class MaintainedEngine(PythonEngine):
                   ) -> tuple[Batch, dict[tuple, Collection[tuple]]]:
             """The groups' source tuples to run first, and per partial group those run;
             without the whole groups' when they are picked per variant (:meth:`_picker`)."""
-            idx = complete[source].index(cols)
-            rows = [] if pickers[(source, cols)] is not None else [
-                r for g in whole for r in idx.get(g, ())]
+            rows = [] if pickers[(source, cols)] is not None else self._group_rows(
+                source, cols, whole)
             used: dict[tuple, Collection[tuple]] = {}
             for g in groups:
                 given = partial.get(g)
@@ -1370,10 +1434,10 @@ class MaintainedEngine(PythonEngine):
         worse = self._got_worse(groups, partial, cands, selected)
         for source, cols, v in plan.sources if worse else ():
             key = (source, cols, v.embeds)
-            if key not in seconds:
-                idx, used = complete[source].index(cols), firsts[key][1]
-                seconds[key] = Batch([r for g in worse for r in idx.get(g, ())
-                                      if r not in used[g]])
+            if key not in seconds:  # (a source tuple is of one group: those run, apart)
+                ran = set().union(*(firsts[key][1][g] for g in worse))
+                seconds[key] = Batch([r for r in self._group_rows(source, cols, worse)
+                                      if r not in ran])
             derive(seconds[key], source, v)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + derived
         out = {}
@@ -1613,7 +1677,6 @@ class MaintainedEngine(PythonEngine):
         target = plan.target
         source = prog.features.suppress.get(target)
         width = len(prog.schemas[source]) if source else 0
-        kept = self.complete[target].index(tuple(range(width))) if source else {}
         order = sorted(changes, key=lambda g: self._rank(self.ctx, *g)[0][0], reverse=True)
         live = self.full
         for g in order:
@@ -1624,7 +1687,7 @@ class MaintainedEngine(PythonEngine):
                 srcs = live[source].rows
                 dead = {r[:width] for r in removed} - {a[:width] for a in added}
                 dead_live = [s for s in dead if s in srcs
-                             and not self._within(target, kept.get(s, ()))]
+                             and not self._within(target, self._derived_from([s]))]
                 if dead_live:
                     self._delete(source, dead_live)
                 back = {a[:width] for a in added} - srcs
@@ -1637,6 +1700,24 @@ class MaintainedEngine(PythonEngine):
         self.full.update(post)
         moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
         return self.later.update(self, moved, old, self.stale_of)
+
+    def _derived_from(self, sources: list[tuple]) -> list[tuple]:
+        """The complete layer's selected tuples embedding one of the source tuples
+        ``sources`` (all of one width) in their leading columns (what keeps them live under
+        suppression): read off their groups' selected tuples, which the index by group kept
+        up to date holds, when the group key is among those columns — no index of the whole
+        relation on the source's columns built for a session's first update (an update's
+        revival asks for few; one from scratch looks many up on frames:
+        :meth:`_complete_rows`) — else through that index."""
+        if not sources:
+            return []
+        plan, width = self.plan, len(sources[0])
+        rel = self.complete[plan.target]
+        if plan.key > width:
+            idx = rel.index(tuple(range(width)))
+            return [t for s in sources for t in idx.get(s, ())]
+        n, idx = plan.key, rel.index(tuple(range(plan.key)))
+        return [t for s in sources for t in idx.get(s[:n], ()) if t[:width] == s]
 
     def _revive(self, pred: str, rows: Iterable[tuple]) -> None:
         """The reverse of :meth:`_delete`: put tuples of the complete layer back into the live
@@ -1704,8 +1785,10 @@ class MaintainedEngine(PythonEngine):
             rows = [r for r in rows if r in keeps]
         elif pruned is not None and rows and pruned in self._caps:
             cols = self._suppressed_key[pred]
-            have = {t[:len(cols)] for t in self._within(
-                pruned, self._complete_rows(pruned, cols, rows))}
+            kept = (self._derived_from(rows)
+                    if pruned == self.plan.target and self._frames is None
+                    else self._complete_rows(pruned, cols, rows))
+            have = {t[:len(cols)] for t in self._within(pruned, kept)}
             rows = [r for r in rows if r in have]
         elif pruned is not None and rows:
             have = self._complete_keys(pruned, self._suppressed_key[pred], rows)
@@ -1771,13 +1854,37 @@ class MaintainedEngine(PythonEngine):
     def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
                        ) -> list[tuple]:
         """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of
-        ``keys`` (a bag, key by key): one probe of its frame for all keys while
-        :meth:`_probing` says so, else through a hash index of its tuples."""
+        ``keys`` (a bag, key by key; on a source's arrays, each tuple once — the callers
+        take them as a set): one probe of its frame for all keys while :meth:`_probing`
+        says so, or of the source's arrays (:meth:`_source_readers`), else through a hash
+        index of its tuples."""
         frames = self._probing(pred, cols)
         if frames is not None:
             return frames.lookup(pred, cols, keys)[1]
+        got = self._source_readers(pred, cols, keys)
+        if got is not None:
+            return got
         idx = self.complete[pred].index(cols)
         return [t for k in keys for t in idx.get(k, ())]
+
+    def _source_readers(self, pred: str, cols: tuple[int, ...], keys: list[tuple]
+                        ) -> list[tuple] | None:
+        """:meth:`_complete_rows` of a source relation whose tuples are not built (left on a
+        frame), looked up on its arrays (:meth:`SourceRows.readers`; each distinct tuple
+        once) for its first :data:`FRAME_PROBES` lookups by ``cols``: an update's revival
+        after a session's start or a rebuild asks for few, and building the tuples and a
+        hash index first cost tens of ms on a large relation (large-clique-14: about 50);
+        None otherwise (then the index)."""
+        if pred not in self._source_cols or self.complete[pred].built():
+            return None
+        n = self._probes.get((pred, cols), 0)
+        if n >= FRAME_PROBES:
+            return None
+        arrays = self._arrays(pred, self._source_cols[pred])
+        if arrays is None:
+            return None
+        self._probes[(pred, cols)] = n + 1
+        return arrays.readers(cols, set(keys))
 
     def _probing(self, pred: str, cols: tuple[int, ...]) -> columnar.Maintained | None:
         """The frames to look ``pred`` up on by ``cols``, or None: use a hash index."""

@@ -210,6 +210,8 @@ class Relation:
         """The tuples inserted or deleted since the journal started (one that came and went,
         or went and came back, is not among them); stops the journal."""
         journal, self.journal = self.journal or {}, None
+        if not journal:
+            return []  # (unchanged: the tuples of a relation left on a frame stay unbuilt)
         have = self.rows
         return [r for r, was in journal.items() if (r in have) != was]
 

@@ -21,63 +21,79 @@ tuples is always exact.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from reopt.costmodel.builtins import STRING
-from reopt.evaluator.frames import STRINGS, Frame, Index, row_hash, runs_by
-from reopt.evaluator.python_engine import key_of
+from reopt.evaluator.frames import STRINGS, Frame, Index, KeyIndex, row_hash, runs_by
 
 PICK_FROM = 256
 """Source tuples from which a source relation's, and a batch's, are picked on arrays (below,
 the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
 
 
+BUILD_AFTER = 0.25
+"""The share of a source relation's tuples made from its columns after which they are all
+built at once instead (:class:`SourceRows`): a tuple made from ten columns costs a few
+times one taken from the built array, and an update reading much of the relation (an
+adaptive round) would pay that on every pick after it."""
+
+
 class SourceRows:
-    """The source relation's tuples (``rows``, an object array in ``frame``'s row order),
-    their groups' runs, per held test the hash of the group each tuple joins with, and per
-    variant its comparisons as a mask (:meth:`pick`)."""
+    """The source relation's tuples on ``frame``'s columns, their groups' runs, per held test
+    the hash of the group each tuple joins with, and per variant its comparisons as a mask
+    (:meth:`pick`). Only the tuples asked for are made Python tuples (:meth:`_tuples`): a
+    session's first update reads a few groups of a source relation a from-scratch evaluation
+    left on a frame, and building all its tuples first cost most of that update (a
+    115,000-tuple SearchSpace: about 40 ms, and 10 more for an index by group)."""
 
     @staticmethod
-    def of(rows: np.ndarray, frame: Frame, key: tuple[int, ...],
+    def of(rows: np.ndarray | None, frame: Frame, key: tuple[int, ...],
            tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
-           held: Iterable[tuple]) -> SourceRows | None:
+           held: Iterable[tuple], build: Callable[[], np.ndarray | None] | None = None
+           ) -> SourceRows | None:
         """The arrays for these tuples, or None where runs could disagree with Python's
         equality of keys (then the loops take every tuple)."""
         try:
-            return SourceRows(rows, frame, key, tests, held)
+            return SourceRows(rows, frame, key, tests, held, build)
         except _Unequal:
             return None
 
-    def __init__(self, rows: np.ndarray, frame: Frame, key: tuple[int, ...],
+    def __init__(self, rows: np.ndarray | None, frame: Frame, key: tuple[int, ...],
                  tests: Mapping[int, Sequence[tuple[str, Any, Any]]],
-                 held: Iterable[tuple]):
-        """``key``: the source's columns holding the group key; ``tests``: per variant (by
-        id) its :func:`~.maintenance.source_tests`; ``held``: the groups the maintained
-        relation holds now (kept up to date by :meth:`set_held`).
+                 held: Iterable[tuple], build: Callable[[], np.ndarray | None] | None = None):
+        """``rows``: the tuples as an object array in ``frame``'s row order where they are
+        built already (picked from it then), else None (made from the columns, until as many
+        were made as :data:`BUILD_AFTER` of them: then ``build`` gives the array, if it
+        can: a session that reads much of the relation pays the build once); ``key``:
+        the source's columns holding the group key; ``tests``: per variant (by id) its
+        :func:`~.maintenance.source_tests`; ``held``: the groups the maintained relation
+        holds now (kept up to date by :meth:`set_held`).
 
         Whether a tuple's child group is held is told by the hash of the child's key
         (:func:`~.frames.row_hash`), counted per hash among the held groups: keys that
         collide only make a tuple look held, which keeps it — never drops one that
         derives."""
-        self.rows = rows
-        n = frame.height
+        self._rows, self._build, self._made = rows, build, 0
+        n = self.height = frame.height
         col = [frame.cols[f"c{j}"] for j in range(len(frame.cols))]
         kinds = [frame.types[f"c{j}"] for j in range(len(frame.cols))]
         self._col, self._kinds = col, kinds
-        self._hashed: dict[tuple[int, ...], Index] = {}
-        """Columns → the tuples by the hash of their values in them (:meth:`readers`)."""
+        self._hashed: dict[tuple[int, ...], KeyIndex | Index] = {}
+        """Columns → the tuples by their values packed into one number where they pack
+        (sorted by radix passes: a few ms on a large relation, against 6-8 for a sort of
+        hashes), else by the hash of their values (:meth:`readers`)."""
         order, starts = runs_by(frame, [f"c{j}" for j in key])
         self.order = order
         bounds = np.append(starts, n).tolist()
-        get = key_of(key)
-        first = order[starts].tolist()
-        self.run: dict[tuple, int] = {get(rows[i]): k for k, i in enumerate(first)}
-        """Group → the number of its run (:attr:`start`, :attr:`count`)."""
-        if len(self.run) != len(first):  # two runs of keys equal in Python
+        groups = self._tuples(order[starts], key)
+        self.run: dict[tuple, int] = dict(zip(groups, range(len(groups))))  # noqa: B905
+        """Group → the number of its run (:attr:`start`, :attr:`count`): every group the
+        source's tuples name."""
+        if len(self.run) != len(groups):  # two runs of keys equal in Python
             raise _Unequal
         self.start = np.asarray(starts, dtype=np.int64)
         self.count = np.diff(np.asarray(bounds, dtype=np.int64))
@@ -89,8 +105,7 @@ class SourceRows:
         """Group → the hash of its key (the groups a held test can find: the source's)."""
         self.held_count: dict[int, int] = {}
         self._held: np.ndarray | None = None
-        for g in held:
-            self.set_held(g, True)
+        self.hold(held)
         hashes: dict[tuple[int, ...], np.ndarray] = {key: key_hash}
         self.masks: dict[int, np.ndarray | None] = {}
         self.held_by: dict[int, list[np.ndarray]] = {}
@@ -109,6 +124,13 @@ class SourceRows:
                 if m is not None:
                     mask = m if mask is None else mask & m
             self.masks[v] = mask
+
+    def hold(self, held: Iterable[tuple]) -> None:
+        """The groups the maintained relation holds are now ``held`` (all of them: after it
+        was evaluated afresh, these arrays of a source relation kept)."""
+        self.held_count, self._held = {}, None
+        for g in held:
+            self.set_held(g, True)
 
     def set_held(self, g: tuple, held: bool) -> None:
         """Group ``g`` of the maintained relation is now held (or no longer)."""
@@ -139,16 +161,43 @@ class SourceRows:
         """How many source tuples ``groups`` have."""
         return int(self._spans(groups)[1].sum())
 
-    def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
-        """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+    def of_groups(self, groups: Sequence[tuple]) -> list[tuple]:
+        """Every source tuple of ``groups``."""
+        return self._tuples(self._positions(groups))
+
+    def _positions(self, groups: Sequence[tuple]) -> np.ndarray:
+        """The rows of the source tuples of ``groups``, run after run."""
         start, count = self._spans(groups)
-        if not len(start):
-            return []
         total = int(count.sum())
         if not total:
-            return []
+            return np.empty(0, dtype=np.int64)
         lo = np.repeat(start - (np.cumsum(count) - count), count)
-        pos = self.order[lo + np.arange(total, dtype=np.int64)]
+        return self.order[lo + np.arange(total, dtype=np.int64)]
+
+    def _tuples(self, pos: np.ndarray, cols: Sequence[int] | None = None) -> list[tuple]:
+        """The tuples at rows ``pos`` (their columns ``cols``; all by default) as Python
+        values, equal to those a frame's tuples are built as (:meth:`Frame.rows`: strings
+        decoded, numbers through ``tolist``)."""
+        if cols is None:
+            if self._rows is None and self._build is not None and (
+                    self._made > BUILD_AFTER * self.height):
+                self._rows, self._build = self._build(), None
+            if self._rows is not None:
+                return self._rows[pos].tolist()
+            self._made += len(pos)
+            cols = range(len(self._col))
+        if not len(pos):
+            return []
+        values = [(STRINGS.decode(self._col[j][pos]) if self._kinds[j] == STRING
+                   else self._col[j][pos]).tolist() for j in cols]
+        return list(zip(*values, strict=True))
+
+    def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
+        """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+        pos = self._positions(groups)
+        total = len(pos)
+        if not total:
+            return []
         mask = self.masks.get(v)
         keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
         tests = self.held_by.get(v, ())
@@ -163,15 +212,16 @@ class SourceRows:
                 at = hashes[pos[keep]]
                 i = np.minimum(np.searchsorted(held, at), len(held) - 1)
                 keep[keep] = held[i] == at
-        return self.rows[pos[keep]].tolist()
+        return self._tuples(pos[keep])
 
     def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
         """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source
-        tuples a join on those columns reads — found by binary searches of their hashes and
-        confirmed on the columns (a collision costs a comparison, never a wrong tuple);
-        None when a key's values cannot be compared as the columns hold them (then the
-        caller joins in Python). The first call for some columns sorts their hashes
-        (milliseconds, where a hash index of the tuples costs tens of them on a large
+        tuples a join on those columns reads — found by binary searches of their values
+        packed into one number (:class:`~.frames.KeyIndex`), or where they do not pack of
+        their hashes, confirmed on the columns (a collision costs a comparison, never a
+        wrong tuple); None when a key's values cannot be compared as the columns hold them
+        (then the caller joins in Python). The first call for some columns sorts them (a
+        few milliseconds, where a hash index of the tuples costs tens of them on a large
         relation)."""
         values = self._probe(cols, keys)
         if values is None:
@@ -180,16 +230,18 @@ class SourceRows:
             return []
         idx = self._hashed.get(cols)
         if idx is None:
-            n = len(self.rows)
-            idx = self._hashed[cols] = Index(row_hash([self._col[j] for j in cols], n),
-                                             np.arange(n, dtype=np.int64))
+            n, columns = self.height, [self._col[j] for j in cols]
+            idx = self._hashed[cols] = KeyIndex.of(columns, n) or Index(
+                row_hash(columns, n), np.arange(n, dtype=np.int64))
+        if isinstance(idx, KeyIndex):  # (exact keys: nothing to confirm)
+            return self._tuples(idx.probe(values, len(keys))[1])
         which, pos = idx.probe(row_hash(values, len(keys)))  # (the key probed, the tuple)
         if not len(pos):
             return []
         same = np.ones(len(pos), dtype=bool)
         for j, v in zip(cols, values):  # noqa: B905
             same &= self._col[j][pos] == v[which]
-        return self.rows[pos[same]].tolist()
+        return self._tuples(pos[same])
 
     def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[np.ndarray] | None:
         """The values of ``keys`` per column, as the columns ``cols`` hold them (string

@@ -10,6 +10,7 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import math
 import operator
 import pickle
 import random
@@ -313,12 +314,15 @@ def test_hash_collisions_are_told_apart(monkeypatch):
 @given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
        model=st.sampled_from(["io", "cout"]),
        mode=st.sampled_from([m for m in PRUNING_MODES if m != "none"]),
-       how=st.sampled_from(["frames", "handover"]))
-def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how):
+       how=st.sampled_from(["frames", "handover"]), rebuilding=st.booleans())
+def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, model, mode, how,
+                                                             rebuilding):
     """Sessions whose evaluation ran on frames (``frames``) or on tuples (``handover``: its
     costing stratum), both maintained on frames — the source tuples re-derived picked on
     arrays (:mod:`~reopt.evaluator.sourcerows`) whatever their number — against
-    from-scratch optimizations."""
+    from-scratch optimizations. ``rebuilding``: every other update evaluates afresh from
+    the start or midway (keeping the source relation, its frame and its arrays), and the
+    next one follows from the rebuilt state."""
     q, cat = make_query(shape, n, seed)
     rng = random.Random(seed)
     ops = cost_model(model).operators
@@ -326,7 +330,9 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
         o = Optimizer(q, cat, cost_model=model, optimizer="declarative", engine="python",
                       pruning=mode)
         o.optimize()
-        for delta in random_deltas(q, rng, 4, ops, observe=True):
+        for i, delta in enumerate(random_deltas(q, rng, 4, ops, observe=True)):
+            if rebuilding:
+                o._session.engine.rebuild_share = (0.0, math.inf, 0.2, math.inf)[i % 4]
             try:
                 step = o.update([delta])
             except ReoptError:
@@ -339,6 +345,11 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
             assert step.cost == again.cost
             assert {p: o._evaluation.rows(p) for p in o._evaluation.relations} == \
                 {p: fresh._evaluation.rows(p) for p in fresh._evaluation.relations}
+            eng = o._session.engine  # the arrays tell the held groups as the layer holds them
+            held = eng.complete[eng.plan.target].index(tuple(range(eng.plan.key)))
+            for arrays in filter(None, eng._source_rows.values()):
+                assert arrays.held_count == Counter(arrays.hash_of[g] for g in held
+                                                    if g in arrays.hash_of)
 
 
 @settings(max_examples=200, deadline=None)
@@ -347,20 +358,25 @@ def test_updates_after_a_frame_evaluation_equal_from_scratch(shape, n, seed, mod
        cols=st.sampled_from([(0,), (1,), (0, 1), (2, 1), (0, 2)]),
        extra=st.lists(st.tuples(st.sampled_from([-9, 1, 2.0, True, "any", "zz"]),
                                 st.sampled_from(["any", "", "new", 3])), max_size=3),
-       colliding=st.booleans())
-def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, colliding):
+       colliding=st.booleans(), from_columns=st.booleans())
+def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, colliding,
+                                                         from_columns):
     """:meth:`~reopt.evaluator.sourcerows.SourceRows.readers` (an update's reach of the
     parents' source tuples on arrays) against a filter in Python: the tuples whose columns
     ``cols`` equal a key, keys taken from the tuples and made up (values absent, of other
-    types: then None, for the join in Python, or the right tuples); with every hash alike
-    too (collisions confirmed away)."""
+    types: then None, for the join in Python, or the right tuples); by packed keys, and by
+    hashes with every hash alike (collisions confirmed away); the tuples picked from the
+    built ones or made from the columns."""
     frame = frame_of(rows, ["c0", "c1", "c2"], (LONG, STRING, LONG))
     built = np.fromiter(rows, object, len(rows))
     hashing = (mock.patch.object(sourcerows, "row_hash",
                                  lambda cs, n: np.zeros(n, np.uint64))
                if colliding else mock.patch.object(sourcerows, "row_hash", frames.row_hash))
-    with hashing:
-        picker = sourcerows.SourceRows.of(built, frame, (0,), {}, ())
+    packing = (mock.patch.object(sourcerows.KeyIndex, "of", lambda cs, n: None)
+               if colliding else mock.patch.object(sourcerows, "KeyIndex", frames.KeyIndex))
+    with hashing, packing:
+        picker = sourcerows.SourceRows.of(None if from_columns else built, frame, (0,), {},
+                                          ())
         assert picker is not None
         keys = {tuple(r[c] for c in cols) for r in rows[::2]}
         keys |= {tuple(e[i % 2] for i in range(len(cols))) for e in extra}
