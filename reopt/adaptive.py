@@ -496,6 +496,8 @@ class Loop:
         """Fresh split-aware estimates for an ``adaptive`` run over range splits of a column
         the query filters itself (:mod:`reopt.splitaware`); None otherwise."""
         s = self.splits
+        if not s.bounds:  # hash and per-subset splits: the splits' sizes say it all
+            return None
         return SplitAware.of(self.query, self._estimator, s.alias, s.column, s.rows, s.bounds)
 
     def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session],

@@ -48,8 +48,6 @@ class SplitAware:
            bounds: Sequence[tuple[object, object]]) -> SplitAware | None:
         """The estimates of splits ``[lo, hi)`` of ``column`` (``bounds``), or None when the
         query has no range filter on the column (the splits' sizes then say it all)."""
-        if not bounds:
-            return None
         shares = split_shares(est, alias, column, bounds)
         return None if shares is None else SplitAware(alias, rows, shares)
 
