@@ -21,7 +21,9 @@ Strategies, each over the same splits:
 ``adaptive``
     after each split, its observations (:meth:`~reopt.execute.Execution.deltas`, scaled by
     the next split's size over this one's) go into the incremental session
-    (:meth:`~reopt.api.Optimizer.update`); the next split runs the new best plan.
+    (:meth:`~reopt.api.Optimizer.update`); the next split runs the new best plan. Over
+    range splits of a column the query itself filters, each split is planned for its own
+    range instead (:mod:`reopt.splitaware`).
 ``hindsight``
     before each split, an untimed first run of the current plan on that split observes it;
     the plan re-optimized with those observations is the one timed: the best an adaptive
