@@ -19,7 +19,10 @@ strategy run later is measured faster whatever its plan (the JVM keeps warming u
 warm-up run), and the mirror cancels that drift as far as it is linear. With
 ``--per-subset KEY`` the splits are per-subset ones (``reopt run --per-subset``) and
 ``adaptive`` (one session per subset) is followed by ``adaptive-one``: the same splits with
-one session for all of them.
+one session for all of them. With ``--sizes-only`` (range splits of a column the query
+filters), ``adaptive`` is followed by ``adaptive-sizes``: the same loop carrying the
+observations scaled by the splits' sizes alone, as before split-aware estimates
+(``Loop.run(split_aware=False)``), for an A/B in one run.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
     ap.add_argument("--mirrored", action="store_true")
+    ap.add_argument("--sizes-only", action="store_true",
+                    help="also run adaptive without split-aware estimates (adaptive-sizes)")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the uncounted static run (for answers that take long to run: "
                     "the first strategy is then measured on a colder JVM)")
@@ -73,14 +78,17 @@ def main(argv: list[str]) -> int:
 
         loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
                     subsets=args.subsets)
-        runs = [(name, name, True) for name in args.strategies.split(",")]
+        runs = [(name, name, True, True) for name in args.strategies.split(",")]
         if args.per_subset:
-            runs.insert(2, ("adaptive-one", "adaptive", False))
+            runs.insert(2, ("adaptive-one", "adaptive", False, True))
+        if args.sizes_only:
+            runs.insert(runs.index(("adaptive", "adaptive", True, True)) + 1,
+                        ("adaptive-sizes", "adaptive", True, False))
         done: dict[str, list[dict]] = {}
         warm = None if args.no_warmup else loop.run("static")  # warm-up, not counted
         reference = None if warm is None else warm.answer_digest
-        for strategy, name, per_subset in runs + (runs[::-1] if args.mirrored else []):
-            run = loop.run(name, per_subset=per_subset)
+        for strategy, name, per_subset, aware in runs + (runs[::-1] if args.mirrored else []):
+            run = loop.run(name, per_subset=per_subset, split_aware=aware)
             warm = warm or run
             reference = reference or run.answer_digest
             doc = run.to_json()
@@ -95,7 +103,7 @@ def main(argv: list[str]) -> int:
                    for x in warm.splits for n in x.nodes if n.logical in ("scan", "join")),
                   default=math.nan)  # nan when spark alone ran: it observes no plan nodes
         totals = {}
-        for strategy, _, _ in runs:
+        for strategy, *_ in runs:
             docs = done[strategy]
             execution = statistics.mean(d["execution_seconds"] for d in docs)
             reopt = statistics.mean(d["reopt_seconds"] for d in docs)

@@ -248,7 +248,7 @@ def not_a_date(value: object, ref: ColumnRef, table: str,
     return f"{written} is not a valid ISO date (YYYY-MM-DD), but column {column} holds dates"
 
 
-def _fraction_below(stats: ColumnStats, value: object) -> float | None:
+def fraction_below(stats: ColumnStats, value: object) -> float | None:
     """Fraction of a column's rows (``stats``) with ``column < value``; None when nothing
     numeric is known."""
     x = as_number(value)
@@ -432,7 +432,7 @@ class Estimator:
         if isinstance(p, Between):
             stats = self.column(p.column)
             self._check_literals(p.column, (p.low, p.high), stats)
-            lo, hi = _fraction_below(stats, p.low), _fraction_below(stats, p.high)
+            lo, hi = fraction_below(stats, p.low), fraction_below(stats, p.high)
             if lo is None or hi is None:
                 return DEFAULT_BETWEEN
             return _clamp01(hi - lo)
@@ -482,7 +482,7 @@ class Estimator:
             d = stats.distinct
             eq = 1.0 / d if d else DEFAULT_EQ
             return _clamp01(eq if p.op == "=" else 1.0 - eq)
-        below = _fraction_below(stats, p.value)
+        below = fraction_below(stats, p.value)
         if below is None:
             return DEFAULT_RANGE
         return below if p.op in ("<", "<=") else _clamp01(1.0 - below)

@@ -21,7 +21,9 @@ Strategies, each over the same splits:
 ``adaptive``
     after each split, its observations (:meth:`~reopt.execute.Execution.deltas`, scaled by
     the next split's size over this one's) go into the incremental session
-    (:meth:`~reopt.api.Optimizer.update`); the next split runs the new best plan.
+    (:meth:`~reopt.api.Optimizer.update`); the next split runs the new best plan. Over
+    range splits of a column the query itself filters, each split is planned for its own
+    range instead (:mod:`reopt.splitaware`).
 ``hindsight``
     before each split, an untimed first run of the current plan on that split observes it;
     the plan re-optimized with those observations is the one timed: the best an adaptive
@@ -66,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from reopt.answer import Answer, json_value, keep, release, settle
 from reopt.api import Optimizer
 from reopt.combine import Combiner, combiner
+from reopt.costmodel.cardinality import Estimator
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Query
 from reopt.execute import (
@@ -76,6 +79,7 @@ from reopt.execute import (
     read_tables,
 )
 from reopt.plan import PlanNode
+from reopt.splitaware import SplitAware
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -116,6 +120,9 @@ class Splits:
     """``subset`` only: the subset (range of ``column``) each split belongs to."""
     subset_conditions: tuple[str, ...] = ()
     """``subset`` only: the condition of each subset (a range of ``column``)."""
+    bounds: tuple[tuple[Any, Any], ...] = ()
+    """``range`` only: each split's values of ``column`` as ``[lo, hi)``, None unbounded (the
+    first split also holds the NULLs)."""
 
     def condition(self, i: int) -> str:
         if self.conditions:
@@ -314,10 +321,11 @@ def make_splits(query: Query, data_dir: str | Path, k: int, spark: SparkSession,
         counts = {int(r[0]): int(r[1]) for r in df.groupBy(
             F.expr(f"pmod(xxhash64(`{column}`), {k})")).count().collect()}
         return Splits(alias, table, column, k, [counts.get(i, 0) for i in range(k)])
-    conditions = _range_conditions(df, column, k)
+    conditions, bounds = _range_conditions(df, column, k)
     rows = df.select(*[F.count_if(F.expr(c)).alias(f"s{i}")
                        for i, c in enumerate(conditions)]).first()
-    return Splits(alias, table, column, k, [int(n) for n in rows], "range", tuple(conditions))
+    return Splits(alias, table, column, k, [int(n) for n in rows], "range", tuple(conditions),
+                  bounds=bounds)
 
 
 def _subset_splits(df: Any, alias: str, table: str, key: str, k: int, m: int) -> Splits:
@@ -328,7 +336,7 @@ def _subset_splits(df: Any, alias: str, table: str, key: str, k: int, m: int) ->
     subset in ``key`` order: data of every subset keeps arriving, as in a stream."""
     from pyspark.sql import functions as F
 
-    ranges = _range_conditions(df, key, m)
+    ranges, _ = _range_conditions(df, key, m)
     first = df.columns[0]
     owners = tuple(i % m for i in range(k))
     parts = [owners.count(j) for j in range(m)]
@@ -340,23 +348,25 @@ def _subset_splits(df: Any, alias: str, table: str, key: str, k: int, m: int) ->
                   tuple(ranges))
 
 
-def _range_conditions(df: Any, column: str, k: int) -> list[str]:
-    """``k`` conditions cutting ``column`` at its approximate ``i/k`` quantiles; NULLs go to
-    the first split. Equal boundaries (a skewed column) leave empty splits."""
+def _range_conditions(df: Any, column: str, k: int
+                      ) -> tuple[list[str], tuple[tuple[Any, Any], ...]]:
+    """``k`` conditions cutting ``column`` at its approximate ``i/k`` quantiles, and each
+    one's ``[lo, hi)`` (None unbounded; :attr:`Splits.bounds`); NULLs go to the first split.
+    Equal boundaries (a skewed column) leave empty splits."""
     from pyspark.sql import functions as F
 
     if k == 1:
-        return ["true"]
+        return ["true"], ((None, None),)
     fractions = ", ".join(repr(i / k) for i in range(1, k))
     cuts = df.select(F.expr(f"percentile_approx(`{column}`, array({fractions}))")).first()[0]
     if cuts is None:  # an empty table: every row (none) in the first split
-        return ["true"] + ["false"] * (k - 1)
+        return ["true"] + ["false"] * (k - 1), ()
     bounds = [_literal(v) for v in cuts]
     col = f"`{column}`"
     out = [f"({col} IS NULL OR {col} < {bounds[0]})"]
     out += [f"({col} >= {lo} AND {col} < {hi})" for lo, hi in pairwise(bounds)]
     out.append(f"{col} >= {bounds[-1]}")
-    return out
+    return out, tuple(pairwise([None, *cuts, None]))
 
 
 def _literal(v: Any) -> str:
@@ -412,6 +422,7 @@ class Loop:
             _whole(self.query.sql)
         self.split_query = dataclasses.replace(self.query, sql=self.combiner.split_sql)
         self.splits = make_splits(self.query, data_dir, k, spark, split, by, column, subsets)
+        self._estimator = Estimator(self.query, probe.catalog)
         self._scratch: str | None = None
         self._inputs: list[Any] = []
         self._tables: dict[str, Any] = {}
@@ -440,10 +451,12 @@ class Loop:
             self._scratch, self._inputs, self._tables = None, [], {}
 
     def run(self, strategy: str, progress: Callable[[SplitRun], None] | None = None,
-            per_subset: bool = True) -> StrategyRun:
+            per_subset: bool = True, split_aware: bool = True) -> StrategyRun:
         """One strategy over the splits. ``per_subset=False`` makes ``adaptive`` keep one
         session over per-subset splits too (the baseline a plan per subset is measured
-        against: the same splits, one plan adapting to all of them)."""
+        against: the same splits, one plan adapting to all of them). ``split_aware=False``
+        makes ``adaptive`` over range splits carry the observations scaled by the splits'
+        sizes alone, even where the query filters the split column (:meth:`split_aware`)."""
         if strategy not in STRATEGIES:
             raise ReoptError(f"unknown strategy '{strategy}' (choose from "
                              f"{', '.join(STRATEGIES)})")
@@ -452,7 +465,7 @@ class Loop:
         columns: list[str] = []
         sessions: dict[int | None, Session] = {}
         steps = (self._spark_splits() if strategy == "spark"
-                 else self._reopt_splits(strategy, sessions, per_subset))
+                 else self._reopt_splits(strategy, sessions, per_subset, split_aware))
         try:
             for split, cols, frame in steps:
                 runs.append(split)
@@ -481,15 +494,26 @@ class Loop:
             step = o.update(self.deltas + first)
         return Session(subset, o, step.plan), time.perf_counter() - t0
 
+    def split_aware(self) -> SplitAware | None:
+        """Fresh split-aware estimates for an ``adaptive`` run over range splits of a column
+        the query filters itself (:mod:`reopt.splitaware`); None otherwise."""
+        s = self.splits
+        if not s.bounds:  # hash and per-subset splits: the splits' sizes say it all
+            return None
+        return SplitAware.of(self.query, self._estimator, s.alias, s.column, s.rows, s.bounds)
+
     def _reopt_splits(self, strategy: str, sessions: dict[int | None, Session],
-                      per_subset: bool = True
+                      per_subset: bool = True, split_aware: bool = True
                       ) -> Iterator[tuple[SplitRun, list[str], DataFrame]]:
         """``static``, ``adaptive``, ``hindsight``. ``adaptive`` over per-subset splits keeps
         one session per subset: a split runs its subset's current plan, and its observations
         go to that session only, scaled by the rows of the subset's next split over its own;
-        ``plan_changed`` then compares with the subset's previous split."""
+        ``plan_changed`` then compares with the subset's previous split. ``adaptive`` over
+        range splits of a column the query filters plans each split for its own range
+        (:meth:`split_aware`)."""
         s = self.splits
         per_subset = per_subset and strategy == "adaptive" and bool(s.subsets)
+        aware = self.split_aware() if strategy == "adaptive" and split_aware else None
         last: dict[int | None, str] = {}
         pending: dict[int | None, float] = {}
         """Optimization time not yet reported: counted in the session's next split."""
@@ -497,6 +521,8 @@ class Loop:
             key = s.subset(i) if per_subset else None
             if key not in sessions:
                 sessions[key], pending[key] = self._first_plan(key)
+                if aware is not None:
+                    pending[key] += self._push(sessions[key], aware.first())
             session = sessions[key]
             reopt = pending.pop(key, 0.0)
             split = self.split_input(i)
@@ -522,12 +548,18 @@ class Loop:
             nxt = next((j for j in range(i + 1, s.k)
                         if not per_subset or s.subset(j) == key), None)
             if strategy == "adaptive" and nxt is not None and s.rows[i] > 0 and s.rows[nxt] > 0:
-                deltas = run.deltas(s.rows[nxt] / s.rows[i], scaled=s.alias)
-                t0 = time.perf_counter()
-                session.plan = o.update(deltas).plan
-                pending[key] = time.perf_counter() - t0
-                session.deltas += deltas
+                deltas = (run.deltas(s.rows[nxt] / s.rows[i], scaled=s.alias) if aware is None
+                          else aware.after(i, nxt, run.nodes))
+                pending[key] = self._push(session, deltas)
                 session.updates.append((i, deltas))
+
+    @staticmethod
+    def _push(session: Session, deltas: list[str]) -> float:
+        """Update the session's optimizer and plan with ``deltas``; the seconds it took."""
+        t0 = time.perf_counter()
+        session.plan = session.optimizer.update(deltas).plan
+        session.deltas += deltas
+        return time.perf_counter() - t0
 
     def _spark_splits(self) -> Iterator[tuple[SplitRun, list[str], DataFrame]]:
         """Spark's own plans: the tables written as Parquet tables of a scratch database

@@ -153,23 +153,38 @@ class Execution:
         def n_of(rows: int, relations: tuple[str, ...]) -> int:
             return round(rows * scale) if scaled is None or scaled in relations else rows
 
-        bases, sets = {}, {}
-        for n in self.nodes:
-            if n.logical == "scan":
-                bases[n.relations[0]] = max(1, n_of(n.observed if n.scanned is None
-                                                    else n.scanned, n.relations))
-                if n.scanned is None:
-                    continue
-            if n.logical in ("scan", "join"):
-                sets[n.relations] = n_of(n.observed, n.relations)
-        return ([f"card {a} ={rows}" for a, rows in bases.items()] +
-                [f"card {{{','.join(r)}}} := {rows}"
-                 for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
+        bases, sets = observed_rows(self.nodes)
+        return observation_deltas({a: max(1, n_of(n, (a,))) for a, n in bases.items()},
+                                  {r: n_of(n, r) for r, n in sets.items()})
 
     def to_json(self) -> dict[str, Any]:
         return {"columns": self.columns, "result_rows": self.result_rows, "digest": self.digest,
                 "seconds": self.seconds, "nodes": [n.to_json() for n in self.nodes],
                 "deltas": self.deltas()}
+
+
+def observed_rows(nodes: Iterable[NodeRun]
+                  ) -> tuple[dict[str, int], dict[tuple[str, ...], int]]:
+    """What a run's nodes observed: each scanned relation's rows before its filters, and the
+    output rows of every filtered scan and join (by relation set)."""
+    bases: dict[str, int] = {}
+    sets: dict[tuple[str, ...], int] = {}
+    for n in nodes:
+        if n.logical == "scan":
+            bases[n.relations[0]] = n.observed if n.scanned is None else n.scanned
+            if n.scanned is None:
+                continue
+        if n.logical in ("scan", "join"):
+            sets[n.relations] = n.observed
+    return bases, sets
+
+
+def observation_deltas(bases: dict[str, int], sets: dict[tuple[str, ...], int]) -> list[str]:
+    """Rows before filters as ``card ALIAS =N`` (statistics), then each set's rows as an
+    observation ``card {a,b} := N``, smallest sets first (:meth:`Execution.deltas`)."""
+    return ([f"card {a} ={rows}" for a, rows in bases.items()] +
+            [f"card {{{','.join(r)}}} := {rows}"
+             for r, rows in sorted(sets.items(), key=lambda kv: len(kv[0]))])
 
 
 # -- the digest ---------------------------------------------------------------------------------
