@@ -1094,7 +1094,7 @@ class MaintainedEngine(PythonEngine):
             return kept[1], kept[2]
         keys: set[tuple] = set()
         for source, cols in rels:
-            arrays = None if complete[source].has_index(cols) else self._arrays(source, cols)
+            arrays = self._unindexed(source, cols)
             keys.update(arrays.run if arrays is not None else complete[source].index(cols))
         frozen = frozenset(keys)
         self._keys_kept = (stamp, frozen, keys_by_query(frozen))
@@ -1338,12 +1338,17 @@ class MaintainedEngine(PythonEngine):
         one of them): from the relation's index where it has one, else on its arrays
         (:meth:`_arrays`) — an index by group of a large source relation left on a frame
         is not built for a few groups — else from the index, built now."""
-        rel = self.complete[source]
-        arrays = None if rel.has_index(cols) else self._arrays(source, cols)
+        arrays = self._unindexed(source, cols)
         if arrays is not None:
             return arrays.of_groups(groups if isinstance(groups, list) else list(groups))
-        idx = rel.index(cols)
+        idx = self.complete[source].index(cols)
         return [r for g in groups for r in idx.get(g, ())]
+
+    def _unindexed(self, source: str, cols: tuple[int, ...]) -> SourceRows | None:
+        """The arrays to read ``source``'s groups by ``cols`` from (:meth:`_arrays`), unless
+        the relation has an index by those columns already (a lookup there is cheaper) or
+        has no arrays: None, then the index (built if need be)."""
+        return None if self.complete[source].has_index(cols) else self._arrays(source, cols)
 
     def _one_each(self, moved: list[tuple], reads: tuple[int, ...] | None,
                   delta: dict[str, Relation]) -> dict[str, Relation]:
