@@ -301,9 +301,10 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     # a vectorized form (most of a call's time when made for every call)
     ops = m if isinstance(m, np.ndarray) and m.dtype == object else _strings(list(m))
     exprs = np.asarray(e, dtype=np.int64)
+    index, lefts, rights = (np.asarray(c, dtype=np.int64) for c in (i, l, r))
     for qid in np.unique(q).tolist():
         at = np.flatnonzero(q == qid)
-        fast = ctx[qid].local_cost_column(exprs[at], ops[at])
+        fast = ctx[qid].local_cost_column(exprs[at], ops[at], index[at], lefts[at], rights[at])
         if fast is not None:
             out[at] = fast
             continue

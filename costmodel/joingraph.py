@@ -93,6 +93,8 @@ class JoinGraph:
         """:meth:`halves` as arrays, when the compiled enumeration made them
         (:meth:`flat_halves`)."""
         self._lefts: dict[int, list[int]] | None = None
+        self._flat_lefts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """:meth:`lefts` as arrays (:meth:`flat_lefts`; made when first read)."""
         self._enumerated = False
         """Whether :meth:`_enumerate` ran (its pairs counted, :attr:`_flat` or
         :attr:`_halves` made)."""
@@ -326,6 +328,29 @@ class JoinGraph:
         what a batch of many OR nodes' splits reads (:meth:`CostModel.joins_batch`)."""
         self._enumerate()
         return self._flat if len(self.components) == 1 else None
+
+    def flat_lefts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`lefts` as three arrays, in the form of :meth:`flat_halves` — the expressions
+        ascending, where each one's left sides start (and, last, where the final one's end),
+        and every left side, both orders, ascending per expression — made once, from the
+        compiled enumeration's arrays or else from :meth:`halves`: what a batch of many OR
+        nodes' splits in both orders reads (an asymmetric model's
+        :meth:`~reopt.costmodel.models.CostModel.joins_batch`)."""
+        if self._flat_lefts is None:
+            flat = self.flat_halves()
+            if flat is not None:
+                unions, bounds, halves = flat
+                union = np.repeat(unions, np.diff(bounds))
+            else:  # (Python enumeration, or cross-product splits: the lists)
+                by_union = self.halves()
+                union = np.fromiter((u for u, got in by_union.items() for _ in got), np.int64)
+                halves = np.fromiter((h for got in by_union.values() for h in got), np.int64)
+            union, left = _by_union(np.concatenate((union, union)),
+                                    np.concatenate((halves, union ^ halves)), self.n)
+            starts = np.flatnonzero(np.diff(union, prepend=-1))
+            self._flat_lefts = (union[starts], np.append(starts, len(left)).astype(np.int64),
+                                left)
+        return self._flat_lefts
 
     def halves_of(self, expr: int) -> list[int]:
         """``halves().get(expr, [])``, one expression's left sides, read off the compiled
