@@ -116,10 +116,20 @@ JOIN_COSTS = {"hashjoin": hashjoin_cost, "sortmerge": sortmerge_cost,
 input's and the output's estimated rows."""
 
 
-def sort_cost(rows: float) -> float:
-    cpu = 2.0 * CPU_OPERATOR * rows * math.log2(max(rows, 2.0))
-    spill = 2.0 * SEQ_PAGE * pages(rows) if rows > SORT_MEMORY_ROWS else 0.0
+def sort_cost(rows: Rows) -> Rows:
+    """Sort ``rows`` (comparisons; a sort past :data:`SORT_MEMORY_ROWS` spills its input
+    once): of one expression or element-wise, the same bits (``math.log2`` either way)."""
+    cpu = 2.0 * CPU_OPERATOR * rows * _log2(np.maximum(rows, 2.0)
+                                            if isinstance(rows, np.ndarray) else max(rows, 2.0))
+    spill = _when(rows > SORT_MEMORY_ROWS, 2.0 * SEQ_PAGE * pages(rows))
     return cpu + spill
+
+
+def _log2(x: Rows) -> Rows:
+    """``math.log2`` of one value or of each (numpy's may differ in the last bit)."""
+    if isinstance(x, np.ndarray):
+        return np.fromiter(map(math.log2, x.tolist()), np.float64, len(x))
+    return math.log2(x)
 
 
 _ONLY_ANY = ["any"]
@@ -179,6 +189,12 @@ class CostModel:
         for left in lefts:
             out += self.join_alternatives(space, expr, prop, left, expr ^ left, method)
         return AltColumns.of(out)
+
+    batch_splits_from: int | None = None
+    """The fewest splits of an expression (both orders) for which one call of
+    :meth:`joins_batch` answers an OR node's joins of every method faster than :meth:`joins`
+    does method by method (:meth:`PlanSpace.join_columns`: the tuple-at-a-time ``Fn_split``);
+    None: never (no batch form, or joins cheaper than numpy's fixed cost per call)."""
 
     def joins_batch(self, space: PlanSpace, exprs: np.ndarray, props: np.ndarray,
                     methods: np.ndarray) -> tuple[np.ndarray, ...] | None:
@@ -363,6 +379,7 @@ class IOModel(CostModel):
 
     name = "io"
     children_within = True
+    batch_splits_from = 32  # (one batch call costs about what 16-32 splits' joins do)
     join_methods = ("hashjoin", "sortmerge", "indexnl", "blocknl")
     operators = (
         "tablescan", "indexscan", "indexprobe", "hashjoin", "sortmerge", "indexnl", "blocknl",
@@ -542,6 +559,9 @@ class IOModel(CostModel):
             return None
         out = np.empty(len(op), dtype=np.float64)
         codes = [self.operators.index(m) for m in JOIN_COSTS]
+        sorts = np.flatnonzero(op == self.operators.index("sort"))
+        if len(sorts):  # (the enforcer: its own expression's rows sorted)
+            out[sorts] = sort_cost(space.summaries(np.asarray(expr)[sorts]))
         joins = np.flatnonzero(np.isin(op, codes))
         if len(joins):
             rows = [space.summaries(np.asarray(c)[joins]) for c in (left, right, expr)]
@@ -550,7 +570,7 @@ class IOModel(CostModel):
                 at = np.flatnonzero(by_op == code)
                 if len(at):
                     out[joins[at]] = formula(*(r[at] for r in rows))
-        others = np.flatnonzero(~np.isin(op, codes))
+        others = np.flatnonzero(~np.isin(op, [*codes, self.operators.index("sort")]))
         ops = self.operators
         for k, e, i, o in zip(others.tolist(), np.asarray(expr)[others].tolist(),
                               np.asarray(index)[others].tolist(), op[others].tolist(),

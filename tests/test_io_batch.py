@@ -129,3 +129,29 @@ def test_fold_bits_against_a_plain_loop():
                     acc = plain(acc, image)
             want.append(acc)
         assert fold_bits(masks, images, combine).tolist() == want
+
+
+def _join_columns_equal_joins(qc, compiled: bool) -> int:
+    """Every node's :meth:`PlanSpace.join_columns` against :meth:`IOModel.joins` on a fresh
+    space (nothing memoized); the number of nodes answered by one batch call."""
+    space = _space(qc, compiled)
+    oracle = _space(qc, compiled)
+    big = 0
+    for e, p in space.groups():
+        lefts = oracle.graph.lefts().get(e, [])
+        big += len(lefts) >= space.model.batch_splits_from
+        for m in space.model.join_methods:
+            assert space.join_columns(e, p, m) == oracle.model.joins(oracle, e, p, m, lefts)
+    return big
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(5, 8, shapes=("clique", "star", "random")), compiled=st.booleans())
+def test_join_columns_of_a_node_of_many_splits_equal_joins(qc, compiled):
+    """The tuple-at-a-time ``Fn_split`` (:meth:`PlanSpace.join_columns`) answers a node of at
+    least ``batch_splits_from`` splits from one batch call, any other node by node."""
+    _join_columns_equal_joins(qc, compiled)
+
+
+def test_a_clique_of_seven_has_nodes_answered_by_one_batch_call():
+    assert _join_columns_equal_joins(make_query("clique", 7, 4), ccp.AVAILABLE) > 0
