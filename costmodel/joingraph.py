@@ -365,10 +365,20 @@ class JoinGraph:
         """``lefts().get(expr, [])``, one expression's left sides in both orders, read off
         :meth:`flat_lefts` while :meth:`lefts`' lists are not made: a cost model that
         answers in batches asks for a few expressions' splits only (on clique-14-s0-4 the
-        lists of its 44,096 splits cost about 30 ms)."""
-        if self._lefts is not None:
-            return self._lefts.get(expr, [])
+        lists of its 44,096 splits cost about 30 ms). A graph the Python enumeration made
+        (small) reads its lists."""
+        self._enumerate()
+        if self._lefts is not None or self._flat is None:
+            return self.lefts().get(expr, [])
         return _lefts_in(self.flat_lefts(), expr)
+
+    def split_count(self, expr: int) -> int:
+        """``len(lefts_of(expr))``, without the list."""
+        self._enumerate()
+        if self._lefts is not None or self._flat is None:
+            return len(self.lefts().get(expr, ()))
+        a, b = _span(self.flat_lefts(), expr)
+        return b - a
 
     def lefts(self) -> dict[int, list[int]]:
         """Expression → the left sides of its splits in both orders, sorted (the right side
@@ -459,14 +469,23 @@ class JoinGraph:
             reach |= grow
 
 
-def _lefts_in(flat: tuple[np.ndarray, np.ndarray, np.ndarray], expr: int) -> list[int]:
-    """The left sides of ``expr`` in splits given as arrays (:meth:`JoinGraph.flat_halves`,
-    :meth:`JoinGraph.flat_lefts`)."""
-    unions, bounds, ordered = flat
+Flat = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Splits as arrays: :meth:`JoinGraph.flat_halves`, :meth:`JoinGraph.flat_lefts`."""
+
+
+def _span(flat: Flat, expr: int) -> tuple[int, int]:
+    """Where ``expr``'s left sides start and end in splits given as arrays (0, 0: none)."""
+    unions, bounds, _ = flat
     at = int(np.searchsorted(unions, expr))
     if at == len(unions) or unions[at] != expr:
-        return []
-    return ordered[bounds[at]:bounds[at + 1]].tolist()
+        return 0, 0
+    return int(bounds[at]), int(bounds[at + 1])
+
+
+def _lefts_in(flat: Flat, expr: int) -> list[int]:
+    """The left sides of ``expr`` in splits given as arrays."""
+    a, b = _span(flat, expr)
+    return flat[2][a:b].tolist()
 
 
 class _OverBudget(Exception):

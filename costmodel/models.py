@@ -379,7 +379,8 @@ class IOModel(CostModel):
 
     name = "io"
     children_within = True
-    batch_splits_from = 32  # (one batch call costs about what 16-32 splits' joins do)
+    batch_splits_from = 64  # (one batch call costs about what 16-32 splits' joins do, and
+    # the first builds the per-split bitsets of the whole space: not below 7 relations)
     join_methods = ("hashjoin", "sortmerge", "indexnl", "blocknl")
     operators = (
         "tablescan", "indexscan", "indexprobe", "hashjoin", "sortmerge", "indexnl", "blocknl",

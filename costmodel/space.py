@@ -444,7 +444,7 @@ class PlanSpace:
         its batch form (:meth:`~reopt.costmodel.models.CostModel.joins_batch`) for every
         method (memoized as that is); None for a smaller node or a model without one."""
         least = self.model.batch_splits_from
-        if least is None or expr == self.top or len(self.split_lefts(expr)) < least:
+        if least is None or expr == self.top or self.graph.split_count(expr) < least:
             return None
         methods = self.model.join_methods
         k = len(methods)
