@@ -201,7 +201,7 @@ class CostModel:
         """:meth:`joins` of many OR nodes at once (the batch ``Fn_split``): for each input
         row's (expression, property, method), its joins in split order, as columns — the row
         each came from, index, left, left property, right, right property — or None: ask
-        :meth:`joins` node by node (what every model but one answers)."""
+        :meth:`joins` node by node (what every model but ``cout`` and ``io`` answers)."""
         return None
 
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
@@ -554,8 +554,8 @@ class IOModel(CostModel):
         return self._unjoined_cost(space, op, alt.expr, alt.index)
 
     def local_cost_columns(self, space, expr, op, index=None, left=None, right=None):
-        # the joins (nearly every row) vectorized, by the formulas local_cost applies; the
-        # scans, sorts and final operators (a few per OR node) one by one, as local_cost
+        # the joins (nearly every row) and the sort enforcer vectorized, by the formulas
+        # local_cost applies; the scans and final operators (a few a query) one by one
         if index is None or left is None or right is None:
             return None
         out = np.empty(len(op), dtype=np.float64)
