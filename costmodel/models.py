@@ -207,6 +207,14 @@ class CostModel:
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         return []
 
+    def enforcers_batch(self, space: PlanSpace, exprs: np.ndarray, props: np.ndarray,
+                        methods: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """:meth:`enforcer_alternatives` of many OR nodes at once (the batch ``Fn_enforce``):
+        for each input row's (expression, property, enforcer), its enforcers of that
+        operator as columns — the row each came from, index, input expression, input
+        property — or None: ask row by row."""
+        return None
+
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
         return []
 
@@ -533,6 +541,15 @@ class IOModel(CostModel):
         if prop.startswith("sort:"):
             return [Alt(expr, prop, 0, "sort", "sort", expr, ANY)]
         return []
+
+    def enforcers_batch(self, space, exprs, props, methods):
+        # enforcer_alternatives of every row: a sort of the same expression's any-order
+        # plans for a row asking for a sort property and the sort operator
+        sorting = np.fromiter(map(str.startswith, np.asarray(props).tolist(),
+                                  repeat("sort:")), bool, len(props))
+        at = np.flatnonzero(sorting & (np.asarray(methods, dtype=object) == "sort"))
+        return at, np.zeros(len(at), dtype=np.int64), np.asarray(exprs, np.int64)[at], \
+            _anys(len(at))
 
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
         q = space.query

@@ -155,3 +155,23 @@ def test_join_columns_of_a_node_of_many_splits_equal_joins(qc, compiled):
 
 def test_a_clique_of_seven_has_nodes_answered_by_one_batch_call():
     assert _join_columns_equal_joins(make_query("clique", 7, 4), ccp.AVAILABLE) > 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 7), seed=st.integers(0, 99))
+def test_enforcers_batch_equals_enforcer_alternatives(qc, seed):
+    space = _space(qc, False)
+    rows = [(e, p, m) for e, p in space.groups() for m in ("sort", "hashagg", "nosuch")]
+    random.Random(seed).shuffle(rows)
+    got = space.model.enforcers_batch(
+        space, np.asarray([r[0] for r in rows], dtype=np.int64),
+        np.asarray([r[1] for r in rows], dtype=object),
+        np.asarray([r[2] for r in rows], dtype=object))
+    want: list[list] = [[], [], [], []]
+    for k, (e, p, m) in enumerate(rows):
+        for a in space.model.enforcer_alternatives(space, e, p):
+            if a.phy_op == m:
+                for column, value in zip(want, (k, a.index, a.left, a.left_prop), strict=True):
+                    column.append(value)
+    assert [np.asarray(c).tolist() for c in got] == want
+    assert want[0] or all(p == "any" for _, p in space.groups())
