@@ -217,16 +217,24 @@ def _split_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
             out[2] += cols.left_prop
             out[3] += cols.right
             out[4] += cols.right_prop
-    looped = (np.asarray(rows, dtype=np.int64), *_columns((LONG, LONG, STRING, LONG, STRING),
-                                                          out))
+    outputs = BUILTINS["Fn_split"].outputs
+    return _in_row_order((np.asarray(rows, dtype=np.int64), *_columns(outputs, out)), done,
+                         outputs)
+
+
+def _in_row_order(looped: tuple[np.ndarray, ...], done: list[tuple[np.ndarray, ...]],
+                  outputs: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """A batch built-in's answer from the part answered row by row (``looped``) and the
+    parts a model answered whole, query by query (``done``): their rows in input order (each
+    part's rows ascend)."""
     parts = [part for part in (looped, *done) if len(part[0])]
     if len(parts) <= 1:  # (one query, as usual)
         return parts[0] if parts else looped
-    # in input order (each part's rows ascend)
     row = np.concatenate([part[0] for part in parts])
     order = np.argsort(row, kind="stable")
-    return tuple(np.concatenate([np.asarray(part[j], dtype=object if j in (3, 5) else np.int64)
-                                 for part in parts])[order] for j in range(6))
+    return (row[order], *(np.concatenate([np.asarray(part[j + 1], dtype=_DTYPES[t])
+                                          for part in parts])[order]
+                          for j, t in enumerate(outputs)))
 
 
 def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
@@ -255,17 +263,30 @@ def _final_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
 
 
 def _enforce_batch(ctx: Context, q: Column, e: Column, p: Column, m: Column):
-    """``Fn_enforce`` row by row over the rows of queries whose cost model has enforcers: a
-    model that keeps :meth:`CostModel.enforcer_alternatives` (none, as ``cout``) answers no
-    row, so its rows — one per OR node — are left out before the Python loop."""
+    """``Fn_enforce`` over the rows of queries whose cost model has enforcers, query by
+    query in one call where the model answers it (:meth:`CostModel.enforcers_batch`), else
+    row by row: a model that keeps :meth:`CostModel.enforcer_alternatives` (none, as
+    ``cout``) answers no row, so its rows — one per OR node — are left out first."""
     from reopt.costmodel.models import CostModel  # (the models import this module's package)
 
     q = np.asarray(q, dtype=np.int64)
+    exprs = np.asarray(e, dtype=np.int64)
+    props = np.asarray(p, dtype=object)
+    ops = m if isinstance(m, np.ndarray) else _strings(list(m))
     enforcing = np.zeros(len(q), dtype=bool)
+    done: list[tuple[np.ndarray, ...]] = []
     for qid in np.unique(q).tolist():
-        if type(ctx[qid].model).enforcer_alternatives is not CostModel.enforcer_alternatives:
-            enforcing |= q == qid
-    return _rows_at(_ENFORCE_ROWS, ctx, np.flatnonzero(enforcing), (q, e, p, m))
+        model = ctx[qid].model
+        if type(model).enforcer_alternatives is CostModel.enforcer_alternatives:
+            continue
+        at = np.flatnonzero(q == qid)
+        whole = model.enforcers_batch(ctx[qid], exprs[at], props[at], ops[at])
+        if whole is not None:
+            done.append((at[whole[0]], *whole[1:]))
+        else:
+            enforcing[at] = True
+    looped = _rows_at(_ENFORCE_ROWS, ctx, np.flatnonzero(enforcing), (q, e, p, m))
+    return _in_row_order(looped, done, BUILTINS["Fn_enforce"].outputs)
 
 
 def _rows_at(rowwise: Callable, ctx: Context, at: np.ndarray, cols: tuple[Column, ...]):
@@ -301,9 +322,10 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     # a vectorized form (most of a call's time when made for every call)
     ops = m if isinstance(m, np.ndarray) and m.dtype == object else _strings(list(m))
     exprs = np.asarray(e, dtype=np.int64)
+    index, lefts, rights = (np.asarray(c, dtype=np.int64) for c in (i, l, r))
     for qid in np.unique(q).tolist():
         at = np.flatnonzero(q == qid)
-        fast = ctx[qid].local_cost_column(exprs[at], ops[at])
+        fast = ctx[qid].local_cost_column(exprs[at], ops[at], index[at], lefts[at], rights[at])
         if fast is not None:
             out[at] = fast
             continue

@@ -21,6 +21,7 @@ fixpoint all find the same optimum.
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +36,7 @@ from reopt.costmodel.space import (
     NONE,
     Alt,
     AltColumns,
+    fold_bits,
     probe_prop,
     prop_class,
     sort_prop,
@@ -64,14 +66,70 @@ BLOCK_PAGES = 100.0
 """Pages of the outer input a block nested-loop join holds per pass over the inner."""
 
 
-def pages(rows: float) -> float:
+Rows = float | np.ndarray
+"""Estimated rows: one expression's (a float) or many (a ``float64`` array); the join cost
+formulas below take either, so one formula answers both :meth:`IOModel.local_cost` and its
+batch form with the same IEEE operations in the same order (the same bits)."""
+
+
+def pages(rows: Rows) -> Rows:
     return rows / PAGE_ROWS
 
 
-def sort_cost(rows: float) -> float:
-    cpu = 2.0 * CPU_OPERATOR * rows * math.log2(max(rows, 2.0))
-    spill = 2.0 * SEQ_PAGE * pages(rows) if rows > SORT_MEMORY_ROWS else 0.0
+def _when(test: bool | np.ndarray, value: Rows) -> Rows:
+    """``value`` where ``test`` holds, else 0.0 — of one alternative or element-wise."""
+    if isinstance(test, np.ndarray):
+        return np.where(test, value, 0.0)
+    return value if test else 0.0
+
+
+def hashjoin_cost(lrows: Rows, rrows: Rows, out: Rows) -> Rows:
+    """Build a hash table on the right input, probe it with the left; a build side past
+    :data:`HASH_MEMORY_ROWS` partitions both inputs to disk once."""
+    spill = _when(rrows > HASH_MEMORY_ROWS, 2.0 * SEQ_PAGE * (pages(lrows) + pages(rrows)))
+    return 2.0 * CPU_TUPLE * rrows + CPU_OPERATOR * lrows + CPU_TUPLE * out + spill
+
+
+def sortmerge_cost(lrows: Rows, rrows: Rows, out: Rows) -> Rows:
+    """Merge two inputs sorted on the join class (their sorts are children's)."""
+    return CPU_OPERATOR * (lrows + rrows) + CPU_TUPLE * out
+
+
+def indexnl_cost(lrows: Rows, rrows: Rows, out: Rows) -> Rows:
+    """One index probe of the inner base table per outer row."""
+    return RANDOM_PAGE * lrows + CPU_TUPLE * out
+
+
+def blocknl_cost(lrows: Rows, rrows: Rows, out: Rows) -> Rows:
+    """A pass over the inner per :data:`BLOCK_PAGES` pages of the outer, every pair compared."""
+    passes = pages(lrows) / BLOCK_PAGES + 1.0
+    return (
+        SEQ_PAGE * (pages(lrows) + passes * pages(rrows))
+        + CPU_OPERATOR * lrows * rrows
+        + CPU_TUPLE * out
+    )
+
+
+JOIN_COSTS = {"hashjoin": hashjoin_cost, "sortmerge": sortmerge_cost,
+              "indexnl": indexnl_cost, "blocknl": blocknl_cost}
+"""The ``io`` model's join methods → their local cost from the left input's, the right
+input's and the output's estimated rows."""
+
+
+def sort_cost(rows: Rows) -> Rows:
+    """Sort ``rows`` (comparisons; a sort past :data:`SORT_MEMORY_ROWS` spills its input
+    once): of one expression or element-wise, the same bits (``math.log2`` either way)."""
+    cpu = 2.0 * CPU_OPERATOR * rows * _log2(np.maximum(rows, 2.0)
+                                            if isinstance(rows, np.ndarray) else max(rows, 2.0))
+    spill = _when(rows > SORT_MEMORY_ROWS, 2.0 * SEQ_PAGE * pages(rows))
     return cpu + spill
+
+
+def _log2(x: Rows) -> Rows:
+    """``math.log2`` of one value or of each (numpy's may differ in the last bit)."""
+    if isinstance(x, np.ndarray):
+        return np.fromiter(map(math.log2, x.tolist()), np.float64, len(x))
+    return math.log2(x)
 
 
 _ONLY_ANY = ["any"]
@@ -132,16 +190,30 @@ class CostModel:
             out += self.join_alternatives(space, expr, prop, left, expr ^ left, method)
         return AltColumns.of(out)
 
+    batch_splits_from: int | None = None
+    """The fewest splits of an expression (both orders) for which one call of
+    :meth:`joins_batch` answers an OR node's joins of every method faster than :meth:`joins`
+    does method by method (:meth:`PlanSpace.join_columns`: the tuple-at-a-time ``Fn_split``);
+    None: never (no batch form, or joins cheaper than numpy's fixed cost per call)."""
+
     def joins_batch(self, space: PlanSpace, exprs: np.ndarray, props: np.ndarray,
                     methods: np.ndarray) -> tuple[np.ndarray, ...] | None:
         """:meth:`joins` of many OR nodes at once (the batch ``Fn_split``): for each input
         row's (expression, property, method), its joins in split order, as columns — the row
         each came from, index, left, left property, right, right property — or None: ask
-        :meth:`joins` node by node (what every model but one answers)."""
+        :meth:`joins` node by node (what every model but ``cout`` and ``io`` answers)."""
         return None
 
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         return []
+
+    def enforcers_batch(self, space: PlanSpace, exprs: np.ndarray, props: np.ndarray,
+                        methods: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """:meth:`enforcer_alternatives` of many OR nodes at once (the batch ``Fn_enforce``):
+        for each input row's (expression, property, enforcer), its enforcers of that
+        operator as columns — the row each came from, index, input expression, input
+        property — or None: ask row by row."""
+        return None
 
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
         return []
@@ -175,12 +247,15 @@ class CostModel:
         """:meth:`local_cost` of each of one OR node's alternatives (the batch form)."""
         return [self.local_cost(space, a) for a in space.alternatives(expr, prop)]
 
-    def local_cost_columns(self, space: PlanSpace, expr: np.ndarray, op: np.ndarray
-                           ) -> np.ndarray | None:
+    def local_cost_columns(self, space: PlanSpace, expr: np.ndarray, op: np.ndarray,
+                           index: np.ndarray | None = None, left: np.ndarray | None = None,
+                           right: np.ndarray | None = None) -> np.ndarray | None:
         """:meth:`local_cost` of many alternatives of any OR nodes given as columns — their
-        OR nodes' expressions (``int64``) and their operators (positions in
-        :attr:`operators`) — before operator factors; None where the model has no vectorized
-        form (callers then ask :meth:`local_costs` node by node)."""
+        OR nodes' expressions (``int64``), their operators (positions in
+        :attr:`operators`) and, where the caller has them, their indexes and left and right
+        children's expressions (``int64``) — before operator factors; None where the model
+        has no vectorized form, or needs a column not given (callers then ask
+        :meth:`local_costs` node by node)."""
         return None
 
 
@@ -294,7 +369,7 @@ class CoutModel(CostModel):
         # a leaf's OR node holds only its scan, any other only joins
         return [0.0 if expr & (expr - 1) == 0 else space.summary(expr)] * len(cols.index)
 
-    def local_cost_columns(self, space, expr, op):
+    def local_cost_columns(self, space, expr, op, index=None, left=None, right=None):
         # a scan (operator 0) costs 0, a join its expression's rows: one estimate per run of
         # equal expressions (a node's alternatives are contiguous), vectorized
         out = np.zeros(len(op))
@@ -312,6 +387,8 @@ class IOModel(CostModel):
 
     name = "io"
     children_within = True
+    batch_splits_from = 64  # (one batch call costs about what 16-32 splits' joins do, and
+    # the first builds the per-split bitsets of the whole space: not below 7 relations)
     join_methods = ("hashjoin", "sortmerge", "indexnl", "blocknl")
     operators = (
         "tablescan", "indexscan", "indexprobe", "hashjoin", "sortmerge", "indexnl", "blocknl",
@@ -408,10 +485,71 @@ class IOModel(CostModel):
             ]
         return []
 
+    def joins_batch(self, space, exprs, props, methods):
+        # joins() of every row at once: each row's splits (both orders, from the join graph's
+        # arrays), and per split the classes its crossing predicates join on and those an
+        # index on the right (a leaf) answers, as bitsets made once per query (_SplitClasses);
+        # a row's joins are then one per split (block NL; hash join if a class crosses) or
+        # one per class of a split's bitset (sort-merge, index NL), in split order, each
+        # split's classes by name — the order of join_alternatives and sorted()
+        splits = _SplitClasses.of(space)
+        if splits is None or type(self).joins is not IOModel.joins \
+                or type(self).join_alternatives is not IOModel.join_alternatives:
+            return None
+        exprs = np.asarray(exprs, dtype=np.int64)
+        props = np.asarray(props, dtype=object)
+        methods = np.asarray(methods, dtype=object)
+        pos = np.searchsorted(splits.unions, exprs).clip(0, max(len(splits.unions) - 1, 0))
+        has = splits.unions[pos] == exprs if len(splits.unions) else np.zeros(len(exprs), bool)
+        anyp = props == ANY
+        sort_class = np.fromiter(map(splits.sort_class.get, props.tolist(), repeat(-1)),
+                                 np.int64, len(props))
+        plain = has & anyp & ((methods == "blocknl") | (methods == "hashjoin"))
+        merge = has & (methods == "sortmerge") & (anyp | (sort_class >= 0))
+        probe = has & anyp & (methods == "indexnl")
+        at = np.flatnonzero(plain | merge | probe)
+        # every (row, split) of those rows, in row order, each row's splits in order
+        lo = splits.bounds[pos[at]]
+        count = splits.bounds[pos[at] + 1] - lo
+        row = np.repeat(at, count)
+        split = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
+            lo - (np.cumsum(count) - count), count)
+        # per (row, split): the bitset of what it emits, one join per bit (bit 0 for a plain
+        # join, else the classes)
+        classes = splits.classes[split]
+        emit = np.where(merge[row], np.where(sort_class[row] >= 0,
+                                             classes & (1 << sort_class[row].clip(0)), classes),
+                        np.where(probe[row], splits.probes[split],
+                                 np.where(methods[row] == "blocknl", 1,
+                                          (classes != 0).astype(np.int64))))
+        per = np.bitwise_count(emit).astype(np.int64)
+        keep = np.repeat(np.arange(len(row)), per)
+        nth = np.arange(len(keep), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+        cls = _nth_bit(emit[keep], nth)
+        row, split = row[keep], split[keep]
+        left = splits.lefts[split]
+        right = exprs[row] ^ left
+        left_prop = _anys(len(row)).copy()
+        right_prop = left_prop.copy()
+        merged = merge[row]
+        left_prop[merged] = right_prop[merged] = splits.sort_names[cls[merged]]
+        probed = probe[row]
+        right_prop[probed] = splits.probe_names[cls[probed]]
+        return row, left, left, left_prop, right, right_prop
+
     def enforcer_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         if prop.startswith("sort:"):
             return [Alt(expr, prop, 0, "sort", "sort", expr, ANY)]
         return []
+
+    def enforcers_batch(self, space, exprs, props, methods):
+        # enforcer_alternatives of every row: a sort of the same expression's any-order
+        # plans for a row asking for a sort property and the sort operator
+        sorting = np.fromiter(map(str.startswith, np.asarray(props).tolist(),
+                                  repeat("sort:")), bool, len(props))
+        at = np.flatnonzero(sorting & (np.asarray(methods, dtype=object) == "sort"))
+        return at, np.zeros(len(at), dtype=np.int64), np.asarray(exprs, np.int64)[at], \
+            _anys(len(at))
 
     def final_alternatives(self, space: PlanSpace, prop: str) -> list[Alt]:
         q = space.query
@@ -426,16 +564,51 @@ class IOModel(CostModel):
     # -- costs -------------------------------------------------------------------------------
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
         op = alt.phy_op
-        out = space.summary(alt.expr)
+        join = JOIN_COSTS.get(op)
+        if join is not None:
+            return join(space.summary(alt.left), space.summary(alt.right),
+                        space.summary(alt.expr))
+        return self._unjoined_cost(space, op, alt.expr, alt.index)
+
+    def local_cost_columns(self, space, expr, op, index=None, left=None, right=None):
+        # the joins (nearly every row) and the sort enforcer vectorized, by the formulas
+        # local_cost applies; the scans and final operators (a few a query) one by one
+        if index is None or left is None or right is None:
+            return None
+        out = np.empty(len(op), dtype=np.float64)
+        codes = [self.operators.index(m) for m in JOIN_COSTS]
+        sorts = np.flatnonzero(op == self.operators.index("sort"))
+        if len(sorts):  # (the enforcer: its own expression's rows sorted)
+            out[sorts] = sort_cost(space.summaries(np.asarray(expr)[sorts]))
+        joins = np.flatnonzero(np.isin(op, codes))
+        if len(joins):
+            rows = [space.summaries(np.asarray(c)[joins]) for c in (left, right, expr)]
+            by_op = op[joins]
+            for code, formula in zip(codes, JOIN_COSTS.values(), strict=True):
+                at = np.flatnonzero(by_op == code)
+                if len(at):
+                    out[joins[at]] = formula(*(r[at] for r in rows))
+        others = np.flatnonzero(~np.isin(op, [*codes, self.operators.index("sort")]))
+        ops = self.operators
+        for k, e, i, o in zip(others.tolist(), np.asarray(expr)[others].tolist(),
+                              np.asarray(index)[others].tolist(), op[others].tolist(),
+                              strict=True):
+            out[k] = self._unjoined_cost(space, ops[o], e, i)
+        return out
+
+    def _unjoined_cost(self, space: PlanSpace, op: str, expr: int, index: int) -> float:
+        """The local cost of an operator other than a join: a scan (``index``: its index),
+        the sort enforcer, the final group-by or sort (``expr``: its OR node's)."""
+        out = space.summary(expr)
         if op in ("tablescan", "indexscan", "indexprobe"):
-            alias = space.relations(alt.expr)[0]
+            alias = space.relations(expr)[0]
             rows = space.estimator.base_rows(alias)
             if op == "tablescan":
                 return SEQ_PAGE * pages(rows) + CPU_TUPLE * rows
             if op == "indexprobe":
                 return 0.0
             table = self._table(space, alias)
-            col = table.indexes[alt.index - 1]
+            col = table.indexes[index - 1]
             sel = 1.0
             for p in space.query.filters_of(alias):
                 if _restricts(p, col):
@@ -453,24 +626,62 @@ class IOModel(CostModel):
             if op == "sortagg":
                 return sort_cost(rows_in) + CPU_OPERATOR * rows_in + CPU_TUPLE * out + order
             return sort_cost(rows_in)
-        lrows, rrows = space.summary(alt.left), space.summary(alt.right)
-        if op == "hashjoin":
-            spill = (
-                2.0 * SEQ_PAGE * (pages(lrows) + pages(rrows)) if rrows > HASH_MEMORY_ROWS else 0.0
-            )
-            return 2.0 * CPU_TUPLE * rrows + CPU_OPERATOR * lrows + CPU_TUPLE * out + spill
-        if op == "sortmerge":
-            return CPU_OPERATOR * (lrows + rrows) + CPU_TUPLE * out
-        if op == "indexnl":
-            return RANDOM_PAGE * lrows + CPU_TUPLE * out
-        if op == "blocknl":
-            passes = pages(lrows) / BLOCK_PAGES + 1.0
-            return (
-                SEQ_PAGE * (pages(lrows) + passes * pages(rrows))
-                + CPU_OPERATOR * lrows * rrows
-                + CPU_TUPLE * out
-            )
         raise ValueError(f"io model: no cost for operator {op!r}")
+
+
+def _nth_bit(masks: np.ndarray, nth: np.ndarray) -> np.ndarray:
+    """The position of each mask's ``nth`` set bit, lowest first (``nth`` below its
+    popcount)."""
+    masks = masks.copy()
+    for k in range(int(nth.max()) if len(nth) else 0):
+        drop = nth > k
+        masks[drop] &= masks[drop] - 1
+    return np.bitwise_count((masks & -masks) - 1).astype(np.int64)
+
+
+class _SplitClasses:
+    """Per split of a query's join graph, both orders (:meth:`JoinGraph.flat_lefts`), the
+    equivalence classes its crossing predicates join on, and those of them an index on the
+    right side's join column answers when the right side is one relation (an index
+    nested-loop join's inner), each as a bitset over the classes sorted by name — what
+    :meth:`IOModel.join_alternatives` reads off :meth:`PlanSpace.crossing` split by split.
+    Structure: made once per plan space (and shared with the spaces of
+    :meth:`PlanSpace.with_adjustments` made after it)."""
+
+    def __init__(self, space: PlanSpace, model: IOModel, rights: np.ndarray,
+                 crossing: np.ndarray) -> None:
+        self.unions, self.bounds, self.lefts = space.graph.flat_lefts()
+        names = sorted({p.cls for p in space.predicates})
+        rank = {c: k for k, c in enumerate(names)}
+        self.sort_class = {sort_prop(c): k for k, c in enumerate(names)}
+        self.sort_names = np.array([sort_prop(c) for c in names], dtype=object)
+        self.probe_names = np.array([probe_prop(c) for c in names], dtype=object)
+        of_class = [1 << rank[p.cls] for p in space.predicates]
+        self.classes = fold_bits(crossing, of_class)
+        # predicates whose column at relation i has an index (index NL's inner is relation i)
+        indexed = [0] * space.query.n
+        for k, p in enumerate(space.predicates):
+            for bit, col in ((p.left_bit, p.left), (p.right_bit, p.right)):
+                if model._index_no(space, col) is not None:
+                    indexed[bit.bit_length() - 1] |= 1 << k
+        leaf = (rights & (rights - 1)) == 0
+        at = np.bitwise_count(rights - 1).astype(np.int64)  # a leaf's relation
+        probing = np.where(leaf, np.asarray(indexed, dtype=np.int64)[
+            np.where(leaf, at, 0)], 0) if space.query.n else np.zeros(len(rights), np.int64)
+        self.probes = fold_bits(crossing & probing, of_class)
+
+    @staticmethod
+    def of(space: PlanSpace) -> _SplitClasses | None:
+        """The space's (made on first use); None for a query of more than 63 predicates
+        (:meth:`PlanSpace.crossing_masks`)."""
+        memo = space.__dict__
+        if "_split_classes" not in memo:
+            unions, bounds, lefts = space.graph.flat_lefts()
+            rights = np.repeat(unions, np.diff(bounds)) ^ lefts
+            crossing = space.crossing_masks(lefts, rights)
+            memo["_split_classes"] = None if crossing is None else _SplitClasses(
+                space, space.model, rights, crossing)
+        return memo["_split_classes"]
 
 
 def _restricts(p, column: str) -> bool:

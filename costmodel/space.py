@@ -147,6 +147,22 @@ def plan_cost(local: float, left: float | None = None, right: float | None = Non
     return c
 
 
+def fold_bits(masks: np.ndarray, images: list[int], combine: np.ufunc = np.bitwise_or
+              ) -> np.ndarray:
+    """For each bitset of ``masks`` (``int64``), ``combine`` (OR, or XOR) of ``images[k]``
+    over its set bits ``k`` (0 for none; ``images`` are non-negative ``int64`` values, bits
+    past them absent): a bitset mapped through a table of 256 values per byte, one look-up
+    per byte of ``len(images)`` bits instead of a pass per bit."""
+    out = np.zeros(len(masks), dtype=np.int64)
+    byte = np.arange(256, dtype=np.int64)
+    for low in range(0, len(images), 8):
+        table = np.zeros(256, dtype=np.int64)
+        for j, image in enumerate(images[low:low + 8]):
+            table = np.where(byte >> j & 1 == 1, combine(table, image), table)
+        combine(out, table[(masks >> low) & 255], out=out)
+    return out
+
+
 def popcount(x: int) -> int:
     return x.bit_count()
 
@@ -358,6 +374,36 @@ class PlanSpace:
             ]
         return hit
 
+    def crossing_masks(self, lefts: np.ndarray, rights: np.ndarray) -> np.ndarray | None:
+        """:meth:`crossing` of many splits at once (``int64`` columns of disjoint left and
+        right sides), each as a bitset over :attr:`predicates` (bit ``k``: predicate ``k``
+        crosses); None for a query of more than 63 predicates (a bitset is one ``int64``).
+
+        A predicate crosses a split when exactly one of its relations is on each side: the
+        XOR of its relations' incidences over one side marks the predicates with exactly
+        one relation there (a predicate within one relation never crosses, and is left
+        out), so a split's crossing predicates are that mark of its left side AND of its
+        right side — two table look-ups per byte of a side (:func:`fold_bits`), with no
+        loop over the predicates."""
+        incidence = self._incidence
+        if incidence is None:
+            return None
+        return (fold_bits(np.asarray(lefts, dtype=np.int64), incidence, np.bitwise_xor)
+                & fold_bits(np.asarray(rights, dtype=np.int64), incidence, np.bitwise_xor))
+
+    @cached_property
+    def _incidence(self) -> list[int] | None:
+        """Per relation, the bitset of the :attr:`predicates` between it and another
+        relation (:meth:`crossing_masks`); None past 63 predicates."""
+        if len(self.predicates) > 63:
+            return None
+        out = [0] * self.query.n
+        for k, p in enumerate(self.predicates):
+            if p.left_bit != p.right_bit:
+                for b in (p.left_bit, p.right_bit):
+                    out[b.bit_length() - 1] |= 1 << k
+        return out
+
     def interesting_props(self, expr: int) -> list[str]:
         """Properties a parent could require of ``expr`` (for bottom-up enumeration)."""
         return self.model.interesting_props(self, expr)
@@ -387,7 +433,36 @@ class PlanSpace:
 
     def join_columns(self, expr: int, prop: str, method: str) -> AltColumns:
         """The joins of ``method`` for an OR node as columns (the batch ``Fn_split``)."""
-        return self._joins_by_method(expr, prop).get(method, NO_COLUMNS)
+        hit = self._joins.get((expr, prop))
+        if hit is None:
+            hit = self._joins_in_one_batch(expr, prop) or self._joins_by_method(expr, prop)
+        return hit.get(method, NO_COLUMNS)
+
+    def _joins_in_one_batch(self, expr: int, prop: str) -> dict[str, AltColumns] | None:
+        """:meth:`_joins_by_method` of an OR node of at least the model's
+        :attr:`~reopt.costmodel.models.CostModel.batch_splits_from` splits, from one call of
+        its batch form (:meth:`~reopt.costmodel.models.CostModel.joins_batch`) for every
+        method (memoized as that is); None for a smaller node or a model without one."""
+        least = self.model.batch_splits_from
+        if least is None or expr == self.top or self.graph.split_count(expr) < least:
+            return None
+        methods = self.model.join_methods
+        k = len(methods)
+        got = self.model.joins_batch(self, np.full(k, expr, dtype=np.int64),
+                                     np.full(k, prop, dtype=object),
+                                     np.asarray(methods, dtype=object))
+        if got is None:
+            return None
+        row, index, left, left_prop, right, right_prop = got
+        cuts = np.searchsorted(row, np.arange(k + 1)).tolist()
+        out: dict[str, AltColumns] = {}
+        for m, a, b in zip(methods, cuts[:-1], cuts[1:], strict=True):
+            n = b - a
+            out[m] = NO_COLUMNS if not n else tuple.__new__(AltColumns, (
+                index[a:b].tolist(), ["join"] * n, [m] * n, left[a:b].tolist(),
+                left_prop[a:b].tolist(), right[a:b].tolist(), right_prop[a:b].tolist()))
+        self._joins[(expr, prop)] = out
+        return out
 
     def _joins_by_method(self, expr: int, prop: str) -> dict[str, AltColumns]:
         key = (expr, prop)
@@ -437,7 +512,7 @@ class PlanSpace:
             return _NO_LEFTS
         if self.model.symmetric:
             return self.graph.halves_of(expr) or _NO_LEFTS
-        return self.graph.lefts().get(expr, _NO_LEFTS)
+        return self.graph.lefts_of(expr) or _NO_LEFTS
 
     def alternative(self, expr: int, prop: str, i: int) -> Alt:
         """Alternative ``i`` of the OR node (``alternatives(expr, prop)[i]``), built from its
@@ -498,18 +573,21 @@ class PlanSpace:
         ``Fn_nonscancost``): the same values, without an entry per alternative in the memo."""
         return self._factored(self.model.local_costs_of(self, alts), [a[4] for a in alts])
 
-    def local_cost_column(self, exprs: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
+    def local_cost_column(self, exprs: np.ndarray, ops: np.ndarray,
+                          index: np.ndarray | None = None, left: np.ndarray | None = None,
+                          right: np.ndarray | None = None) -> np.ndarray | None:
         """:meth:`local_costs_of` of alternatives given as columns — their OR nodes'
-        expressions (``int64``) and physical operators (``object``) — vectorized where the
+        expressions (``int64``), physical operators (``object``) and, where the caller has
+        them, their indexes and children's expressions (``int64``) — vectorized where the
         model has a vectorized form (:meth:`CostModel.local_cost_columns`), with the same
         operator factors; None where it has none (callers then build the alternatives)."""
         codes = {name: k for k, name in enumerate(self.model.operators)}
-        positions = np.full(len(ops), -1, dtype=np.int64)
-        for name, k in codes.items():  # (one comparison per operator, not a lookup per row)
-            positions[ops == name] = k
+        # (a look-up per row: a quarter of the time of one object comparison per operator
+        # over all rows, under io's eleven operators)
+        positions = np.fromiter(map(codes.get, ops.tolist(), repeat(-1)), np.int64, len(ops))
         if bool((positions < 0).any()):
             return None
-        costs = self.model.local_cost_columns(self, exprs, positions)
+        costs = self.model.local_cost_columns(self, exprs, positions, index, left, right)
         if costs is None:
             return None
         factors = self.adjustments.op_factors

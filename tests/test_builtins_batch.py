@@ -118,15 +118,18 @@ def test_enforcers_of_queries_with_and_without_them_keep_the_row_order():
 
 
 def test_a_batch_of_splits_answered_whole_and_node_by_node_keeps_the_row_order():
-    """``cout`` on a compiled enumeration answers its query's rows at once, ``io`` node by
-    node: rows of both, interleaved, come back as the tuple form gives them, row by row."""
+    """``cout`` on a compiled enumeration and ``io`` answer their query's rows at once,
+    ``dist`` node by node: rows of all three, interleaved, come back as the tuple form gives
+    them, row by row."""
     a, cat_a = make_query("clique", 5, 3)
     b, cat_b = make_query("star", 5, 2, final=False)
     sa, sb = PlanSpace(a, cat_a, cost_model("cout")), PlanSpace(b, cat_b, cost_model("io"))
+    sc = PlanSpace(b, cat_b, cost_model("dist"))
     sa.graph.compiled = ccp.AVAILABLE
-    ctx = {0: sa, 7: sb}
+    ctx = {0: sa, 7: sb, 2: sc}
     rows = [(0, e, p, m) for e, p in sorted(sa.or_nodes()) for m in ("join", "hashjoin")]
-    rows += [(7, e, p, "hashjoin") for e, p in sorted(sb.or_nodes())]
+    rows += [(7, e, p, m) for e, p in sorted(sb.or_nodes()) for m in ("hashjoin", "sortmerge")]
+    rows += [(2, e, p, "shuffle") for e, p in sorted(sc.or_nodes())]
     rows = rows[::2] + rows[1::2][::-1]
     assert as_batch(BUILTINS["Fn_split"], ctx, rows) == per_row(BUILTINS["Fn_split"], ctx, rows)
 
