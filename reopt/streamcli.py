@@ -270,7 +270,7 @@ def main(argv: list[str]) -> int:
         if not args.json:
             print(f"resumed from {args.checkpoint} after batch {resumed.last.index}")
     # bad input fails above, before Spark starts
-    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor)
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor, args.seed)
     if args.strategy == "spark" or args.executor == "spark":
         from reopt.spark import get_spark
 

@@ -112,17 +112,18 @@ def _replan(opt: Optimizer, deltas: list[str], strategy: Strategy,
 
 
 def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
-                   batch_seconds: int, executor: str = "local") -> None:
+                   batch_seconds: int, executor: str = "local", seed: int = 0) -> None:
     """Refuse what ``name`` cannot run on ``executor`` (one-line errors), without starting
-    Spark: the eddy's and the local executor's SQL subset, the FROM order Spark's join
-    needs."""
+    Spark: the eddy's and the local executor's SQL subset and the eddy's ``seed``, the FROM
+    order Spark's join needs."""
     if name in ("adaptive", "static", "hindsight"):
         make_query(executor, opt.query, opt.catalog, data_dir, None, batch_seconds,
                    opt.adjustments)
     elif name == "eddy":
         from reopt.eddy import make_eddy
 
-        make_eddy(executor, opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments)
+        make_eddy(executor, opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments,
+                  seed=seed)
     elif name == "spark":
         from reopt.sparkstream import SparkStreamJoin
 
