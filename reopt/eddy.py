@@ -77,7 +77,7 @@ from reopt.execute import _name
 from reopt.frameexpr import RENAMED, Condition, FrameSQL, mask
 from reopt.plan import PlanNode
 from reopt.stream import ContinuousQuery, MicroBatch, StreamError
-from reopt.streamlocal import EXECUTORS
+from reopt.streamlocal import EXECUTORS, _column
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -377,9 +377,3 @@ def make_eddy(executor: str, query: Query, catalog: Catalog, data_dir: str | Pat
         return SparkEddy(query, catalog, data_dir, batch_seconds, adjustments, **options)
     raise StreamError(f"unknown executor '{executor}' (choose from {', '.join(EXECUTORS)})")
 
-
-def _column(value: Any, frame: pd.DataFrame) -> np.ndarray:
-    """A SELECT item's values for every row (a constant item repeated)."""
-    if isinstance(value, pd.Series):
-        return value.to_numpy()
-    return np.full(len(frame), value)

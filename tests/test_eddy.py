@@ -48,20 +48,35 @@ def test_eddy_equals_batch_sql_per_window(spark, tmp_path):
     assert batches[0].columns == list(oracle.columns[1:])
 
 
-def _stepped(eddy: Eddy) -> Iterator[tuple[EddyBatch, dict[int, float]]]:
+def _stepped(eddy: Eddy, sc=None, jobs: list[list[int]] | None = None
+             ) -> Iterator[tuple[EddyBatch, dict[int, float]]]:
     """Every batch of ``eddy`` with the tickets banked after it (what the next batch's
-    lotteries draw with: the batch's escrow summed over its parts)."""
+    lotteries draw with: the batch's escrow summed over its parts); with a Spark context
+    ``sc``, each batch's Spark jobs appended to ``jobs`` as their counts of tasks."""
     while eddy.batch * eddy.batch_seconds < eddy.seconds:
-        yield eddy.step(), dict(eddy.banked)
+        group = f"test-eddy-{id(eddy)}-{eddy.batch}"
+        if sc is not None:
+            sc.setJobGroup(group, group)
+        try:
+            batch = eddy.step()
+        finally:
+            if sc is not None:
+                sc.setJobGroup("", "")
+        if sc is not None and jobs is not None:
+            tracker = sc.statusTracker()
+            jobs.append([sum(tracker.getStageInfo(s).numTasks
+                             for s in tracker.getJobInfo(j).stageIds)
+                         for j in tracker.getJobIdsForGroup(group)])
+        yield batch, dict(eddy.banked)
 
 
 @pytest.mark.spark
 def test_spark_eddy_routes_every_part_as_the_in_process_eddy(spark, tmp_path):
-    """One Spark task per part: per batch the same routes, probed counts, banked tickets and
-    rows as the in-process eddy (its parts' lotteries are seeded per part, so the tasks'
-    scheduling cannot change a draw), and the batch Spark SQL oracle's results. Item a (the
-    auctions) has two eligible probes, so its draws follow the tickets banked from every
-    part's escrow."""
+    """One Spark job per batch, one task per part: per batch the same routes, probed
+    counts, banked tickets and rows as the in-process eddy (its parts' lotteries are seeded
+    per part, so the tasks' scheduling cannot change a draw), and the batch Spark SQL
+    oracle's results. Item a (the auctions) has two eligible probes, so its draws follow the
+    tickets banked from every part's escrow."""
     root = tmp_path / "nx"
     generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
     expected, sizes = per_batch(batch_answer(spark, stream_tuples(root)))
@@ -70,8 +85,12 @@ def test_spark_eddy_routes_every_part_as_the_in_process_eddy(spark, tmp_path):
     on_spark = make_eddy("spark", opt.query, opt.catalog, root, 2, seed=3, partitions=5)
     assert isinstance(on_spark, SparkEddy)
     on_spark.spark = spark
-    pairs = list(zip(_stepped(local), _stepped(on_spark), strict=True))
+    jobs: list[list[int]] = []
+    pairs = list(zip(_stepped(local), _stepped(on_spark, spark.sparkContext, jobs),
+                     strict=True))
     assert len(pairs) == 3
+    # one Spark job per micro-batch, one task per part (a part is one route)
+    assert jobs == [[sum(got.routes.values())] for _, (got, _) in pairs], jobs
     drawn = 0
     for (want, banked), (got, spark_banked) in pairs:
         assert got.routes == want.routes and got.probed == want.probed, got.index
