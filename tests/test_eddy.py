@@ -24,6 +24,7 @@ from reopt.eddy import Eddy, EddyBatch, Part, Routed, Router, SparkEddy, States,
 from reopt.execute import answer_digest
 from reopt.stream import StreamError
 from reopt.streamgen import generate_stream
+from reopt.streamrun import run_strategy
 
 
 def _eddy(sql: str, catalog, root: Path, batch_seconds: int = 1, **kw) -> Eddy:
@@ -299,3 +300,14 @@ def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
     eddy = _eddy((root / "query.sql").read_text(), str(root / "catalog.json"), root, seed=5)
     for b in eddy.run():
         assert answer_digest(b.rows) == expected.get(b.index, answer_digest([])), b.index
+
+
+def test_the_eddy_strategy_routes_where_the_executor_runs(tmp_path):
+    """``run_strategy("eddy", executor=...)``: in process with ``local``, the Spark eddy with
+    ``spark`` (which, without a session, says so before any batch runs)."""
+    _three(tmp_path, seconds=2)
+    opt = Optimizer(THREE, Catalog.from_dict(THREE_CATALOG), cost_model="rate",
+                    optimizer="topdown")
+    assert next(run_strategy("eddy", opt, tmp_path, 1, None, None, executor="local")).routes
+    with pytest.raises(StreamError, match="no Spark session"):
+        next(run_strategy("eddy", opt, tmp_path, 1, None, None, executor="spark"))
