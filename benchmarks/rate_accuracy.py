@@ -120,9 +120,9 @@ def alive(eddy: Eddy, items: list[int], contents: dict[int, pd.DataFrame]) -> in
     while len(held) < len(items):
         rest = [j for j in items if j not in held]
         linked = [j for j in rest if any(j in c.used and c.used - {j} and c.used <= held | {j}
-                                         for c in eddy.conditions)]
+                                         for c in eddy.router.conditions)]
         j = (linked or rest)[0]
-        part = eddy._probe(part, held, j, contents[j])
+        part = eddy.router.probe(part, held, j, contents[j])
         held = held | {j}
     return len(part)
 

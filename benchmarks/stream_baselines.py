@@ -17,12 +17,16 @@ maximum batch time, plan switches, optimizer time, results, largest state (windo
 records summed over streams; for Spark, the rows in its join state) and, for the eddy, the
 partial results its probes returned; then each strategy's batch times in order. Every
 strategy's whole result multiset is digested; the run says whether all are equal.
-With ``--executor local`` (the default) the eddy and the executor both run in process, so
-their times compare like for like; with ``--executor spark`` the executor's batches pay Spark's
-per-job cost and the eddy's do not. ``eddy-fixed``, the eddy with every lottery replaced by
-FROM order (no adaptation), is the eddy's own yardstick. Adaptive re-plans on a change too
-(``--replan-on-change``, :mod:`reopt.streamchange`); ``adaptive-scheduled`` is adaptive on
-the schedule alone (the trigger off), to compare the two in one run.
+The eddy runs where the executor does: in process with ``--executor local`` (the default),
+and with ``--executor spark`` routing each part of a micro-batch in a Spark task (one job
+per batch, :class:`reopt.eddy.SparkEddy`), so its times compare like for like with the
+executor's either way; ``eddy-local`` is the in-process eddy whatever the executor (for
+reference). ``eddy-fixed``, the eddy (on the executor) with every lottery replaced by FROM
+order (no adaptation), is the eddy's own yardstick. A strategy named several times runs
+several times, one row each, in the order given (to interleave A/B runs).
+Adaptive re-plans on a change too (``--replan-on-change``, :mod:`reopt.streamchange`);
+``adaptive-scheduled`` is adaptive on the schedule alone (the trigger off), to compare the
+two in one run.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import time
 from pathlib import Path
 
 from reopt.api import Optimizer
-from reopt.eddy import Eddy
+from reopt.eddy import make_eddy
 from reopt.execute import answer_digest
 from reopt.migration import MIGRATIONS
 from reopt.spark import get_spark
@@ -66,8 +70,11 @@ def run_one(name: str, root: Path, spark, batch_seconds: int, plan_every: int,
                     optimizer="topdown-inc", rate_profile=executor)
     record = Strategy(name)
     t0 = time.perf_counter()
-    if name == "eddy-fixed":
-        batches = list(Eddy(opt.query, opt.catalog, root, batch_seconds, routing="fixed").run())
+    if name in ("eddy-fixed", "eddy-local"):
+        eddy = make_eddy("local" if name == "eddy-local" else executor, opt.query, opt.catalog,
+                         root, batch_seconds, seed=seed, spark=spark,
+                         routing="fixed" if name == "eddy-fixed" else "lottery")
+        batches = list(eddy.run())
     else:
         scheduled = name == "adaptive-scheduled"
         batches = list(run_strategy("adaptive" if scheduled else name, opt, root,
@@ -97,9 +104,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-seconds", type=int, default=2)
     ap.add_argument("--plan-every", type=int, default=4)
-    ap.add_argument("--strategies", default=",".join([*STRATEGIES, "eddy-fixed"]))
+    ap.add_argument("--strategies", default=",".join([*STRATEGIES, "eddy-fixed"]),
+                    help="comma-separated, repeats allowed: also eddy-fixed, eddy-local, "
+                    "adaptive-scheduled")
     ap.add_argument("--executor", default="local", choices=EXECUTORS,
-                    help="where adaptive, static and hindsight join: local (default) or spark")
+                    help="where adaptive, static and hindsight join and the eddy routes: "
+                    "local (default) or spark")
     ap.add_argument("--migration", default="auto", choices=MIGRATIONS,
                     help="adaptive's migration (default auto)")
     ap.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",

@@ -97,8 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                    "no plan), spark (Spark's own stream-stream join, FROM order); default "
                    "adaptive")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
-                   help="where adaptive, static and hindsight run the joins: local (in "
-                   "process, pandas; default) or spark (DataFrames on Spark); same results")
+                   help="where adaptive, static and hindsight run the joins and the eddy "
+                   "routes its parts: local (in process, pandas; default) or spark (on Spark: "
+                   "DataFrames; the eddy one task per part); same results")
     p.add_argument("--seed", type=int, default=0, help="the eddy's lottery seed (default 0)")
     p.add_argument("--results", metavar="FILE",
                    help="write every result as a JSON line {batch, columns...}")
@@ -269,8 +270,8 @@ def main(argv: list[str]) -> int:
         if not args.json:
             print(f"resumed from {args.checkpoint} after batch {resumed.last.index}")
     # bad input fails above, before Spark starts
-    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor)
-    if args.strategy == "spark" or (args.executor == "spark" and args.strategy != "eddy"):
+    check_strategy(args.strategy, opt, args.data, args.batch_seconds, args.executor, args.seed)
+    if args.strategy == "spark" or args.executor == "spark":
         from reopt.spark import get_spark
 
         cq.spark = get_spark(args.master)

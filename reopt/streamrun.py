@@ -8,7 +8,9 @@ five ways to run it, each yielding :class:`reopt.stream.MicroBatch` results batc
 * ``hindsight`` — the executor, every batch under the plan that is best for that batch's own
   true statistics: an optimizer that knows each batch's rates and selectivities before it
   runs. The best a re-planner can do without migration costs.
-* ``eddy`` — :class:`reopt.eddy.Eddy`, lottery-routed probes, no plan (in process, no Spark).
+* ``eddy`` — :mod:`reopt.eddy`, lottery-routed probes, no plan: in process
+  (:class:`~reopt.eddy.Eddy`) or, with ``executor="spark"``, each part of a micro-batch
+  routed by a Spark task (:class:`~reopt.eddy.SparkEddy`).
 * ``spark`` — :class:`reopt.sparkstream.SparkStreamJoin`, Spark's own stream-stream join in
   FROM order.
 
@@ -110,16 +112,18 @@ def _replan(opt: Optimizer, deltas: list[str], strategy: Strategy,
 
 
 def check_strategy(name: str, opt: Optimizer, data_dir: str | Path,
-                   batch_seconds: int, executor: str = "local") -> None:
-    """Refuse what ``name`` cannot run (one-line errors), without starting Spark: the eddy's
-    and the local executor's SQL subset, the FROM order Spark's join needs."""
+                   batch_seconds: int, executor: str = "local", seed: int = 0) -> None:
+    """Refuse what ``name`` cannot run on ``executor`` (one-line errors), without starting
+    Spark: the eddy's and the local executor's SQL subset and the eddy's ``seed``, the FROM
+    order Spark's join needs."""
     if name in ("adaptive", "static", "hindsight"):
         make_query(executor, opt.query, opt.catalog, data_dir, None, batch_seconds,
                    opt.adjustments)
     elif name == "eddy":
-        from reopt.eddy import Eddy
+        from reopt.eddy import make_eddy
 
-        Eddy(opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments)
+        make_eddy(executor, opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments,
+                  seed=seed)
     elif name == "spark":
         from reopt.sparkstream import SparkStreamJoin
 
@@ -134,7 +138,8 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
     """``name``'s batches over ``data_dir`` (see the module doc). ``plan_every`` is in
     batches. ``strategy`` (optional) collects the log, switches and optimizer time.
     ``executor`` runs adaptive, static and hindsight in process (``local``) or on Spark
-    (:mod:`reopt.streamlocal`); ``migration`` is adaptive's (``moving``, ``parallel`` or
+    (:mod:`reopt.streamlocal`), and the eddy's routing likewise
+    (:mod:`reopt.eddy`); ``migration`` is adaptive's (``moving``, ``parallel`` or
     ``auto``, :mod:`reopt.migration`) and ``on_change`` its change trigger's factor
     (:mod:`reopt.streamchange`; None: the schedule only); static never switches and
     hindsight moves state."""
@@ -144,10 +149,10 @@ def run_strategy(name: str, opt: Optimizer, data_dir: str | Path, batch_seconds:
         raise ReoptError(f"unknown strategy {name!r} (choose from {', '.join(STRATEGIES)})")
     record = strategy or Strategy(name)
     if name == "eddy":
-        from reopt.eddy import Eddy
+        from reopt.eddy import make_eddy
 
-        yield from Eddy(opt.query, opt.catalog, data_dir, batch_seconds, opt.adjustments,
-                        seed=seed).run()
+        yield from make_eddy(executor, opt.query, opt.catalog, data_dir, batch_seconds,
+                             opt.adjustments, seed=seed, spark=spark).run()
         return
     if name == "spark":
         from reopt.sparkstream import SparkStreamJoin

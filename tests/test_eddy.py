@@ -7,6 +7,8 @@ probe that eliminates them (seed 002 §4)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +20,11 @@ from test_stream import QUERY, batch_answer, per_batch, stream_tuples, streams, 
 
 from reopt.api import Optimizer
 from reopt.costmodel.catalog import Catalog
-from reopt.eddy import Eddy
+from reopt.eddy import Eddy, EddyBatch, Part, Routed, Router, SparkEddy, States, make_eddy
 from reopt.execute import answer_digest
 from reopt.stream import StreamError
 from reopt.streamgen import generate_stream
+from reopt.streamrun import run_strategy
 
 
 def _eddy(sql: str, catalog, root: Path, batch_seconds: int = 1, **kw) -> Eddy:
@@ -46,17 +49,101 @@ def test_eddy_equals_batch_sql_per_window(spark, tmp_path):
     assert batches[0].columns == list(oracle.columns[1:])
 
 
+def _stepped(eddy: Eddy, sc=None, jobs: list[list[int]] | None = None
+             ) -> Iterator[tuple[EddyBatch, dict[int, float]]]:
+    """Every batch of ``eddy`` with the tickets banked after it (what the next batch's
+    lotteries draw with: the batch's escrow summed over its parts); with a Spark context
+    ``sc``, each batch's Spark jobs appended to ``jobs`` as their counts of tasks."""
+    while eddy.batch * eddy.batch_seconds < eddy.seconds:
+        group = f"test-eddy-{id(eddy)}-{eddy.batch}"
+        if sc is not None:
+            sc.setJobGroup(group, group)
+        try:
+            batch = eddy.step()
+        finally:
+            if sc is not None:
+                sc.setJobGroup("", "")
+        if sc is not None and jobs is not None:
+            tracker = sc.statusTracker()
+            jobs.append([sum(tracker.getStageInfo(s).numTasks
+                             for s in tracker.getJobInfo(j).stageIds)
+                         for j in tracker.getJobIdsForGroup(group)])
+        yield batch, dict(eddy.banked)
+
+
+@pytest.mark.spark
+def test_spark_eddy_routes_every_part_as_the_in_process_eddy(spark, tmp_path):
+    """One Spark job per batch, one task per part: per batch the same routes, probed
+    counts, banked tickets and rows as the in-process eddy (its parts' lotteries are seeded
+    per part, so the tasks' scheduling cannot change a draw), and the batch Spark SQL
+    oracle's results. Item a (the auctions) has two eligible probes, so its draws follow the
+    tickets banked from every part's escrow."""
+    root = tmp_path / "nx"
+    generate_stream("nexmark", root, seed=7, phases="2:keys=6;2:bids=80,keys=6;2:keys=3")
+    expected, sizes = per_batch(batch_answer(spark, stream_tuples(root)))
+    opt = Optimizer(QUERY, str(root / "catalog.json"), cost_model="rate", optimizer="topdown")
+    local = Eddy(opt.query, opt.catalog, root, 2, seed=3, partitions=5)
+    on_spark = make_eddy("spark", opt.query, opt.catalog, root, 2, seed=3, partitions=5)
+    assert isinstance(on_spark, SparkEddy)
+    on_spark.spark = spark
+    jobs: list[list[int]] = []
+    pairs = list(zip(_stepped(local), _stepped(on_spark, spark.sparkContext, jobs),
+                     strict=True))
+    assert len(pairs) == 3
+    # one Spark job per micro-batch, one task per part (a part is one route)
+    assert jobs == [[sum(got.routes.values())] for _, (got, _) in pairs], jobs
+    drawn = 0
+    for (want, banked), (got, spark_banked) in pairs:
+        assert got.routes == want.routes and got.probed == want.probed, got.index
+        assert spark_banked == banked, got.index
+        assert Counter(got.rows) == Counter(want.rows), got.index
+        assert answer_digest(got.rows) == expected.get(got.index, answer_digest([])), \
+            got.index
+        assert len(got.rows) == sizes.get(got.index, 0), got.index
+        drawn += sum(n for r, n in got.routes.items() if r.startswith("a:"))
+    assert drawn >= 10 and sum(sizes.values()) > 30
+    assert all(banked.values())  # every item's escrow moved: a part's lost escrow would show
+
+
+class ReversedEddy(Eddy):
+    """An eddy that routes a batch's parts last first (as Spark tasks may run)."""
+
+    def _route_all(self, parts: list[Part], states: States) -> list[Routed]:
+        return super()._route_all(parts[::-1], states)[::-1]
+
+
+def test_a_parts_lottery_does_not_depend_on_the_order_parts_are_routed(tmp_path):
+    """Each part draws from its own generator, seeded by (seed, batch, item, part): routing
+    the parts in reverse order changes no route and no result."""
+    _three(tmp_path)
+    catalog = Catalog.from_dict(THREE_CATALOG)
+    forward = list(_eddy(THREE, catalog, tmp_path, seed=1).run())
+    opt = Optimizer(THREE, catalog, cost_model="rate", optimizer="topdown")
+    backward = list(ReversedEddy(opt.query, opt.catalog, tmp_path, 1, seed=1).run())
+    assert [b.routes for b in backward] == [b.routes for b in forward]
+    assert [b.probed for b in backward] == [b.probed for b in forward]
+    assert sum(n for b in forward for r, n in b.routes.items() if r.startswith("a:")) > 4
+
+
+@dataclass(frozen=True)
+class ForcedRouter(Router):
+    """A router whose probe order is dictated by ``choices`` instead of the lottery."""
+
+    choices: tuple[int, ...] = (0,)
+    drawn: list[int] = field(default_factory=lambda: [0])
+
+    def lottery(self, eligible: list[int], tickets, rng) -> int:
+        self.drawn[0] += 1
+        return eligible[self.choices[self.drawn[0] % len(self.choices)] % len(eligible)]
+
+
 class ForcedEddy(Eddy):
-    """An eddy whose probe order is dictated by ``choices`` instead of the lottery."""
+    """An eddy routing with a :class:`ForcedRouter`."""
 
     def __init__(self, *args, choices: list[int], **kw):
         super().__init__(*args, **kw)
-        self.choices = list(choices)
-        self.drawn = 0
-
-    def _lottery(self, eligible: list[int]) -> int:
-        self.drawn += 1
-        return eligible[self.choices[self.drawn % len(self.choices)] % len(eligible)]
+        self.router = ForcedRouter(**{f.name: getattr(self.router, f.name)
+                                      for f in fields(Router)}, choices=tuple(choices))
 
 
 def nested_loops(records: dict[str, list[tuple[int, float]]], windows: dict[str, float],
@@ -213,3 +300,14 @@ def test_eddy_runs_segtolls_like_batch_sql(spark, tmp_path):
     eddy = _eddy((root / "query.sql").read_text(), str(root / "catalog.json"), root, seed=5)
     for b in eddy.run():
         assert answer_digest(b.rows) == expected.get(b.index, answer_digest([])), b.index
+
+
+def test_the_eddy_strategy_routes_where_the_executor_runs(tmp_path):
+    """``run_strategy("eddy", executor=...)``: in process with ``local``, the Spark eddy with
+    ``spark`` (which, without a session, says so before any batch runs)."""
+    _three(tmp_path, seconds=2)
+    opt = Optimizer(THREE, Catalog.from_dict(THREE_CATALOG), cost_model="rate",
+                    optimizer="topdown")
+    assert next(run_strategy("eddy", opt, tmp_path, 1, None, None, executor="local")).routes
+    with pytest.raises(StreamError, match="no Spark session"):
+        next(run_strategy("eddy", opt, tmp_path, 1, None, None, executor="spark"))

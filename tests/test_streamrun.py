@@ -113,5 +113,10 @@ def test_strategies_refuse_bad_input_before_spark_starts(tmp_path, capsys, monke
         assert main(["stream", sql, "--data", str(root), "--strategy", strategy]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("reopt: ") and message in err and "\n" not in err
+    for executor in ("local", "spark"):  # the eddy on Spark: refused before Spark starts
+        assert main(["stream", QUERY, "--data", str(root), "--strategy", "eddy", "--executor",
+                     executor, "--seed", "-1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("reopt: ") and "seed must be" in err and "\n" not in err
     assert main(["stream", QUERY, "--data", str(root), "--strategy", "psychic"]) == 2
     assert "psychic" in capsys.readouterr().err
