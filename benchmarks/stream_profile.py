@@ -34,7 +34,7 @@ from reopt.streamlocal import make_query
 
 PARTS = {"_read": "read", "_frame": "createDataFrame", "_state_frame": "createDataFrame",
          "_rows": "collect states", "_join": "joins", "_answer": "answer",
-         "_slide": "slide", "observed": "observe"}
+         "_slide": "slide", "observe": "observe"}
 
 
 def profile(executor: str, root: Path, spark, batch_seconds: int) -> dict[str, float]:
