@@ -446,23 +446,36 @@ class PlanSpace:
         least = self.model.batch_splits_from
         if least is None or expr == self.top or self.graph.split_count(expr) < least:
             return None
+        if not self._batch_joins([(expr, prop)]):
+            return None
+        return self._joins[(expr, prop)]
+
+    def _batch_joins(self, nodes: list[tuple[int, str]]) -> bool:
+        """Memoize the joins of every method of each of ``nodes`` (OR nodes of join
+        expressions) from ONE call of the model's
+        :meth:`~reopt.costmodel.models.CostModel.joins_batch`, as
+        :meth:`_joins_by_method` would find them node by node; False if the model has no
+        batch form (nothing memoized)."""
         methods = self.model.join_methods
         k = len(methods)
-        got = self.model.joins_batch(self, np.full(k, expr, dtype=np.int64),
-                                     np.full(k, prop, dtype=object),
-                                     np.asarray(methods, dtype=object))
+        got = self.model.joins_batch(
+            self, np.repeat(np.fromiter((e for e, _ in nodes), np.int64, len(nodes)), k),
+            np.repeat(np.asarray([p for _, p in nodes] + [None], dtype=object)[:-1], k),
+            np.tile(np.asarray(methods, dtype=object), len(nodes)))
         if got is None:
-            return None
+            return False
         row, index, left, left_prop, right, right_prop = got
-        cuts = np.searchsorted(row, np.arange(k + 1)).tolist()
-        out: dict[str, AltColumns] = {}
-        for m, a, b in zip(methods, cuts[:-1], cuts[1:], strict=True):
-            n = b - a
-            out[m] = NO_COLUMNS if not n else tuple.__new__(AltColumns, (
-                index[a:b].tolist(), ["join"] * n, [m] * n, left[a:b].tolist(),
-                left_prop[a:b].tolist(), right[a:b].tolist(), right_prop[a:b].tolist()))
-        self._joins[(expr, prop)] = out
-        return out
+        cuts = np.searchsorted(row, np.arange(k * len(nodes) + 1)).tolist()
+        for i, node in enumerate(nodes):
+            out: dict[str, AltColumns] = {}
+            for j, m in enumerate(methods):
+                a, b = cuts[i * k + j], cuts[i * k + j + 1]
+                n = b - a
+                out[m] = NO_COLUMNS if not n else tuple.__new__(AltColumns, (
+                    index[a:b].tolist(), ["join"] * n, [m] * n, left[a:b].tolist(),
+                    left_prop[a:b].tolist(), right[a:b].tolist(), right_prop[a:b].tolist()))
+            self._joins[node] = out
+        return True
 
     def _joins_by_method(self, expr: int, prop: str) -> dict[str, AltColumns]:
         key = (expr, prop)
@@ -819,11 +832,28 @@ class PlanSpace:
                 stack.append(child)
 
     def size(self) -> dict[str, int]:
-        """The full search space: OR nodes and AND nodes reachable from the root."""
+        """The full search space: OR nodes and AND nodes reachable from the root. Walked
+        level by level (the count does not depend on the order), each level's joins asked of
+        the model in one batch where it has a batch form (:meth:`_batch_joins`): a
+        declarative optimization's first step sizes the space for its metrics without having
+        built these columns, and node by node that cost as much as the search (0.9 s of a
+        cold 1.7 s on a 14-relation clique under ``io``)."""
         ors = ands = 0
-        for node in self.or_nodes():
-            ors += 1
-            ands += self.columns(*node).count
+        seen = {self.root}
+        level = [self.root]
+        while level:
+            joins = [n for n in level if n not in self._joins and n[0] != self.top
+                     and not self.is_leaf(n[0])]
+            if len(joins) > 1 and self.model.batch_splits_from is not None:
+                self._batch_joins(joins)
+            below: list[tuple[int, str]] = []
+            for node in level:
+                ors += 1
+                ands += self.columns(*node).count
+                for child in self.children(*node) - seen:
+                    seen.add(child)
+                    below.append(child)
+            level = below
         return {"or_nodes": ors, "and_nodes": ands}
 
     def within_budget(self, max_pairs: int) -> bool:

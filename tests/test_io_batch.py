@@ -175,3 +175,20 @@ def test_enforcers_batch_equals_enforcer_alternatives(qc, seed):
                     column.append(value)
     assert [np.asarray(c).tolist() for c in got] == want
     assert want[0] or all(p == "any" for _, p in space.groups())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qc=queries(2, 8), compiled=st.booleans())
+def test_size_by_levels_equals_a_walk_node_by_node(qc, compiled):
+    """:meth:`PlanSpace.size` asks each level's joins in one batch: the same OR and AND node
+    counts as a depth-first walk asking node by node, and every node's memoized columns the
+    ones :meth:`IOModel.joins` gives it."""
+    batched, plain = _space(qc, compiled), _space(qc, compiled)
+    walked = list(plain.or_nodes())
+    assert batched.size() == {"or_nodes": len(walked),
+                              "and_nodes": sum(plain.columns(*n).count for n in walked)}
+    for e, p in walked:
+        if e != batched.top and not batched.is_leaf(e):
+            lefts = batched.split_lefts(e)
+            assert batched._joins[(e, p)] == {m: batched.model.joins(batched, e, p, m, lefts)
+                                              for m in batched.model.join_methods}
