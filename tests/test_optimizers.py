@@ -247,7 +247,10 @@ def test_a_promoting_pause_moves_its_survivors_to_the_oldest_generation():
 
 def test_a_promoting_pause_leaves_a_callers_frozen_objects_frozen():
     """``unfreeze`` would thaw everything frozen: with a caller's ``gc.freeze()`` in force the
-    pause promotes nothing, and what the caller froze stays out of every generation."""
+    pause promotes nothing, and what the caller froze stays out of every generation. (The
+    frozen count may drop meanwhile — frozen objects that die, say in another thread of the
+    test process such as Spark's py4j threads — but never grow, as a promotion would, and
+    never fall to none, as a thaw would.)"""
     import gc
 
     from reopt.optimizers.base import paused_gc
@@ -258,7 +261,7 @@ def test_a_promoting_pause_leaves_a_callers_frozen_objects_frozen():
         count = gc.get_freeze_count()
         with paused_gc(promote=True):
             young = [[]]
-        assert gc.get_freeze_count() == count
+        assert 0 < gc.get_freeze_count() <= count
         assert not any(_in_generation(frozen, g) for g in range(3))
         assert _in_generation(young, 0)
     finally:
