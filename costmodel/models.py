@@ -577,7 +577,8 @@ class IOModel(CostModel):
             return None
         out = np.empty(len(op), dtype=np.float64)
         codes = [self.operators.index(m) for m in JOIN_COSTS]
-        sorts = np.flatnonzero(op == self.operators.index("sort"))
+        sort = self.operators.index("sort")
+        sorts = np.flatnonzero(op == sort)
         if len(sorts):  # (the enforcer: its own expression's rows sorted)
             out[sorts] = sort_cost(space.summaries(np.asarray(expr)[sorts]))
         joins = np.flatnonzero(np.isin(op, codes))
@@ -588,7 +589,7 @@ class IOModel(CostModel):
                 at = np.flatnonzero(by_op == code)
                 if len(at):
                     out[joins[at]] = formula(*(r[at] for r in rows))
-        others = np.flatnonzero(~np.isin(op, [*codes, self.operators.index("sort")]))
+        others = np.flatnonzero(~np.isin(op, [*codes, sort]))
         ops = self.operators
         for k, e, i, o in zip(others.tolist(), np.asarray(expr)[others].tolist(),
                               np.asarray(index)[others].tolist(), op[others].tolist(),

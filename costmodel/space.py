@@ -460,7 +460,7 @@ class PlanSpace:
         k = len(methods)
         got = self.model.joins_batch(
             self, np.repeat(np.fromiter((e for e, _ in nodes), np.int64, len(nodes)), k),
-            np.repeat(np.asarray([p for _, p in nodes] + [None], dtype=object)[:-1], k),
+            np.repeat(np.asarray([p for _, p in nodes], dtype=object), k),
             np.tile(np.asarray(methods, dtype=object), len(nodes)))
         if got is None:
             return False
