@@ -474,25 +474,32 @@ class LaterStrata:
                     _count(counts[v.head_pred], touched[v.head_pred],
                            engine.run_variant(v, full, delta), by)
 
+        # only the relations a variant joins with are set to each state: the others are
+        # read as the delta alone (LocalCost's PlanCost), and each change of them walks
+        # every index of a large relation
+        joined = _joined(prog, own, changes.keys() | stale.keys())
         for p, (went, came) in changes.items():  # back to the state before the update
-            full[p].remove(list(came))
-            full[p].add(went)
+            if p in joined:
+                full[p].remove(list(came))
+                full[p].add(went)
         several = len(stale) > 1  # (one relation's stale tuples are counted once as they are)
         with _statistics(engine.ctx, old):
             for p, (went, _) in changes.items():
                 if went:
                     count(p, went, -1)
-                    full[p].remove(list(went))
+                    if p in joined:
+                        full[p].remove(list(went))
             for p, again in stale.items():  # the state both share: count off, then on
                 count(p, again, -1)
-                if several:
+                if several and p in joined:
                     full[p].remove(list(again))
         for p, again in stale.items():
-            if several:
+            if several and p in joined:
                 full[p].add(again)
             count(p, again, 1)
         for p, (_, came) in changes.items():
-            full[p].add(came)
+            if p in joined:
+                full[p].add(came)
             if came:
                 count(p, came, 1)
         out: Changes = {}
@@ -624,6 +631,14 @@ class LaterStrata:
         finally:
             for p, rows in back.items():
                 full[p].remove(rows)
+
+
+def _joined(program: CompiledProgram, own: set[str], changed: Iterable[str]) -> set[str]:
+    """The relations that the variants deriving ``own`` from a delta of the ``changed``
+    ones read whole (not as their delta): the only ones whose state a count reads."""
+    return {op.pred for p in changed for v in program.triggers.get(p, ())
+            if v.head_pred in own for op in v.ops
+            if isinstance(op, Scan) and op.version != DELTA}
 
 
 def _rel(rows: Iterable[tuple]) -> Relation:
