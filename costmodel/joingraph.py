@@ -92,6 +92,8 @@ class JoinGraph:
         self._flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         """:meth:`halves` as arrays, when the compiled enumeration made them
         (:meth:`flat_halves`)."""
+        self._halves_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """:meth:`halves` as arrays made from its lists (:meth:`halves_arrays`)."""
         self._lefts: dict[int, list[int]] | None = None
         self._flat_lefts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         """:meth:`lefts` as arrays (:meth:`flat_lefts`; made when first read)."""
@@ -328,6 +330,25 @@ class JoinGraph:
         what a batch of many OR nodes' splits reads (:meth:`CostModel.joins_batch`)."""
         self._enumerate()
         return self._flat if len(self.components) == 1 else None
+
+    def halves_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`halves` as :meth:`flat_halves`' three arrays whichever enumeration made them:
+        the compiled one's own, else made once from the lists (a Python enumeration, below
+        :data:`COMPILED_FROM` relations; a disconnected graph's cross-product splits
+        included) — what a symmetric model's batch of many OR nodes' splits reads
+        (``cout``'s :meth:`~reopt.costmodel.models.CostModel.joins_batch`)."""
+        flat = self.flat_halves()
+        if flat is not None:
+            return flat
+        if self._halves_arrays is None:
+            by_union = self.halves()
+            unions = sorted(by_union)
+            bounds = np.zeros(len(unions) + 1, dtype=np.int64)
+            np.cumsum([len(by_union[u]) for u in unions], out=bounds[1:])
+            lefts = np.fromiter((h for u in unions for h in by_union[u]), np.int64,
+                                int(bounds[-1]))
+            self._halves_arrays = (np.asarray(unions, dtype=np.int64), bounds, lefts)
+        return self._halves_arrays
 
     def flat_lefts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`lefts` as three arrays, in the form of :meth:`flat_halves` — the expressions

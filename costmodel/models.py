@@ -308,12 +308,12 @@ class CoutModel(CostModel):
                                           [expr ^ left for left in lefts], anys))
 
     def joins_batch(self, space, exprs, props, methods):
-        # joins() of every row at once, from the splits as arrays: a row of method "join",
-        # property "any" and an expression with splits (not the top) has one join per split
-        flat = space.graph.flat_halves()
-        if flat is None or type(self).joins is not CoutModel.joins:
+        # joins() of every row at once, from the splits as arrays (of either enumeration: the
+        # Python one's lists made arrays once per graph): a row of method "join", property
+        # "any" and an expression with splits (not the top) has one join per split
+        if type(self).joins is not CoutModel.joins:
             return None
-        unions, bounds, lefts = flat
+        unions, bounds, lefts = space.graph.halves_arrays()
         exprs = np.asarray(exprs, dtype=np.int64)
         pos = np.searchsorted(unions, exprs).clip(0, max(len(unions) - 1, 0))
         ok = ((np.asarray(methods, dtype=object) == "join")

@@ -78,8 +78,18 @@ if TYPE_CHECKING:
 MODES = ("auto", "always", "never")
 MIN_TUPLES = 10_000
 """``auto``: a stratum runs columnar when the relations it reads from below hold at least this
-many tuples (measured on the workload under ``cout``: at about 10,000 csg-cmp pairs frames and
-tuples break even; below, a frame operation's fixed cost outweighs its loop)."""
+many tuples, :data:`BOUNDED_READS` times as many if a ``.bound`` prunes it (measured on the
+workload under ``cout``: at about 10,000 csg-cmp pairs frames and tuples break even; below, a
+frame operation's fixed cost outweighs its loop)."""
+BOUNDED_READS = 1.25
+"""``auto``: a stratum with a relation pruned by a ``.bound`` runs columnar from
+``BOUNDED_READS × MIN_TUPLES`` tuples read on: its bound prunes most of what it would derive
+(from scratch under ``cout``, ``all``: clique-14-s0-9's PlanCost stratum derives 2,960 tuples
+from 10,452 SearchSpace tuples, star-12-s0-1's 1,000 of 11,276), so the tuple engine's work,
+which follows what is derived, stays below the frames' fixed cost per rank longer.
+Interleaved, warm, 9 rounds (load 4–5): clique-14-s0-9 50.9 → 41.3 ms, star-12-s0-1 54.8 →
+46.4 ms on tuples; clique-14-s0-4 (22,062 read, 10,513 derived) 91 → 109 ms, so it stays
+on frames, as does every ``io`` run of the engine benchmark."""
 MIN_SELECTED = 1_000
 """``auto``: a maintained evaluation keeps its complete layer on frames after an evaluation
 from scratch, for revival's lookups, when it holds at least this many selected tuples
@@ -112,21 +122,24 @@ def wanted(engine: PythonEngine, stratum: Stratum) -> bool:
     how = mode()
     if how == "never":
         return False
-    able, reads = engine.program.memoized(("frames: reads", stratum.preds),
-                                          lambda: _reads(engine.program, stratum))
+    able, reads, bounded = engine.program.memoized(("frames: reads", stratum.preds),
+                                                   lambda: _reads(engine.program, stratum))
     if not able or how == "always":
         return able
-    return sum(len(engine.full[p]) for p in reads) >= MIN_TUPLES
+    least = MIN_TUPLES * BOUNDED_READS if bounded else MIN_TUPLES
+    return sum(len(engine.full[p]) for p in reads) >= least
 
 
-def _reads(program: CompiledProgram, stratum: Stratum) -> tuple[bool, tuple[str, ...]]:
-    """Whether ``stratum`` is :func:`eligible`, and the relations of lower strata its rules
-    scan — read off the program once, not per evaluation (every stratum of every
-    evaluation asks :func:`wanted`: on TPC-H Q3 its sets were 2% of an optimization)."""
+def _reads(program: CompiledProgram, stratum: Stratum) -> tuple[bool, tuple[str, ...], bool]:
+    """Whether ``stratum`` is :func:`eligible`, the relations of lower strata its rules
+    scan, and whether a relation of it is pruned by a ``.bound`` (:data:`BOUNDED_READS`) —
+    read off the program once, not per evaluation (every stratum of every evaluation asks
+    :func:`wanted`: on TPC-H Q3 its sets were 2% of an optimization)."""
     own = set(stratum.preds)
     reads = {op.pred for v in (*stratum.base, *stratum.deltas) for op in v.ops
              if isinstance(op, Scan) and op.pred not in own}
-    return eligible(program, stratum), tuple(sorted(reads))
+    bounded = bool(own.intersection(program.features.bound))
+    return eligible(program, stratum), tuple(sorted(reads)), bounded
 
 
 def takes_over(engine: PythonEngine, stratum: Stratum, before: int) -> bool:

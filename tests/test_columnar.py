@@ -542,3 +542,45 @@ def test_a_stratum_moves_to_frames_after_a_large_iteration_it_goes_on_from(
     assert calls == handed
     assert got == want == closure(set(edges))
 
+
+
+# -- which strata start on frames (columnar.wanted) --------------------------------------------
+SCHEDULED = """
+Reach(x, k, 0) :- Root(x, k).
+Reach(y, k, d + w) :- Best(x, k, d), Edge(x, y, w).
+Best(x, k, min<d>) :- Reach(x, k, d).
+Cap(x, c) :- Limit(x, c).
+.schedule descending Fn_level Reach Best.
+.aggsel Best.
+"""
+
+
+@pytest.mark.parametrize("bound, edges, want", [
+    (False, 8, True),   # 2 roots + 8 edges read: MIN_TUPLES (10)
+    (True, 8, False),   # pruned by a bound: 10 is below 10 × BOUNDED_READS (12.5)
+    (True, 11, True),   # 13 read
+    (False, 7, False),  # 9 read
+])
+def test_a_stratum_a_bound_prunes_needs_more_tuples_read_to_start_on_frames(
+        monkeypatch, bound, edges, want):
+    """``auto`` runs a stratum on frames from MIN_TUPLES tuples read from below, and one with
+    a relation pruned by a ``.bound`` from BOUNDED_READS times as many (it derives a part of
+    what it reads)."""
+    from datacases import FEATURES, TEST_BUILTINS
+
+    from reopt.evaluator.compiler import compile_program
+    from reopt.evaluator.parser import parse
+
+    text = SCHEDULED + (".bound Reach Cap.\n" if bound else "")
+    program = compile_program(parse(text, "<test>"), TEST_BUILTINS,
+                              {"Root": ("long", "long"), "Edge": ("long", "long", "long"),
+                               "Limit": ("long", "long")}, FEATURES)
+    stratum = next(s for s in program.strata if "Reach" in s.preds)
+    assert bool(program.features.bound) == bound
+    engine = PythonEngine(program, {})
+    engine.start({"Root": [(1, 1), (2, 2)], "Edge": [(i, i + 10, 1) for i in range(edges)],
+                  "Limit": []})
+    monkeypatch.setattr(columnar, "MIN_TUPLES", 10)
+    monkeypatch.setattr(columnar, "BOUNDED_READS", 1.25)
+    monkeypatch.setenv("REOPT_COLUMNAR", "auto")
+    assert columnar.wanted(engine, stratum) is want

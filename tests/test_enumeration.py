@@ -212,6 +212,24 @@ def test_queries_above_the_bitset_width_are_refused():
         JoinGraph(MAX_RELATIONS + 1, [0] * (MAX_RELATIONS + 1))
 
 
+@settings(max_examples=100, deadline=None)
+@given(g=random_graphs(), compiled=st.booleans())
+def test_halves_as_arrays_are_the_halves_of_either_enumeration(g, compiled):
+    """``halves_arrays``: every expression with splits ascending, where its left sides start,
+    and the left sides in ``halves``' order — the compiled enumeration's arrays or, for the
+    Python one and for disconnected graphs (cross-product splits), made from the lists."""
+    n, edges = g
+    jg = graph(n, edges)
+    jg.compiled = compiled
+    unions, bounds, lefts = jg.halves_arrays()
+    assert unions.dtype.name == bounds.dtype.name == lefts.dtype.name == "int64"
+    cuts = bounds.tolist()
+    got = {u: lefts[a:b].tolist() for u, a, b in zip(unions.tolist(), cuts, cuts[1:],
+                                                      strict=False)}
+    assert unions.tolist() == sorted(jg.halves()) and len(cuts) == len(unions) + 1
+    assert got == jg.halves()
+
+
 def test_pair_arrays_are_the_splits_as_columns():
     jg = graph(6, shape_edges("cycle", 6))
     union, left, right = jg.pair_arrays()
