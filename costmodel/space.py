@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property, reduce
 from itertools import repeat
 from operator import or_
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -225,11 +225,19 @@ class PlanSpace:
         self._outside_memo: dict[tuple[int, str], tuple[int, ...]] = {}
         """OR node → the children its alternatives read outside its expression
         (:meth:`_outside`)."""
+        self._props_memo: dict[int, list[str]] = {}
+        """Expression → its interesting properties (:meth:`interesting_props`)."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         self._row_bytes: dict[int, float] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
+        self.greedy: Any = None
+        """The greedy plan's DP under these statistics, once computed
+        (:func:`reopt.optimizers.greedy.greedy_cost`: the seed bound)."""
+        self._greedy_before: tuple[Any, Callable[[int], bool]] | None = None
+        """The DP of the space this one was derived from and what moved since
+        (:meth:`with_adjustments`), until this space's own DP is computed."""
         self._prefetch = True
         """Cost every node in bulk before the first node's local costs (:meth:`_cost_in_bulk`):
         a search from scratch is about to ask for nearly all."""
@@ -252,7 +260,21 @@ class PlanSpace:
         out._node_local = {}
         out._prefetch = out._summaries_in_bulk = False  # an update estimates only the
         # expressions it reaches
+        out.greedy, out._greedy_before = None, None
+        if getattr(self, "greedy", None) is not None:  # (absent from older pickles)
+            moved, ops = out.changed_inputs(self)
+            if not ops:  # (a moved cost factor moves costs of any expression)
+                out._greedy_before = (self.greedy, moved)
         return out
+
+    def greedy_before(self) -> tuple[Any, Callable[[int], bool]] | None:
+        """The greedy DP of the space this one was derived from, with ``moved(expr)`` since
+        (:meth:`changed_inputs`), for the greedy plan's DP here to carry over what did not
+        move; None when there is none, or a cost factor moved. Handed out once: after it,
+        this space's own DP is kept (nothing holds the earlier one)."""
+        before = getattr(self, "_greedy_before", None)
+        self._greedy_before = None
+        return before
 
     # -- join graph --------------------------------------------------------------------------
     # Built on first use (a model with physical properties asks; ``cout`` never does), and
@@ -405,8 +427,14 @@ class PlanSpace:
         return out
 
     def interesting_props(self, expr: int) -> list[str]:
-        """Properties a parent could require of ``expr`` (for bottom-up enumeration)."""
-        return self.model.interesting_props(self, expr)
+        """Properties a parent could require of ``expr`` (for bottom-up enumeration;
+        memoized: structure, shared with the spaces of with_adjustments(), which the seed
+        bound's greedy plan asks about every expression of its tree on every update)."""
+        memo = self.__dict__.setdefault("_props_memo", {})  # (absent from older pickles)
+        hit = memo.get(expr)
+        if hit is None:
+            hit = memo[expr] = self.model.interesting_props(self, expr)
+        return hit
 
     # -- alternatives (AND nodes) -----------------------------------------------------------
     @property
