@@ -235,6 +235,10 @@ class PlanSpace:
         self.greedy: Any = None
         """The greedy plan's DP under these statistics, once computed
         (:func:`reopt.optimizers.greedy.greedy_cost`: the seed bound)."""
+        self._local_before: tuple[dict[Alt, float], Callable[[int], bool]] | None = None
+        """The local costs the space this one was derived from computed, and ``moved(expr)``
+        since (:meth:`with_adjustments`): :meth:`local_cost` takes those of alternatives
+        whose expression did not move instead of costing them again."""
         self._greedy_before: tuple[Any, Callable[[int], bool]] | None = None
         """The DP of the space this one was derived from and what moved since
         (:meth:`with_adjustments`), until this space's own DP is computed."""
@@ -260,12 +264,22 @@ class PlanSpace:
         out._node_local = {}
         out._prefetch = out._summaries_in_bulk = False  # an update estimates only the
         # expressions it reaches
-        out.greedy, out._greedy_before = None, None
-        if getattr(self, "greedy", None) is not None:  # (absent from older pickles)
-            moved, ops = out.changed_inputs(self)
-            if not ops:  # (a moved cost factor moves costs of any expression)
+        out.greedy = out._greedy_before = out._local_before = None
+        self._local_before = None  # (one space back at most: its hits are in its own memo)
+        moved, ops = out.changed_inputs(self)
+        if not ops:  # (a moved cost factor moves costs of any expression)
+            if getattr(self, "greedy", None) is not None:  # (absent from older pickles)
                 out._greedy_before = (self.greedy, moved)
+            if self.model.children_within:  # (a child outside its expression may move alone)
+                out._local_before = (self._local, moved)
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Saved (a session's state) without what it carries over from the space it was
+        derived from: caches only, and ``moved`` is a closure."""
+        state = self.__dict__.copy()
+        state["_greedy_before"] = state["_local_before"] = None
+        return state
 
     def greedy_before(self) -> tuple[Any, Callable[[int], bool]] | None:
         """The greedy DP of the space this one was derived from, with ``moved(expr)`` since
@@ -597,11 +611,28 @@ class PlanSpace:
     def local_cost(self, alt: Alt) -> float:
         hit = self._local.get(alt)
         if hit is None:
-            hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
-                alt.phy_op, 1.0
-            )
+            hit = self._carried_cost(alt)
+            if hit is None:
+                hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
+                    alt.phy_op, 1.0
+                )
             self._local[alt] = hit
         return hit
+
+    def _carried_cost(self, alt: Alt) -> float | None:
+        """``alt``'s local cost under the statistics this space was derived from, when its
+        expression did not move since (then neither did its children, all within it, nor a
+        scanned relation's rows: the same inputs, the same bits); None otherwise. An update
+        re-costs through the built-ins the alternatives of the OR nodes it re-derives and of
+        the later strata's plans, most of which did not move (the later strata are evaluated
+        again whole)."""
+        before = getattr(self, "_local_before", None)  # (absent from older pickles)
+        if before is None:
+            return None
+        costs, moved = before
+        if moved(alt.expr):
+            return None
+        return costs.get(alt)
 
     def chosen_local_cost(self, alt: Alt, i: int) -> float:
         """:meth:`local_cost` of ``alt``, alternative ``i`` of its OR node: read from the

@@ -70,6 +70,29 @@ def test_stale_nodes_are_those_whose_answers_differ(model, shape, n, seed, k):
         space, adj = derived, new_adj
 
 
+@pytest.mark.parametrize("model", ["cout", "io", "dist"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 5), seed=st.integers(0, 2**31),
+       k=st.integers(1, 4))
+def test_a_derived_spaces_local_costs_equal_a_fresh_spaces(model, shape, n, seed, k):
+    # a derived space takes the local costs of alternatives whose expression did not move
+    # from the space it was derived from (every one costed there); the oracle: a fresh space
+    q, cat = make_query(shape, n, seed)
+    m = cost_model(model)
+    rng = random.Random(seed)
+    space = PlanSpace(q, cat, m)
+    nodes = list(space.or_nodes())
+    for node in nodes:
+        answers(space, node)
+    for batch in steps_of(q, rng, model, k):
+        adj = apply_deltas([d for t in batch for d in parse_deltas(t)], q, cat,
+                           space.adjustments, m.operators)
+        space = space.with_adjustments(adj)
+        fresh = PlanSpace(q, cat, m, adj)
+        for node in nodes:
+            assert answers(space, node) == answers(fresh, node), (batch, node)
+
+
 def test_a_clamped_estimate_moved_makes_nothing_stale():
     """Hand-made: every relation holds one row, so every join's estimate is clamped at one
     row (and each selectivity is at most 1); halving a pair's correction moves the input of
