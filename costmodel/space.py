@@ -190,6 +190,12 @@ class CrossingPredicate(NamedTuple):
 class PlanSpace:
     """The search space of one query under one cost model and one set of statistics."""
 
+    # what a space carries over between statistics (set in __init__; here for the spaces of
+    # older pickles, which lack them)
+    greedy: Any = None
+    _greedy_before: tuple[Any, Callable[[int], bool]] | None = None
+    _local_before: tuple[dict[Alt, float], Callable[[int], bool]] | None = None
+
     def __init__(
         self,
         query: Query,
@@ -232,14 +238,14 @@ class PlanSpace:
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
-        self.greedy: Any = None
+        self.greedy = None
         """The greedy plan's DP under these statistics, once computed
         (:func:`reopt.optimizers.greedy.greedy_cost`: the seed bound)."""
-        self._local_before: tuple[dict[Alt, float], Callable[[int], bool]] | None = None
+        self._local_before = None
         """The local costs the space this one was derived from computed, and ``moved(expr)``
         since (:meth:`with_adjustments`): :meth:`local_cost` takes those of alternatives
         whose expression did not move instead of costing them again."""
-        self._greedy_before: tuple[Any, Callable[[int], bool]] | None = None
+        self._greedy_before = None
         """The DP of the space this one was derived from and what moved since
         (:meth:`with_adjustments`), until this space's own DP is computed."""
         self._prefetch = True
@@ -268,7 +274,7 @@ class PlanSpace:
         self._local_before = None  # (one space back at most: its hits are in its own memo)
         moved, ops = out.changed_inputs(self)
         if not ops:  # (a moved cost factor moves costs of any expression)
-            if getattr(self, "greedy", None) is not None:  # (absent from older pickles)
+            if self.greedy is not None:
                 out._greedy_before = (self.greedy, moved)
             if self.model.children_within:  # (a child outside its expression may move alone)
                 out._local_before = (self._local, moved)
@@ -286,7 +292,7 @@ class PlanSpace:
         (:meth:`changed_inputs`), for the greedy plan's DP here to carry over what did not
         move; None when there is none, or a cost factor moved. Handed out once: after it,
         this space's own DP is kept (nothing holds the earlier one)."""
-        before = getattr(self, "_greedy_before", None)
+        before = self._greedy_before
         self._greedy_before = None
         return before
 
@@ -626,7 +632,7 @@ class PlanSpace:
         re-costs through the built-ins the alternatives of the OR nodes it re-derives and of
         the later strata's plans, most of which did not move (the later strata are evaluated
         again whole)."""
-        before = getattr(self, "_local_before", None)  # (absent from older pickles)
+        before = self._local_before
         if before is None:
             return None
         costs, moved = before
