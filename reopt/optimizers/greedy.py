@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import NamedTuple
 
 from reopt.costmodel.space import ANY, Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
@@ -38,14 +37,19 @@ Node = tuple[int, str]
 Split = tuple[int, int] | None
 
 
-class Settled(NamedTuple):
+class Settled:
     """A greedy DP's outcome under one space's statistics, kept on the space
     (:attr:`PlanSpace.greedy`) so that the same query under the next statistics settles again
-    only what they can move (:class:`Greedy`'s ``before``)."""
+    only what they can move (:class:`Greedy`'s ``before``). (A plain class: a NamedTuple's
+    creation would add half to this module's import, which the first evaluation in a process
+    pays.)"""
 
-    splits: dict[int, Split]
-    """Each expression of the greedy tree → its split (None for a leaf)."""
-    best: dict[Node, tuple[float, Alt]]
+    __slots__ = ("splits", "best")
+
+    def __init__(self, splits: dict[int, Split], best: dict[Node, tuple[float, Alt]]):
+        self.splits = splits
+        """Each expression of the greedy tree → its split (None for a leaf)."""
+        self.best = best
 
 
 def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
