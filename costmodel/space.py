@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property, reduce
 from itertools import repeat
 from operator import or_
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -190,6 +190,12 @@ class CrossingPredicate(NamedTuple):
 class PlanSpace:
     """The search space of one query under one cost model and one set of statistics."""
 
+    # what a space carries over between statistics (set in __init__; here for the spaces of
+    # older pickles, which lack them)
+    greedy: Any = None
+    _greedy_before: tuple[Any, Callable[[int], bool]] | None = None
+    _local_before: tuple[dict[Alt, float], Callable[[int], bool]] | None = None
+
     def __init__(
         self,
         query: Query,
@@ -225,11 +231,23 @@ class PlanSpace:
         self._outside_memo: dict[tuple[int, str], tuple[int, ...]] = {}
         """OR node → the children its alternatives read outside its expression
         (:meth:`_outside`)."""
+        self._props_memo: dict[int, list[str]] = {}
+        """Expression → its interesting properties (:meth:`interesting_props`)."""
         self._crossing: dict[tuple[int, int], list[CrossingPredicate]] = {}
         self._row_bytes: dict[int, float] = {}
         # statistics-dependent
         self._local: dict[Alt, float] = {}
         self._node_local: dict[tuple[int, str], list[float]] = {}
+        self.greedy = None
+        """The greedy plan's DP under these statistics, once computed
+        (:func:`reopt.optimizers.greedy.greedy_cost`: the seed bound)."""
+        self._local_before = None
+        """The local costs the space this one was derived from computed, and ``moved(expr)``
+        since (:meth:`with_adjustments`): :meth:`local_cost` takes those of alternatives
+        whose expression did not move instead of costing them again."""
+        self._greedy_before = None
+        """The DP of the space this one was derived from and what moved since
+        (:meth:`with_adjustments`), until this space's own DP is computed."""
         self._prefetch = True
         """Cost every node in bulk before the first node's local costs (:meth:`_cost_in_bulk`):
         a search from scratch is about to ask for nearly all."""
@@ -252,7 +270,31 @@ class PlanSpace:
         out._node_local = {}
         out._prefetch = out._summaries_in_bulk = False  # an update estimates only the
         # expressions it reaches
+        out.greedy = out._greedy_before = out._local_before = None
+        self._local_before = None  # (one space back at most: its hits are in its own memo)
+        moved, ops = out.changed_inputs(self)
+        if not ops:  # (a moved cost factor moves costs of any expression)
+            if self.greedy is not None:
+                out._greedy_before = (self.greedy, moved)
+            if self.model.children_within:  # (a child outside its expression may move alone)
+                out._local_before = (self._local, moved)
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Saved (a session's state) without what it carries over from the space it was
+        derived from: caches only, and ``moved`` is a closure."""
+        state = self.__dict__.copy()
+        state["_greedy_before"] = state["_local_before"] = None
+        return state
+
+    def greedy_before(self) -> tuple[Any, Callable[[int], bool]] | None:
+        """The greedy DP of the space this one was derived from, with ``moved(expr)`` since
+        (:meth:`changed_inputs`), for the greedy plan's DP here to carry over what did not
+        move; None when there is none, or a cost factor moved. Handed out once: after it,
+        this space's own DP is kept (nothing holds the earlier one)."""
+        before = self._greedy_before
+        self._greedy_before = None
+        return before
 
     # -- join graph --------------------------------------------------------------------------
     # Built on first use (a model with physical properties asks; ``cout`` never does), and
@@ -405,8 +447,14 @@ class PlanSpace:
         return out
 
     def interesting_props(self, expr: int) -> list[str]:
-        """Properties a parent could require of ``expr`` (for bottom-up enumeration)."""
-        return self.model.interesting_props(self, expr)
+        """Properties a parent could require of ``expr`` (for bottom-up enumeration;
+        memoized: structure, shared with the spaces of with_adjustments(), which the seed
+        bound's greedy plan asks about every expression of its tree on every update)."""
+        memo = self.__dict__.setdefault("_props_memo", {})  # (absent from older pickles)
+        hit = memo.get(expr)
+        if hit is None:
+            hit = memo[expr] = self.model.interesting_props(self, expr)
+        return hit
 
     # -- alternatives (AND nodes) -----------------------------------------------------------
     @property
@@ -569,11 +617,28 @@ class PlanSpace:
     def local_cost(self, alt: Alt) -> float:
         hit = self._local.get(alt)
         if hit is None:
-            hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
-                alt.phy_op, 1.0
-            )
+            hit = self._carried_cost(alt)
+            if hit is None:
+                hit = self.model.local_cost(self, alt) * self.adjustments.op_factors.get(
+                    alt.phy_op, 1.0
+                )
             self._local[alt] = hit
         return hit
+
+    def _carried_cost(self, alt: Alt) -> float | None:
+        """``alt``'s local cost under the statistics this space was derived from, when its
+        expression did not move since (then neither did its children, all within it, nor a
+        scanned relation's rows: the same inputs, the same bits); None otherwise. An update
+        re-costs through the built-ins the alternatives of the OR nodes it re-derives and of
+        the later strata's plans, most of which did not move (the later strata are evaluated
+        again whole)."""
+        before = self._local_before
+        if before is None:
+            return None
+        costs, moved = before
+        if moved(alt.expr):
+            return None
+        return costs.get(alt)
 
     def chosen_local_cost(self, alt: Alt, i: int) -> float:
         """:meth:`local_cost` of ``alt``, alternative ``i`` of its OR node: read from the

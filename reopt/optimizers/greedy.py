@@ -27,12 +27,29 @@ disconnected graph's last rounds also estimate its cross products) plus the alte
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from reopt.costmodel.space import ANY, Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
 
 Node = tuple[int, str]
+Split = tuple[int, int] | None
+
+
+class Settled:
+    """A greedy DP's outcome under one space's statistics, kept on the space
+    (:attr:`PlanSpace.greedy`) so that the same query under the next statistics settles again
+    only what they can move (:class:`Greedy`'s ``before``). (A plain class: a NamedTuple's
+    creation would add half to this module's import, which the first evaluation in a process
+    pays.)"""
+
+    __slots__ = ("splits", "best")
+
+    def __init__(self, splits: dict[int, Split], best: dict[Node, tuple[float, Alt]]):
+        self.splits = splits
+        """Each expression of the greedy tree → its split (None for a leaf)."""
+        self.best = best
 
 
 def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
@@ -76,13 +93,45 @@ def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
 
 
 class Greedy:
-    """The restricted bottom-up DP over one greedy join tree."""
+    """The restricted bottom-up DP over one greedy join tree.
 
-    def __init__(self, space: PlanSpace):
+    ``before``: the DP of the same query under earlier statistics and ``moved(expr)``, whether
+    an expression's inputs moved since (:meth:`PlanSpace.changed_inputs`, a superset; no
+    operator's cost factor may have changed). A node's best plan reads only the local costs of
+    its expression's alternatives and its children's best plans, all within the expression, so
+    an expression that did not move, settled over the same subtree, keeps its best plans bit
+    for bit: only the moved part of the tree is settled again (on an update, about half)."""
+
+    def __init__(self, space: PlanSpace,
+                 before: tuple[Settled, Callable[[int], bool]] | None = None):
         self.space = space
         self.joins = greedy_tree(space)
         self.best: dict[Node, tuple[float, Alt]] = {}
         self.costed = 0
+        self.before = before
+
+    def settled(self) -> Settled:
+        """What the next statistics' DP may carry over (``before``)."""
+        splits: dict[int, Split] = {1 << i: None for i in range(self.space.query.n)}
+        splits.update((a | b, (a, b)) for a, b in self.joins)
+        return Settled(splits, self.best)
+
+    def _carry(self, expr: int, split: Split, carried: set[int]) -> bool:
+        """Take ``expr``'s best plans from ``before`` when it did not move and its subtree is
+        the one settled there (same split, both sides carried); whether it did."""
+        if self.before is None:
+            return False
+        was, moved = self.before
+        if expr not in was.splits or was.splits[expr] != split or moved(expr):
+            return False
+        if split is not None and not (split[0] in carried and split[1] in carried):
+            return False
+        for prop in self.space.interesting_props(expr):
+            got = was.best.get((expr, prop))
+            if got is not None:  # (a node settled without a plan stays without one)
+                self.best[(expr, prop)] = got
+        carried.add(expr)
+        return True
 
     def alternatives(self, expr: int, prop: str, split: tuple[int, int] | None) -> list[Alt]:
         """The space's alternatives of OR node ``(expr, prop)`` that use only the greedy
@@ -137,7 +186,10 @@ class Greedy:
         order: list[tuple[int, tuple[int, int] | None]] = [
             (1 << i, None) for i in range(space.query.n)]
         order += [(a | b, (a, b)) for a, b in self.joins]
+        carried: set[int] = set()
         for expr, split in order:  # children before parents; 'any' before sort orders
+            if self._carry(expr, split, carried):
+                continue
             for prop in space.interesting_props(expr):
                 self.settle(expr, prop, split)
         if space.root[0] == space.top:
@@ -155,5 +207,13 @@ def greedy(space: PlanSpace) -> Result:
 @without_gc
 def greedy_cost(space: PlanSpace) -> float:
     """The cost of :func:`greedy`'s plan, without its tree (the seed bound of every
-    evaluation and update needs only the number)."""
-    return Greedy(space).cost()
+    evaluation and update needs only the number). The DP is kept on the space
+    (:attr:`PlanSpace.greedy`): the spaces of the same query under later statistics
+    (:meth:`PlanSpace.with_adjustments`) settle again only what their deltas move — the same
+    number, bit for bit."""
+    if space.greedy is not None:  # (this space's own, computed before)
+        return space.greedy.best[space.root][0]
+    dp = Greedy(space, space.greedy_before())
+    cost = dp.cost()
+    space.greedy = dp.settled()
+    return cost
