@@ -4,9 +4,11 @@ The rate model (``--cost-model rate``) plans the query from the catalog; the exe
 (:class:`reopt.stream.ContinuousQuery`; in process with ``--executor local``, the default,
 :mod:`reopt.streamlocal`, or on Spark with ``--executor spark``) runs it micro-batch by micro-
 batch and prints, per batch, the plan, the arrivals, the window state, the results emitted and
-the observed ``rate``/``sel`` deltas. With ``--plan-every K``, every K seconds of stream time
-the optimizer is updated with what the last K seconds observed (each stream's rate over them,
-each join predicate's selectivity at their end) and the next batches run its new best plan.
+the observed ``rate``/``sel`` deltas. With ``--plan-every K``, the optimizer is updated after
+the first micro-batch with what it observed (so the catalog's plan, chosen from no
+observations, runs one batch, not K seconds), then every K seconds of stream time with what
+the last K seconds observed (each stream's rate over them, each join predicate's selectivity
+at their end), and the next batches run its new best plan.
 Between those points, ``--replan-on-change F`` (default 2) re-plans after any batch whose
 observed rate or selectivity moved by at least F times and by more than its noise since the
 optimizer's last update (:mod:`reopt.streamchange`).
@@ -65,8 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-seconds", type=positive_int, default=1, metavar="B",
                    help="stream seconds per micro-batch (default 1)")
     p.add_argument("--plan-every", type=positive_int, metavar="K",
-                   help="re-plan every K stream seconds from the observed deltas (a multiple "
-                   "of --batch-seconds; default: never, the first plan runs throughout)")
+                   help="re-plan after the first micro-batch, then every K stream seconds, "
+                   "from the observed deltas (a multiple of --batch-seconds; default: never, "
+                   "the first plan runs throughout)")
     p.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
                    help="with --plan-every, also re-plan after any batch in which an observed "
                    f"rate or selectivity moved by at least F times and {SIGMAS:g} standard errors "
@@ -130,7 +133,9 @@ def change_factor(text: str) -> float | None:
 
 
 class Replanner:
-    """The plan for each micro-batch: the optimizer's best plan, updated every ``every``
+    """The plan for each micro-batch: the optimizer's best plan, updated after the stream's
+    first batch (the catalog's plan runs one batch, not a whole interval: the paper's loop
+    starts with no statistics and re-optimizes from what it observed), then every ``every``
     batches with what those batches observed and, with ``on_change`` (a factor), also after
     any batch whose observations moved by more than their noise since the optimizer's last
     update (:mod:`reopt.streamchange`; the schedule stays: every ``every``-th batch)."""
@@ -179,7 +184,9 @@ class Replanner:
         self.window.append(dataclasses.replace(last, rows=[]))  # rates and sels only
         moved = [] if self.trigger is None else self.trigger.changed(last.deltas,
                                                                      last.evidence)
-        scheduled = (last.index + 1) % self.every == 0
+        # the first batch's observations replace the catalog's guesses at once, then the
+        # schedule: every ``every``-th batch of the stream
+        scheduled = last.index == 0 or (last.index + 1) % self.every == 0
         if not (scheduled or moved):
             return self.plan
         if moved:  # the optimizer's statistics are stale: the moved ones from this batch

@@ -1,8 +1,9 @@
 """The strategies of ``reopt stream --strategy``: one continuous query, one stream folder,
 five ways to run it, each yielding :class:`reopt.stream.MicroBatch` results batch by batch.
 
-* ``adaptive`` — the executor under the rate model's plan from the catalog, re-planned every
-  ``--plan-every`` seconds from what the run observed (:class:`reopt.streamcli.Replanner`).
+* ``adaptive`` — the executor under the rate model's plan from the catalog, re-planned after
+  the first batch and then every ``--plan-every`` seconds from what the run observed
+  (:class:`reopt.streamcli.Replanner`).
 * ``static`` — the executor under ONE plan, the best for the first interval's true statistics
   (its first ``--plan-every`` seconds, default one batch), never changed.
 * ``hindsight`` — the executor, every batch under the plan that is best for that batch's own

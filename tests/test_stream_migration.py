@@ -301,7 +301,9 @@ def test_auto_switches_when_the_gain_exceeds_the_moving_cost():
 def test_auto_replanner_keeps_or_switches_as_decided():
     """The re-planning loop under ``auto``: a proposed plan that does not pay for its
     migration is not run (the old plan object comes back), one that does is run with the
-    decision's strategy."""
+    decision's strategy. The decision comes after the first batch (the first re-planning),
+    priced over the interval ``every``; the schedule's next re-planning proposes the same
+    plan again and decides nothing."""
     from reopt.migration import decide
     from reopt.stream import MicroBatch
     from reopt.streamcli import Replanner
@@ -314,9 +316,8 @@ def test_auto_replanner_keeps_or_switches_as_decided():
         r = Replanner(opt, every, "auto", batch_seconds=1)
         first = r(None)
         old_space_plan = first
-        got = first
-        for k in range(every):  # z 2.5× faster: the optimizer proposes another tree
-            got = r(batch(k, {"s1": 10, "s2": 5, "s3": 5}))
+        # z 2.5× faster: the optimizer proposes another tree after the first batch
+        got = r(batch(0, {"s1": 10, "s2": 5, "s3": 5}))
         proposed = opt.optimize().plan
         assert plan_line(proposed) != plan_line(old_space_plan)
         d = decide(opt.space(), old_space_plan, proposed, every, 1)
@@ -325,6 +326,9 @@ def test_auto_replanner_keeps_or_switches_as_decided():
             assert (plan_line(got[0]), got[1]) == (plan_line(proposed), d.strategy)
         else:
             assert got is old_space_plan
+        for k in range(1, every):
+            r(batch(k, {"s1": 10, "s2": 5, "s3": 5}))
+        assert len(r.decisions) == 1, r.log
 
 
 def test_migration_needs_intermediate_state(tmp_path, capsys):
