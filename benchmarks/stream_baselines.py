@@ -23,7 +23,11 @@ per batch, :class:`reopt.eddy.SparkEddy`), so its times compare like for like wi
 executor's either way; ``eddy-local`` is the in-process eddy whatever the executor (for
 reference). ``eddy-fixed``, the eddy (on the executor) with every lottery replaced by FROM
 order (no adaptation), is the eddy's own yardstick. A strategy named several times runs
-several times, one row each, in the order given (to interleave A/B runs).
+several times, one row each, in the order given (to interleave A/B runs). With
+``--warm-up-each``, every strategy named runs once more first, unreported: a strategy's first
+run in a JVM pays its own warm-up (its plans' first stages and Spark's code generation for
+them), which the shared warm-up above does not cover, so without it the strategy named first
+in a command is measured cold.
 Adaptive re-plans on a change too (``--replan-on-change``, :mod:`reopt.streamchange`);
 ``adaptive-scheduled`` is adaptive on the schedule alone (the trigger off), to compare the
 two in one run.
@@ -114,6 +118,8 @@ def main(argv: list[str]) -> int:
                     help="adaptive's migration (default auto)")
     ap.add_argument("--replan-on-change", type=change_factor, default=FACTOR, metavar="F|off",
                     help=f"adaptive's change trigger (reopt stream's; default {FACTOR:g})")
+    ap.add_argument("--warm-up-each", action="store_true",
+                    help="run every strategy named once first, unreported (see the doc)")
     ap.add_argument("--phases", default=None,
                     help="generator phases for every workload (default: each one's own)")
     args = ap.parse_args(argv)
@@ -124,6 +130,9 @@ def main(argv: list[str]) -> int:
             root = Path(tmp) / workload
             generate_stream(workload, root, args.seconds, args.seed, args.phases)
             _warm_up(root, spark, args.executor)
+            for s in dict.fromkeys(strategies) if args.warm_up_each else ():
+                run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed,
+                        args.executor, args.migration, args.replan_on_change)
             rows = [run_one(s, root, spark, args.batch_seconds, args.plan_every, args.seed,
                             args.executor, args.migration, args.replan_on_change)
                     for s in strategies]
@@ -131,7 +140,8 @@ def main(argv: list[str]) -> int:
                   f"{args.batch_seconds} s, re-plan every {args.plan_every} s, executor "
                   f"{args.executor}, adaptive migration {args.migration}, re-plan on change "
                   f"{args.replan_on_change or 'off'}, phases "
-                  f"{args.phases or 'default'}")
+                  f"{args.phases or 'default'}"
+                  f"{', every strategy warmed up once' if args.warm_up_each else ''}")
             print(f"{'strategy':18} {'total s':>8} {'cpu s':>7} {'wall s':>8} {'median':>7} "
                   f"{'max':>7} {'switch':>6} {'opt s':>6} {'results':>8} {'state':>7} "
                   f"{'join st':>7} {'probed':>8}")
