@@ -289,7 +289,7 @@ class ContinuousQuery:
         list or pandas frame has one partition per core of a Python-side RDD, each a task that
         runs a Python worker, and a nested-loop join runs one task per pair of its sides'
         partitions: on the first batches, where the windows and join states are empty, those
-        tasks were most of a batch (segtolls drift on Spark, batch 0: 1.8 s -> 0.4 s)."""
+        tasks were most of a batch (segtolls drift on Spark, batch 0: 2.0–2.2 s -> 0.5–0.8 s)."""
         return self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), schema)
 
     def _leaf(self, alias: str, frames: dict[str, tuple[DataFrame, DataFrame]]
