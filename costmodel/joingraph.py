@@ -354,18 +354,12 @@ class JoinGraph:
         """:meth:`lefts` as three arrays, in the form of :meth:`flat_halves` — the expressions
         ascending, where each one's left sides start (and, last, where the final one's end),
         and every left side, both orders, ascending per expression — made once, from the
-        compiled enumeration's arrays or else from :meth:`halves`: what a batch of many OR
-        nodes' splits in both orders reads (an asymmetric model's
+        compiled enumeration's arrays or else from :meth:`halves` (:meth:`halves_arrays`):
+        what a batch of many OR nodes' splits in both orders reads (an asymmetric model's
         :meth:`~reopt.costmodel.models.CostModel.joins_batch`)."""
         if self._flat_lefts is None:
-            flat = self.flat_halves()
-            if flat is not None:
-                unions, bounds, halves = flat
-                union = np.repeat(unions, np.diff(bounds))
-            else:  # (Python enumeration, or cross-product splits: the lists)
-                by_union = self.halves()
-                union = np.fromiter((u for u, got in by_union.items() for _ in got), np.int64)
-                halves = np.fromiter((h for got in by_union.values() for h in got), np.int64)
+            unions, bounds, halves = self.halves_arrays()  # (either enumeration's)
+            union = np.repeat(unions, np.diff(bounds))
             union, left = _by_union(np.concatenate((union, union)),
                                     np.concatenate((halves, union ^ halves)), self.n)
             starts = np.flatnonzero(np.diff(union, prepend=-1))
