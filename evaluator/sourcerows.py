@@ -194,10 +194,25 @@ class SourceRows:
 
     def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
         """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+        return self.rows_at(self.picked(v, groups))
+
+    def rows_at(self, pos: np.ndarray) -> list[tuple]:
+        """The source tuples at rows ``pos`` (of :meth:`picked`)."""
+        return self._tuples(pos)
+
+    def frame_at(self, pos: np.ndarray) -> Frame:
+        """The source tuples at rows ``pos`` (of :meth:`picked`) as a frame, columns ``c<j>``:
+        a rank's re-derivation on frames reads them without making them tuples."""
+        return Frame({f"c{j}": c[pos] for j, c in enumerate(self._col)},
+                     {f"c{j}": k for j, k in enumerate(self._kinds)}, len(pos))
+
+    def picked(self, v: int, groups: Sequence[tuple]) -> np.ndarray:
+        """The rows of the source tuples of ``groups`` that pass variant ``v``'s tests
+        evaluated here (:meth:`pick`)."""
         pos = self._positions(groups)
         total = len(pos)
         if not total:
-            return []
+            return pos
         mask = self.masks.get(v)
         keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
         tests = self.held_by.get(v, ())
@@ -207,12 +222,12 @@ class SourceRows:
                 held = self._held = np.sort(np.fromiter(self.held_count, np.uint64,
                                                         len(self.held_count)))
             if not len(held):
-                return []
+                return pos[:0]
             for hashes in tests:
                 at = hashes[pos[keep]]
                 i = np.minimum(np.searchsorted(held, at), len(held) - 1)
                 keep[keep] = held[i] == at
-        return self._tuples(pos[keep])
+        return pos[keep]
 
     def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
         """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source
