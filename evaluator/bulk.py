@@ -83,11 +83,15 @@ class RankFrames(ColumnarStratum):
         idx = self.rels[op.pred].index(tuple(j for j, _, _ in keyed))
         read = sorted({j for j, _, _ in checks} | {j for j, _ in binds}
                       | {x for _, kind, x in checks if kind == SAME})
-        get = key_of(tuple(read))
-        rows: Any = [get(t) for k in values for t in idx.get(k, ())]
+        get, rows = key_of(tuple(read)), []
+        add = rows.extend
         if (self.distinct_values and not op.negated and binds
                 and len(keyed) + len(binds) < len(op.args) and len(keyed) == len(checks)):
-            rows = dict.fromkeys(rows)  # (the loops' distinct values, per key)
+            for k in values:  # (the loops' distinct values, per key: tied tuples read once)
+                add(dict.fromkeys(map(get, idx.get(k, ()))))
+        else:
+            for k in values:
+                add(map(get, idx.get(k, ())))
         return Frame.from_rows(rows, [f"c{j}" for j in read], [types[j] for j in read])
 
 
