@@ -35,11 +35,17 @@ PICK_FROM = 256
 the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
 
 
-BUILD_AFTER = 0.25
+BUILD_AFTER = 2.0
 """The share of a source relation's tuples made from its columns after which they are all
-built at once instead (:class:`SourceRows`): a tuple made from ten columns costs a few
-times one taken from the built array, and an update reading much of the relation (an
-adaptive round) would pay that on every pick after it."""
+built at once instead (:class:`SourceRows`): made from ten columns, a tuple costs about
+0.5 µs, taken from the built array 0.03, and building them all about 1.1 µs a tuple (the
+relation's set with them; large-clique-14 and -17, 115,000 and 224,000 SearchSpace tuples:
+138 and 236 ms). Building once as many were made one by one as the build would cost keeps a
+session within twice the better of the two whatever it reads next (the rent-or-buy rule).
+Since a rank's re-derivation reads large batches on frames (:mod:`.bulk`), tuples are made
+only for small batches and the parents' reach: at a quarter (before), an adaptive round after
+a rebuild paid the build for a few thousand tuples (large-clique-14's round 2: 291-298 →
+208-232 ms at 2)."""
 
 
 class SourceRows:
