@@ -462,8 +462,9 @@ def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
 def bulk_way(how: str) -> Iterator[None]:
     """Every rank an update re-derives run on frames (:mod:`~reopt.evaluator.bulk`) whatever
     its size, after an evaluation run ``how`` (``tuples``: none of it on frames, so no
-    source tuples picked on arrays)."""
-    patches = [mock.patch.object(maintenance, "BULK_FROM", 0)]
+    source tuples picked on arrays; else picked there whatever their number)."""
+    patches = [mock.patch.object(maintenance, "BULK_FROM", 0),
+               mock.patch.object(sourcerows, "PICK_FROM", 0)]
     if how == "tuples":
         patches += [mock.patch.dict(os.environ, {"REOPT_COLUMNAR": "auto"}),
                     *(mock.patch.object(columnar, c, 10**12)
