@@ -28,7 +28,8 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    the groups whose inputs the deltas moved).
 2. Groups are re-derived in the maintained stratum's schedule order (ascending rank: children
    before parents), a rank at a time: one rank's groups read only lower ranks, so each rule
-   runs once over all their source tuples. Re-deriving a group runs the rules of the
+   runs once over all their source tuples (on frames where they are many: :mod:`.bulk`,
+   :data:`BULK_FROM`). Re-deriving a group runs the rules of the
    selected relation for the group's source tuples (for the optimizer: R6–R8 for the OR
    node's SearchSpace tuples), selects the best, and re-aggregates. When a group's selected
    tuples change — insertion, deletion, or cost update — the groups whose rules read them
