@@ -610,6 +610,12 @@ class ColumnarStratum:
             rel = self.before[op.pred]
         else:
             rel = self._whole(op.pred)
+        return self._scan_rows(b, op, rel)
+
+    def _scan_rows(self, b: Frame, op: Scan, rel: Frame) -> Frame:
+        """The bindings ``b`` joined (anti-joined when ``op`` is negated) with ``rel``, tuples
+        of ``op``'s relation — every tuple the scan may read, as columns ``c<j>`` (those the
+        scan's arguments name at least) — after its constant and repeated-variable checks."""
         checks, binds = match_terms(op.args, {c[1:] for c in b.cols})
         for j, kind, x in checks:
             if kind == CONST:

@@ -28,7 +28,8 @@ An update (Section 5.1's cases, at the granularity of OR nodes):
    the groups whose inputs the deltas moved).
 2. Groups are re-derived in the maintained stratum's schedule order (ascending rank: children
    before parents), a rank at a time: one rank's groups read only lower ranks, so each rule
-   runs once over all their source tuples. Re-deriving a group runs the rules of the
+   runs once over all their source tuples (on frames where they are many: :mod:`.bulk`,
+   :data:`BULK_FROM`). Re-deriving a group runs the rules of the
    selected relation for the group's source tuples (for the optimizer: R6–R8 for the OR
    node's SearchSpace tuples), selects the best, and re-aggregates. When a group's selected
    tuples change — insertion, deletion, or cost update — the groups whose rules read them
@@ -76,6 +77,7 @@ from reopt.costmodel.builtins import Nodes, keys_by_query, stale_keys, stale_of_
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator import columnar, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
+from reopt.evaluator.bulk import RankFrames, Unframed
 from reopt.evaluator.compiler import (
     COMPARE,
     DELTA,
@@ -86,6 +88,7 @@ from reopt.evaluator.compiler import (
     Variant,
 )
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
+from reopt.evaluator.frames import Frame, concat, group_best, lookup
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
 from reopt.evaluator.sourcerows import SourceRows
@@ -97,6 +100,12 @@ cost is more than the calls one by one cost: :meth:`MaintainedEngine._ranks`).""
 FRAME_PROBES = 64
 """Lookups of one complete-layer relation made on its frames before a hash index of its
 tuples is built instead (:meth:`MaintainedEngine._probing`)."""
+
+BULK_FROM = 1000
+"""Source tuples of one rank from which a variant re-deriving its groups runs on frames
+(:mod:`.bulk`) instead of the generated loops (below, a frame operation's fixed cost is more
+than the loops cost); ``REOPT_COLUMNAR=always``: from any number on, ``never``: none
+(:func:`~.columnar.mode`)."""
 
 REBUILD_SHARE = 0.7
 """An update whose re-derivation has queued more than this share of the groups that can
@@ -125,11 +134,12 @@ class Batch:
     way (in linear time: the shipped rules read their source once, and the partial
     re-derivation needs that anyway, :func:`source_variant`)."""
 
-    __slots__ = ("rows", "_rel")
+    __slots__ = ("rows", "_rel", "_frame")
 
     def __init__(self, rows: list[tuple]):
         self.rows = rows
         self._rel: Relation | None = None
+        self._frame: Frame | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -138,6 +148,13 @@ class Batch:
         if self._rel is None:
             self._rel = Relation(self.rows)
         return self._rel.index(cols)
+
+    def frame(self, types: tuple[str, ...]) -> Frame:
+        """The tuples as a frame of columns ``c<j>`` of ``types``, made once (the rules
+        reading a source alike share a batch: :mod:`.bulk`)."""
+        if self._frame is None:
+            self._frame = Frame.from_rows(self.rows, columnar.names(len(types)), types)
+        return self._frame
 
 
 @dataclass
@@ -693,6 +710,8 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
+        self._unframed: set[int] = set()
+        """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
         self.later = LaterStrata(compiled, self.plan.stratum + 1,
                                  compiled.builtins[rank].inputs, frozenset(
@@ -1410,29 +1429,13 @@ class MaintainedEngine(PythonEngine):
             return Batch(rows), used  # (each group's own source tuples: distinct)
 
         derived = 0
-
-        def derive(delta: Batch, source: str, v: Variant, picked: list[tuple] = ()) -> None:
-            nonlocal derived
-            if picked:  # (the whole groups' tuples that can derive through v, and the rest)
-                delta = Batch(picked + delta.rows if delta.rows else picked)
-            if delta.rows:
-                # (a bounded layer's candidates through the distinct form: tied selected
-                # tuples of a child, read for their cost, give its candidates once; an
-                # unbounded one derives as its Spark twin counts, tuple by tuple)
-                got = self.run_variant(v, complete, {source: delta}, self.bounded)
-                derived += len(got)
-                # the candidates within their bound: the others are dropped from a bounded
-                # layer (:meth:`_within`), so they count only as derived
-                for t in self._within(plan.target, got) if self.bounded else got:
-                    cands[t[:plan.key]].append(t)
-
         for source, cols, v in plan.sources:
             key = (source, cols, v.embeds)
             if key not in firsts:
                 firsts[key] = first(source, cols, v.embeds)  # type: ignore[arg-type]
             picker = pickers[(source, cols)]
-            derive(firsts[key][0], source, v,
-                   picker.pick(id(v), whole) if picker is not None else [])
+            derived += self._derive(v, source, firsts[key][0], cands, None if picker is None
+                                    else (picker, picker.picked(id(v), whole)))
         kept = self._unreached(groups, partial, selected)
         for t in self._within(plan.target, kept) if self.bounded else kept:
             cands[t[:plan.key]].append(t)
@@ -1443,9 +1446,78 @@ class MaintainedEngine(PythonEngine):
                 ran = set().union(*(firsts[key][1][g] for g in worse))
                 seconds[key] = Batch([r for r in self._group_rows(source, cols, worse)
                                       if r not in ran])
-            derive(seconds[key], source, v)
+            derived += self._derive(v, source, seconds[key], cands)
         up.derived[plan.target] = up.derived.get(plan.target, 0) + derived
         return self._settle(groups, cands, selected)
+
+    def _derive(self, v: Variant, source: str, delta: Batch,
+                cands: Mapping[tuple, list[tuple]],
+                picked: tuple[SourceRows, np.ndarray] | None = None) -> int:
+        """Run ``v`` on the source tuples ``delta`` and those ``picked`` (rows of the
+        source's arrays), adding its candidates to their groups' ``cands`` — within their
+        bound in a bounded layer (:meth:`_within`: the others are dropped from it, so they
+        count only as derived); returns how many it derived. From :data:`BULK_FROM` source
+        tuples on, on frames (:mod:`.bulk`), else through the generated loops: a bounded
+        layer's in their distinct form (tied selected tuples of a child, read for their
+        cost, give its candidates once), an unbounded one's tuple by tuple, as its Spark
+        twin counts."""
+        size = len(delta) + (len(picked[1]) if picked is not None else 0)
+        if size and id(v) not in self._unframed and _bulk(size):
+            types = self.program.schemas[source]
+            frame = delta.frame(types)
+            if picked is not None:
+                frame = concat([picked[0].frame_at(picked[1]), frame])
+            try:
+                got = RankFrames(self, self.complete, self.bounded).derive(v, source, frame)
+            except Unframed:
+                self._unframed.add(id(v))
+            else:
+                self._frame_candidates(got, cands)
+                return got.height
+        if picked is not None and len(picked[1]):
+            mine = picked[0].rows_at(picked[1])
+            delta = Batch(mine + delta.rows if delta.rows else mine)
+        if not delta.rows:
+            return 0
+        plan = self.plan
+        got = self.run_variant(v, self.complete, {source: delta}, self.bounded)
+        for t in self._within(plan.target, got) if self.bounded else got:
+            cands[t[:plan.key]].append(t)
+        return len(got)
+
+    def _frame_candidates(self, got: Frame, cands: Mapping[tuple, list[tuple]]) -> None:
+        """Add the candidates ``got`` (a variant's head tuples, on frames) to their groups'
+        ``cands``: within their bound in a bounded layer, and of each group only the best
+        under the aggregate selection — all that :meth:`_best` and :meth:`_got_worse` read
+        of them — so that a large rank makes tuples of its groups' best candidates alone."""
+        plan = self.plan
+        if self.bounded:
+            got = self._frame_within(got)
+        sel = self._sel
+        if sel is not None and got.height:
+            val = f"c{sel.value}"
+            ids, best = group_best(got, columnar.names(plan.key), val, sel.func)
+            got = got.filter(got.cols[val] == best[ids])
+        for t in got.rows(columnar.names(len(self.program.schemas[plan.target]))):
+            cands[t[:plan.key]].append(t)
+
+    def _frame_within(self, got: Frame) -> Frame:
+        """The candidates ``got`` (on frames) that do not exceed their bound, as
+        :meth:`_within` keeps them."""
+        target = self.plan.target
+        caps = self._caps.get(target)
+        if not caps or not got.height:
+            return got
+        prog = self.live_program
+        sel = prog.features.aggsel[target]
+        key = sel.key[:len(next(iter(caps)))]
+        on = [f"c{j}" for j in key]
+        types = prog.schemas[target]
+        limits = Frame.from_rows([(*k, c) for k, c in caps.items()], [*on, "__v"],
+                                 [*(types[j] for j in key), prog.schemas[prog.features.bound[
+                                     target]][-1]])
+        limit, found = lookup(got, limits, on, "__v")
+        return got.filter(~found | ~(got.cols[f"c{sel.value}"] > limit))
 
     def _unreached(self, groups: list[tuple], partial: Mapping[tuple, Mapping[str, Any]],
                    selected: Mapping[tuple, Iterable[tuple]]) -> list[tuple]:
@@ -1961,6 +2033,12 @@ class MaintainedEngine(PythonEngine):
             return {t[:len(cols)] for t in self._derived_from(keys)}
         idx = self.complete[pred].index(cols)
         return {k for k in keys if k in idx}
+
+
+def _bulk(size: int) -> bool:
+    """Whether a variant re-deriving ``size`` source tuples runs on frames (:data:`BULK_FROM`)."""
+    how = columnar.mode()
+    return how == "always" or (how == "auto" and size >= BULK_FROM)
 
 
 def _gathered(work: deque[tuple[str, Iterable[tuple]]]) -> tuple[str, Iterable[tuple]]:

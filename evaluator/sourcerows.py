@@ -35,11 +35,17 @@ PICK_FROM = 256
 the loops over them cost less than the arrays' fixed cost: a pick costs tens of µs)."""
 
 
-BUILD_AFTER = 0.25
+BUILD_AFTER = 2.0
 """The share of a source relation's tuples made from its columns after which they are all
-built at once instead (:class:`SourceRows`): a tuple made from ten columns costs a few
-times one taken from the built array, and an update reading much of the relation (an
-adaptive round) would pay that on every pick after it."""
+built at once instead (:class:`SourceRows`): made from ten columns, a tuple costs about
+0.5 µs, taken from the built array 0.03, and building them all about 1.1 µs a tuple (the
+relation's set with them; large-clique-14 and -17, 115,000 and 224,000 SearchSpace tuples:
+138 and 236 ms). Building once as many were made one by one as the build would cost keeps a
+session within twice the better of the two whatever it reads next (the rent-or-buy rule).
+Since a rank's re-derivation reads large batches on frames (:mod:`.bulk`), tuples are made
+only for small batches and the parents' reach: at a quarter (before), an adaptive round after
+a rebuild paid the build for a few thousand tuples (large-clique-14's round 2: 291-298 →
+208-232 ms at 2)."""
 
 
 class SourceRows:
@@ -194,10 +200,25 @@ class SourceRows:
 
     def pick(self, v: int, groups: Sequence[tuple]) -> list[tuple]:
         """The source tuples of ``groups`` that pass variant ``v``'s tests evaluated here."""
+        return self.rows_at(self.picked(v, groups))
+
+    def rows_at(self, pos: np.ndarray) -> list[tuple]:
+        """The source tuples at rows ``pos`` (of :meth:`picked`)."""
+        return self._tuples(pos)
+
+    def frame_at(self, pos: np.ndarray) -> Frame:
+        """The source tuples at rows ``pos`` (of :meth:`picked`) as a frame, columns ``c<j>``:
+        a rank's re-derivation on frames reads them without making them tuples."""
+        return Frame({f"c{j}": c[pos] for j, c in enumerate(self._col)},
+                     {f"c{j}": k for j, k in enumerate(self._kinds)}, len(pos))
+
+    def picked(self, v: int, groups: Sequence[tuple]) -> np.ndarray:
+        """The rows of the source tuples of ``groups`` that pass variant ``v``'s tests
+        evaluated here (:meth:`pick`)."""
         pos = self._positions(groups)
         total = len(pos)
         if not total:
-            return []
+            return pos
         mask = self.masks.get(v)
         keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
         tests = self.held_by.get(v, ())
@@ -207,12 +228,12 @@ class SourceRows:
                 held = self._held = np.sort(np.fromiter(self.held_count, np.uint64,
                                                         len(self.held_count)))
             if not len(held):
-                return []
+                return pos[:0]
             for hashes in tests:
                 at = hashes[pos[keep]]
                 i = np.minimum(np.searchsorted(held, at), len(held) - 1)
                 keep[keep] = held[i] == at
-        return self._tuples(pos[keep])
+        return pos[keep]
 
     def readers(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[tuple] | None:
         """The tuples whose columns ``cols`` hold one of ``keys`` (distinct) — the source

@@ -10,11 +10,15 @@ then follow deltas exactly as from-scratch optimizations do.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
+import os
 import pickle
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from unittest import mock
 
 import numpy as np
@@ -23,17 +27,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mini import closure
 from randq import SHAPES, make_query, random_deltas
+from rulefiles import edited_rules
 from ways import WAYS, way
 
 from reopt.api import Optimizer
 from reopt.costmodel.builtins import BOOLEAN, DOUBLE, LONG, STRING
+from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
-from reopt.evaluator import columnar, frames, sourcerows
+from reopt.evaluator import columnar, frames, maintenance, sourcerows
+from reopt.evaluator.bulk import RankFrames
 from reopt.evaluator.driver import PRUNING_MODES, evaluate, load_program
 from reopt.evaluator.frames import Frame, Index
+from reopt.evaluator.maintenance import MaintainedEngine, UpdateStats
 from reopt.evaluator.python_engine import PythonEngine, Relation
+from reopt.incremental.session import Session
 
 PROGRAMS = {mode: load_program(pruning=mode) for mode in PRUNING_MODES}
 # -- frame primitives against plain Python ------------------------------------------------------
@@ -446,6 +455,128 @@ def test_picked_source_tuples_are_those_passing_the_variants_tests_in_python():
     assert sum(len(colliding.pick(id(v), some)) for _, _, v in plan.sources) > picked / 2
     assert any(t[1] is operator.eq for t in source_tests(plan.sources[0][2], plan.target,
                                                           plan.key))
+
+
+# -- a rank's re-derivation on frames (bulk) ----------------------------------------------------
+@contextmanager
+def bulk_way(how: str) -> Iterator[None]:
+    """Every rank an update re-derives run on frames (:mod:`~reopt.evaluator.bulk`) whatever
+    its size, after an evaluation run ``how`` (``tuples``: none of it on frames, so no
+    source tuples picked on arrays; else picked there whatever their number)."""
+    patches = [mock.patch.object(maintenance, "BULK_FROM", 0),
+               mock.patch.object(sourcerows, "PICK_FROM", 0)]
+    if how == "tuples":
+        patches += [mock.patch.dict(os.environ, {"REOPT_COLUMNAR": "auto"}),
+                    *(mock.patch.object(columnar, c, 10**12)
+                      for c in ("MIN_TUPLES", "MIN_DELTA", "MIN_SELECTED"))]
+    with contextlib.ExitStack() as stack:
+        if how != "tuples":
+            stack.enter_context(way(how))
+        for p in patches:
+            stack.enter_context(p)
+        yield
+
+
+def _maintained(program, space: PlanSpace, bounded: bool) -> Session:
+    session = Session(program, [space], "python")
+    session.engine = MaintainedEngine(program, session.ctx, bounded=bounded)
+    session.optimize()
+    return session
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
+       model=st.sampled_from(["io", "cout"]),
+       mode=st.sampled_from([m for m in PRUNING_MODES if m != "none"]),
+       how=st.sampled_from(["frames", "handover", "tuples"]), bounded=st.booleans())
+def test_ranks_re_derived_on_frames_equal_the_loops_and_from_scratch(shape, n, seed, model,
+                                                                     mode, how, bounded):
+    """Every rank of every update re-derived on frames, beside a twin session whose updates
+    run the generated loops only: after every delta both hold a from-scratch evaluation's
+    relations, the same complete layer, and their updates derived as many candidates (the
+    loops' distinct form in a bounded layer, every derivation in an unbounded one)."""
+    q, cat = make_query(shape, n, seed)
+    m = cost_model(model)
+    program = PROGRAMS[mode]
+    with bulk_way(how):
+        bulk = _maintained(program, PlanSpace(q, cat, m), bounded)
+    with way("tuples"):
+        loops = _maintained(program, PlanSpace(q, cat, m), bounded)
+    ran = Counter()
+    real = RankFrames.derive
+
+    def counted(self, v, source, delta):
+        ran[id(v)] += 1
+        return real(self, v, source, delta)
+
+    adj = bulk.ctx[0].adjustments
+    rederived = 0
+    for d in random_deltas(q, random.Random(seed), 4, m.operators):
+        adj = apply_deltas(parse_deltas(d), q, cat, adj, m.operators)
+        with bulk_way(how), mock.patch.object(RankFrames, "derive", counted):
+            got = bulk.update({0: adj})
+        with way("tuples"):
+            want = loops.update({0: adj})
+        scratch = evaluate([PlanSpace(q, cat, m, adj)], "python", program=program)
+        for pred in program.schemas:
+            assert got.evaluation.rows(pred) == scratch.rows(pred), pred
+        assert {p: r.rows for p, r in bulk.engine.complete.items()} == \
+            {p: r.rows for p, r in loops.engine.complete.items()}
+        mine, theirs = got.stats or UpdateStats(), want.stats or UpdateStats()
+        assert (mine.derived, mine.rederived) == (theirs.derived, theirs.rederived)
+        rederived += mine.rederived
+    assert not bulk.engine._unframed
+    assert ran or not rederived  # (each rank re-derived ran on frames)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
+       model=st.sampled_from(["io", "cout"]), share=st.floats(0.1, 1.0),
+       distinct=st.booleans())
+def test_a_variant_on_frames_derives_the_bag_the_loops_derive(shape, n, seed, model, share,
+                                                              distinct):
+    """:meth:`~reopt.evaluator.bulk.RankFrames.derive` of each rule of the maintained
+    relation over some of its source tuples, reading the complete layer's tuples, derives
+    the very bag the generated loops derive (their distinct form or not): each tuple as
+    many times. Under ``cout`` a group's plans tie on cost (every join method costs the
+    same), so the distinct form derives markedly fewer."""
+    q, cat = make_query(shape, n, seed)
+    with way("tuples"):
+        session = _maintained(PROGRAMS["all"], PlanSpace(q, cat, cost_model(model)), True)
+    eng = session.engine
+    eng.program = eng.complete_program
+    rng = random.Random(seed)
+    for source, _, v in eng.plan.sources:
+        rows = sorted(eng.complete[source].rows, key=repr)
+        some = rng.sample(rows, max(1, int(len(rows) * share)))
+        frame = Frame.from_rows(some, columnar.names(len(some[0])), PROGRAMS["all"].schemas[
+            source])
+        got = RankFrames(eng, eng.complete, distinct).derive(v, source, frame)
+        want = eng.run_variant(v, eng.complete, {source: Relation(some)}, distinct)
+        assert Counter(got.rows(columnar.names(len(eng.program.schemas[v.head_pred])))) == \
+            Counter(want)
+
+
+def test_a_variant_scanning_a_relation_without_a_key_runs_on_tuples(tmp_path):
+    """A rule joining a relation of the complete layer without binding any of its columns
+    (a cross product) cannot read it by key: the variant raises
+    :class:`~reopt.evaluator.bulk.Unframed`, the update runs it through the loops, and
+    stays exact."""
+    rules = edited_rules(tmp_path, "lExpr = 0,\n    Fn_scansummary",
+                         "lExpr = 0, JoinMethod(_),\n    Fn_scansummary")
+    program = load_program(rules, pruning="aggsel")
+    q, cat = make_query("chain", 4, 1)
+    m = cost_model("cout")
+    with bulk_way("tuples"):
+        session = _maintained(program, PlanSpace(q, cat, m), True)
+        adj = session.ctx[0].adjustments
+        for d in random_deltas(q, random.Random(1), 3, m.operators):
+            adj = apply_deltas(parse_deltas(d), q, cat, adj, m.operators)
+            res = session.update({0: adj})
+            scratch = evaluate([PlanSpace(q, cat, m, adj)], "python", program=program)
+            for pred in program.schemas:
+                assert res.evaluation.rows(pred) == scratch.rows(pred), pred
+    assert session.engine._unframed
 
 
 def test_a_bad_mode_is_one_line(monkeypatch):
