@@ -13,7 +13,9 @@ For each cost model and fleet size N, the first N queries of the shared workload
   young generation after each query), so that both sides do the same engine work;
 * **fleet, initial**: :meth:`reopt.fleet.Fleet.optimize` on a warm Spark session (one fleet
   was run before, so Python workers are up and the program compiled): wall time, Spark jobs;
-* **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas;
+* **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas, and
+  how many of its queries found their optimizer resident in the task's Python worker
+  (:class:`reopt.fleet.Resident`: kept from round 0 by the worker that ran it);
 * **fleet, from scratch**: a second fleet given those deltas up front
   (:class:`~reopt.fleet.FleetQuery` ``deltas``): what re-optimizing the fleet from scratch
   on Spark costs, for the update's speed-up.
@@ -77,7 +79,7 @@ def measure(n: int, model: str, seed: int, spark: Any) -> dict[str, Any]:
     return {"n": n, "model": model, "loop_scratch": loop_scratch, "loop_update": loop_update,
             "initial": r0.seconds, "initial_jobs": r0.jobs, "update": r1.seconds,
             "update_jobs": r1.jobs, "scratch": r2.seconds, "scratch_jobs": r2.jobs,
-            "partitions": fleet._partitions()}
+            "partitions": fleet._partitions(), "resident": r1.resident}
 
 
 def single(repeat: int) -> list[dict[str, Any]]:
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     header = ["model", "N", "loop: scratch s (ms/q)", "loop: update s (ms/q)",
               "fleet: initial s (ms/q)", "fleet/loop", "fleet: update s (ms/q)",
-              "fleet: scratch s", "scratch/update", "jobs/round"]
+              "resident", "fleet: scratch s", "scratch/update", "jobs/round"]
     table = []
     for r in rows:
         n = r["n"]
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['initial']:.2f} ({1000 * r['initial'] / n:.1f})",
             f"{r['initial'] / r['loop_scratch']:.2f}×",
             f"{r['update']:.2f} ({1000 * r['update'] / n:.1f})",
-            f"{r['scratch']:.2f}", f"{r['scratch'] / r['update']:.1f}×",
+            f"{r.get('resident', 0) / n:.0%}", f"{r['scratch']:.2f}",
+            f"{r['scratch'] / r['update']:.1f}×",
             f"{r['initial_jobs']}/{r['update_jobs']}/{r['scratch_jobs']}"])
     print("\n".join(markdown_table(header, table)))
     return 0
