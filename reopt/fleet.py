@@ -292,7 +292,6 @@ def advance(name: str, blob: bytes, change: Any, plan: str | None, live: Any = N
 
 def _initial_task(batches: Iterator[Any], opts: FleetOptions, fleet: str, stamp: str,
                   resident: int) -> Iterator[Any]:
-    RESIDENT.capacity = resident
     for batch in batches:
         cols = batch.to_pydict()
         rows, kept = [], []
@@ -309,18 +308,22 @@ def _initial_task(batches: Iterator[Any], opts: FleetOptions, fleet: str, stamp:
                          "stamp": stamp if blob is not None else None, "resident": False})
             if opt is not None:
                 kept.append((q, opt, len(blob)))
-        yield _built(rows, kept, fleet, stamp)
+        yield _built(rows, kept, fleet, stamp, resident)
 
 
 def _built(rows: list[dict[str, Any]], kept: list[tuple[int, Any, int]], fleet: str,
-           stamp: str) -> Any:
+           stamp: str, resident: int) -> Any:
     """The task's output batch of ``rows``; only then are the ``kept`` optimizers (query
-    id, optimizer, stored size) made resident, at the state ``stamp`` their rows carry."""
+    id, optimizer, stored size) made resident, at the state ``stamp`` their rows carry, in
+    a worker holding ``resident`` bytes (the fleet's setting; 0: nothing is kept, and the
+    worker's other fleets keep theirs)."""
     import pyarrow as pa
 
     batch = pa.RecordBatch.from_pylist(rows, schema=_arrow_schema())
-    for q, opt, size in kept:
-        RESIDENT.keep(fleet, q, stamp, opt, size)
+    if resident:
+        RESIDENT.capacity = resident
+        for q, opt, size in kept:
+            RESIDENT.keep(fleet, q, stamp, opt, size)
     return batch
 
 
@@ -329,7 +332,6 @@ def _update_task(batches: Iterator[Any], deltas: Any, fleet: str, stamp: str,
     """One task of an update round. ``stamp``: the round's id, which every state it changes
     takes (a retried task's states are the same: the update is a function of the row and
     the deltas); ``resident``: the worker's :attr:`Resident.capacity` (the fleet's)."""
-    RESIDENT.capacity = resident
     wanted: Mapping[str, list[str]] = deltas.value
     for batch in batches:
         rows = batch.to_pylist()
@@ -347,7 +349,7 @@ def _update_task(batches: Iterator[Any], deltas: Any, fleet: str, stamp: str,
             if opt is not None:
                 row.update(state=blob, version=row["version"] + 1, stamp=stamp)
                 kept.append((row["q"], opt, len(blob)))
-        yield _built(rows, kept, fleet, stamp)
+        yield _built(rows, kept, fleet, stamp, resident)
 
 
 def _arrow_schema() -> Any:

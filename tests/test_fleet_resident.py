@@ -56,12 +56,12 @@ def initial_rows(stamp: str) -> list[dict[str, Any]]:
     return [r for b in out for r in b.to_pylist()]
 
 
-def task(rows: list[dict[str, Any]], deltas: dict[str, list[str]], stamp: str
-         ) -> list[dict[str, Any]]:
+def task(rows: list[dict[str, Any]], deltas: dict[str, list[str]], stamp: str,
+         fleet: str = FLEET, resident: int = RESIDENT_BYTES) -> list[dict[str, Any]]:
     """One update task over ``rows`` in this process (its worker: ``fleetmod.RESIDENT``)."""
     batch = pa.RecordBatch.from_pylist(rows, schema=fleetmod._arrow_schema())
-    out = list(fleetmod._update_task(iter([batch]), Broadcast(deltas), FLEET, stamp,
-                                     RESIDENT_BYTES))
+    out = list(fleetmod._update_task(iter([batch]), Broadcast(deltas), fleet, stamp,
+                                     resident))
     return [r for b in out for r in b.to_pylist()]
 
 
@@ -169,6 +169,15 @@ def test_a_rejected_batch_keeps_the_state_and_drops_the_resident_optimizer(worke
     step = fresh.update(step_deltas(1)[name])
     assert ok[name] == (step.cost, json.dumps(step.plan.to_json(), sort_keys=True))
     assert all(ok[n] == want[n] for n in ok if n != name)
+
+
+def test_a_fleet_that_keeps_nothing_resident_leaves_the_others_theirs(workers):
+    rows = initial_rows("s0")
+    held = dict(workers[0].fleets[FLEET])
+    out = task(rows, step_deltas(0), "t1", fleet="other", resident=0)
+    assert not any(r["resident"] for r in out) and got(out) == loop([step_deltas(0)])
+    assert workers[0].fleets[FLEET] == held and not workers[0].fleets.get("other")
+    assert workers[0].capacity == RESIDENT_BYTES
 
 
 def test_a_full_cache_keeps_what_fits_and_evicts_other_fleets_first():
