@@ -102,6 +102,18 @@ def single(repeat: int) -> list[dict[str, Any]]:
     return out
 
 
+def warm_session(master: str) -> Any:
+    """The Spark session on ``master``, warmed by a one-query fleet's two rounds (Python
+    workers up, the rule program compiled in them)."""
+    from reopt.spark import get_spark
+
+    spark = get_spark(master)
+    warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
+    warm.optimize()
+    warm.update({"warm": "card orders *2"})
+    return spark
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, "benchmarks/fleet.py")
     p.add_argument("--sizes", default="1,10,100,1000")
@@ -111,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from reopt.spark import get_spark
-
-    spark = get_spark(args.master)
-    warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
-    warm.optimize()
-    warm.update({"warm": "card orders *2"})
+    spark = warm_session(args.master)
     one = single(args.repeat)
     print(json.dumps(one), file=sys.stderr, flush=True)
     rows = []

@@ -19,6 +19,7 @@ import json
 import sys
 from typing import Any
 
+from fleet import warm_session
 from harness import markdown_table, parser, script
 from workload import generate
 
@@ -55,13 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from reopt.spark import get_spark
-
-    spark = get_spark(args.master)
-    warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
-    warm.optimize()
-    warm.update({"warm": "card orders *2"})
-    rows = measure(args.n, args.model, args.rounds, spark)
+    rows = measure(args.n, args.model, args.rounds, warm_session(args.master))
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
