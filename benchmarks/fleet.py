@@ -13,7 +13,9 @@ For each cost model and fleet size N, the first N queries of the shared workload
   young generation after each query), so that both sides do the same engine work;
 * **fleet, initial**: :meth:`reopt.fleet.Fleet.optimize` on a warm Spark session (one fleet
   was run before, so Python workers are up and the program compiled): wall time, Spark jobs;
-* **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas;
+* **fleet, update**: one :meth:`~reopt.fleet.Fleet.update` round with the same deltas, and
+  how many of its queries found their optimizer resident in the task's Python worker
+  (:class:`reopt.fleet.Resident`: kept from round 0 by the worker that ran it);
 * **fleet, from scratch**: a second fleet given those deltas up front
   (:class:`~reopt.fleet.FleetQuery` ``deltas``): what re-optimizing the fleet from scratch
   on Spark costs, for the update's speed-up.
@@ -77,7 +79,7 @@ def measure(n: int, model: str, seed: int, spark: Any) -> dict[str, Any]:
     return {"n": n, "model": model, "loop_scratch": loop_scratch, "loop_update": loop_update,
             "initial": r0.seconds, "initial_jobs": r0.jobs, "update": r1.seconds,
             "update_jobs": r1.jobs, "scratch": r2.seconds, "scratch_jobs": r2.jobs,
-            "partitions": fleet._partitions()}
+            "partitions": fleet._partitions(), "resident": r1.resident}
 
 
 def single(repeat: int) -> list[dict[str, Any]]:
@@ -100,6 +102,18 @@ def single(repeat: int) -> list[dict[str, Any]]:
     return out
 
 
+def warm_session(master: str) -> Any:
+    """The Spark session on ``master``, warmed by a one-query fleet's two rounds (Python
+    workers up, the rule program compiled in them)."""
+    from reopt.spark import get_spark
+
+    spark = get_spark(master)
+    warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
+    warm.optimize()
+    warm.update({"warm": "card orders *2"})
+    return spark
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, "benchmarks/fleet.py")
     p.add_argument("--sizes", default="1,10,100,1000")
@@ -109,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from reopt.spark import get_spark
-
-    spark = get_spark(args.master)
-    warm = Fleet([FleetQuery("warm", "tpch:q5")], spark=spark)
-    warm.optimize()
-    warm.update({"warm": "card orders *2"})
+    spark = warm_session(args.master)
     one = single(args.repeat)
     print(json.dumps(one), file=sys.stderr, flush=True)
     rows = []
@@ -132,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     header = ["model", "N", "loop: scratch s (ms/q)", "loop: update s (ms/q)",
               "fleet: initial s (ms/q)", "fleet/loop", "fleet: update s (ms/q)",
-              "fleet: scratch s", "scratch/update", "jobs/round"]
+              "resident", "fleet: scratch s", "scratch/update", "jobs/round"]
     table = []
     for r in rows:
         n = r["n"]
@@ -143,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['initial']:.2f} ({1000 * r['initial'] / n:.1f})",
             f"{r['initial'] / r['loop_scratch']:.2f}×",
             f"{r['update']:.2f} ({1000 * r['update'] / n:.1f})",
-            f"{r['scratch']:.2f}", f"{r['scratch'] / r['update']:.1f}×",
+            f"{r.get('resident', 0) / n:.0%}", f"{r['scratch']:.2f}",
+            f"{r['scratch'] / r['update']:.1f}×",
             f"{r['initial_jobs']}/{r['update_jobs']}/{r['scratch_jobs']}"])
     print("\n".join(markdown_table(header, table)))
     return 0
