@@ -1,9 +1,11 @@
 """Incremental maintenance of the live layer's later strata (those after the maintained one).
 
 After an update the maintained stratum's relations change in a few groups, yet the strata
-that read them (for the optimizer: BestPlan, LocalCost and the bounds of ``rules/bounds.dl``)
-hold thousands of tuples. Re-deriving them from empty on every update costs more than the
-update itself on large queries, so they follow the changes instead, stratum by stratum, each
+that read them (for the optimizer: BestPlan; LocalCost and the bounds of ``rules/bounds.dl``
+when their ``.ondemand`` declaration is removed — with it an update leaves them stale, to be
+derived when read, :mod:`.ondemand`) hold thousands of tuples. Re-deriving them from empty
+on every update costs more than the update itself on large queries, so they follow the
+changes instead, stratum by stratum, each
 from the tuples the strata below it removed and added. The shape of each stratum, read off
 the compiled program (nothing here names a rule or a relation), chooses how:
 
@@ -177,13 +179,15 @@ class Shape:
 
 def shapes(program: CompiledProgram, first: int, stale_key: tuple[str, ...],
            replaced: frozenset[str]) -> tuple[Shape, ...]:
-    """The shapes of the strata from index ``first`` on. ``stale_key``: the types of the
+    """The shapes of the strata from index ``first`` on, but for those derived when read
+    (``.ondemand``: an update leaves them stale, :mod:`.ondemand`). ``stale_key``: the types of the
     group key stale groups are named by (the maintained stratum's rank inputs); ``replaced``:
     relations an update replaces whole rather than changing in place (their changes are not
     journaled). Read once per program object and arguments
     (:meth:`CompiledProgram.memoized`)."""
     return program.memoized(("later shapes", first, stale_key, replaced), lambda: tuple(
-        _shape(program, i, stale_key, replaced) for i in range(first, len(program.strata))))
+        _shape(program, i, stale_key, replaced) for i in range(first, len(program.strata))
+        if not program.strata[i].ondemand))
 
 
 def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],

@@ -154,7 +154,8 @@ class UpdateStats:
     """Candidate tuples produced per relation while re-deriving."""
     from_empty: int = 0
     """Later strata evaluated again from empty rather than followed incrementally
-    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank)."""
+    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank); not
+    those derived when read (``.ondemand``), which an update leaves stale."""
     fallback: bool = False
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
@@ -726,7 +727,7 @@ class MaintainedEngine(PythonEngine):
                 "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
                 "caps": self._caps, "fallbacks": self.fallbacks,
-                "later": self.later.__getstate__()}
+                "later": self.later.__getstate__(), "on_demand": self.on_demand}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
@@ -739,6 +740,7 @@ class MaintainedEngine(PythonEngine):
         self.fallbacks = state["fallbacks"]
         if "later" in state:  # (a state saved before the later strata kept any: counted anew)
             self.later.restore(state["later"])
+        self.on_demand = state.get("on_demand", self.on_demand)
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
@@ -780,7 +782,8 @@ class MaintainedEngine(PythonEngine):
         self._on_frames()
         self._live()
         self.live = self.full
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        self.stats.held = self.sizes()
+        self.defer()
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
 
@@ -851,7 +854,8 @@ class MaintainedEngine(PythonEngine):
         else:
             self._count_and_suppress()
         for stratum in prog.strata[self.plan.stratum + 1:]:
-            self.run_stratum(stratum)
+            if not stratum.ondemand:  # (left stale by evaluate(), derived when read)
+                self.run_stratum(stratum)
 
     def _bound_caps(self) -> dict[str, dict[tuple, Any]]:
         """Per relation pruned by a ``.bound``: its bound per bound key (the bound relation's
@@ -972,7 +976,8 @@ class MaintainedEngine(PythonEngine):
         self.full = self.live
         self.program = self.live_program
         up.from_empty = self._live_update(changes, old)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        self.stats.held = self.sizes()
+        self.defer()  # (stale as of the new statistics, whether read since the last or not)
         up.seconds = time.perf_counter() - t0
         return self.full, up
 
@@ -1608,8 +1613,9 @@ class MaintainedEngine(PythonEngine):
         for p in self._layer:
             rel = out[("complete", p)] = self.complete[p]
             rel.journal = {}
+        lazy = self.program.ondemand  # (derived when read: an update only marks them stale)
         for p in self.program.schemas:
-            if p not in self.program.facts and p not in self.program.inputs:
+            if p not in self.program.facts and p not in self.program.inputs and p not in lazy:
                 rel = out[("live", p)] = self.live[p]
                 rel.journal = {}
         return out

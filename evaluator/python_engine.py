@@ -298,7 +298,8 @@ class RunStats:
     deleted: dict[str, int] = field(default_factory=dict)
     """Tuples pruned per relation (suppression, reference counting)."""
     held: dict[str, int] = field(default_factory=dict)
-    """Tuples per relation at the fixpoint (set by the engine at the end)."""
+    """Tuples per relation at the fixpoint (set by the engine at the end), but for those
+    derived when read (``.ondemand``), which an evaluation leaves stale."""
     seconds: float = 0.0
 
 
@@ -525,6 +526,10 @@ class PythonEngine:
         self._fns = {name: b.fn for name, b in compiled.builtins.items()}
         self._single = frozenset(n for n, b in compiled.builtins.items() if b.one is not None)
         self._fns.update({n + SINGLE: compiled.builtins[n].one for n in self._single})
+        from reopt.evaluator.ondemand import OnDemandStats
+
+        self.on_demand = OnDemandStats()
+        """What deriving on-demand strata when read cost (:mod:`.ondemand`)."""
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
@@ -550,10 +555,24 @@ class PythonEngine:
         t0 = time.perf_counter()
         self.start(inputs)
         for stratum in self.program.strata:
-            self.run_stratum(stratum)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+            if not stratum.ondemand:
+                self.run_stratum(stratum)
+        self.stats.held = self.sizes()
+        self.defer()
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
+
+    def sizes(self) -> dict[str, int]:
+        """Tuples per relation, the on-demand ones aside (counting them would derive them)."""
+        lazy = self.program.ondemand
+        return {p: len(r) for p, r in self.full.items() if p not in lazy}
+
+    def defer(self) -> None:
+        """Leave the on-demand strata stale, to be derived from the relations as they are
+        now when first read (:mod:`.ondemand`)."""
+        from reopt.evaluator.ondemand import defer
+
+        defer(self)
 
     def start(self, inputs: Mapping[str, Iterable[tuple]]) -> None:
         """Fresh relations holding the facts and the inputs; fresh statistics."""

@@ -4,7 +4,9 @@ Every relation is a DataFrame with one typed column per attribute (``long`` → 
 ``double``, ``string``, ``boolean``, as :attr:`CompiledProgram.schemas` says) named as the rule
 heads name them (:func:`reopt.evaluator.driver.column_names`). The engine interprets exactly the
 ops the ``python`` engine interprets and gives the same relations, ``iterations`` and
-``derived``.
+``derived``. Strata derived when read (``.ondemand``) are evaluated eagerly here, with the
+others (the declaration changes cost, never the answer), and counted apart
+(:meth:`SparkEngine.run_stratum`).
 
 How a rule becomes a DataFrame plan
 -----------------------------------
@@ -481,6 +483,9 @@ class SparkEngine:
         self._order = [p for s in compiled.strata for p in s.preds]
         """The order in which a round of a deletion cascade visits relations."""
         self._unit = _sel(spark.range(0, 1, 1, 1), "0 AS _unit")
+        self.on_demand = RunStats()
+        """The work of the strata derived when read (``.ondemand``), which this engine
+        runs eagerly (:meth:`run_stratum`)."""
         self._ctx_bc = None
         self._token = ""
         self._local: dict[str, list[tuple]] = {}
@@ -808,6 +813,23 @@ class SparkEngine:
                                       "*", f"1L AS {self._cnt[p]}")
 
     def run_stratum(self, stratum: Stratum) -> None:
+        """Run ``stratum`` to its fixpoint. One derived when read (``.ondemand``) is run
+        here at once, like any other — the declaration changes cost, never the answer —
+        but counted apart (:attr:`on_demand`), so that the statistics of an evaluation stay
+        the python engine's, which leaves such strata stale (:mod:`.ondemand`)."""
+        if stratum.ondemand:  # (its own statistics: the budget is per stratum run)
+            main, self.stats = self.stats, RunStats()
+            try:
+                self._run_stratum(stratum)
+            finally:
+                done, self.stats = self.stats, main
+                self.on_demand.iterations += done.iterations
+                for p, n in done.derived.items():
+                    self.on_demand.derived[p] = self.on_demand.derived.get(p, 0) + n
+        else:
+            self._run_stratum(stratum)
+
+    def _run_stratum(self, stratum: Stratum) -> None:
         if stratum.schedule is not None:
             self._run_scheduled(stratum)
         else:
