@@ -9,6 +9,13 @@ evaluation's ``relations``, ``rows``, ``query_rows``, ``frames``, the graph, a f
 relations, a test reading an engine's ``full`` or ``live`` — goes through that one accessor,
 so none can see a stale relation, and none has to know which relations are on demand.
 
+A stratum read since the step before is followed by the next update instead, as any later
+stratum is (:mod:`.later`: counting, groups re-derived — cheaper than from empty when an
+update changes little), and left stale with its tuples ready for the next read to take
+(:attr:`Pending.ready`): a reader after every step (the bounds notebook) pays what it paid
+when every update derived them; one that stops reading stops the following at the next
+update.
+
 Exactness: a stale relation is derived from the relations and the statistics of the state
 that left it stale (:class:`Pending` keeps both: an update changes the relations in place,
 and then marks them stale again with its own statistics). No other stratum reads an
@@ -16,15 +23,17 @@ on-demand one and the compiler puts them last (:meth:`_Compiler.strata`), so der
 whenever they are read gives what a from-scratch evaluation in the program's order gives.
 
 What changes for the statistics: an evaluation's or update's :class:`RunStats` (iterations,
-``derived``, ``held``) and :class:`~reopt.evaluator.maintenance.UpdateStats` no longer count
-the on-demand strata; their work when read is counted in :class:`OnDemandStats` (the
-engine's ``on_demand``).
+``derived``, ``held``) no longer count the on-demand strata, whether read or followed; their
+work is counted in :class:`OnDemandStats` (the engine's ``on_demand``).
+:attr:`~reopt.evaluator.maintenance.UpdateStats.from_empty` counts the strata an update
+followed from empty, on-demand ones only when read since the step before.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import MutableMapping
+from collections.abc import Collection, Iterator, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,29 +47,60 @@ if TYPE_CHECKING:
 
 @dataclass
 class OnDemandStats:
-    """What deriving on-demand strata when read cost, over an engine's life."""
+    """What on-demand strata cost over an engine's life: derived when read, or followed by
+    an update because they were read since the step before."""
 
     strata: int = 0
-    """On-demand strata derived because something read them."""
+    """On-demand strata derived from empty because something read them."""
+    followed: int = 0
+    """On-demand strata an update followed (read since the step before it)."""
     iterations: int = 0
     derived: dict[str, int] = field(default_factory=dict)
     """New tuples per relation."""
     seconds: float = 0.0
 
+    def add(self, run: RunStats) -> None:
+        """Count the iterations and tuples of ``run`` (one stratum's work) in."""
+        self.iterations += run.iterations
+        for p, n in run.derived.items():
+            self.derived[p] = self.derived.get(p, 0) + n
+
+
+@contextmanager
+def apart(engine: Any) -> Iterator[None]:
+    """Within: ``engine``'s statistics are a scratch :class:`RunStats` (a budget of its own),
+    counted into its ``on_demand`` afterwards — the statistics of an evaluation or update
+    stay those of the strata every step derives, whatever was read in between."""
+    main, engine.stats = engine.stats, RunStats()
+    try:
+        yield
+    finally:
+        done, engine.stats = engine.stats, main
+        engine.on_demand.add(done)
+
 
 class Pending:
     """The stale on-demand strata of one state of an engine's relations: the mapping of
     relations itself (the one the engine and its evaluation hold), the statistics it was
-    derived under (the plan spaces, copied: an update replaces them) and the program."""
+    derived under (the plan spaces, copied: an update replaces them), the program, and the
+    relations an update followed for a reader (:attr:`ready`)."""
 
     def __init__(self, program: CompiledProgram, relations: MutableMapping[str, Relation],
-                 ctx: dict[int, Any], strata: list[int], stats: OnDemandStats):
+                 ctx: dict[int, Any], strata: list[int], stats: OnDemandStats,
+                 ready: dict[str, Relation] | None = None):
         self.program = program
         self.relations = relations
         self.ctx = ctx
         self.strata = strata
         """Indexes of the strata still stale, ascending."""
         self.stats = stats
+        self.ready = ready or {}
+        """Relation → its tuples as the update that made this state followed them (a stratum
+        read since the step before): a read takes them, nothing is derived."""
+        self.read: set[int] = set()
+        """Strata read since this state was made (an update follows them)."""
+        self.fresh: set[int] = set()
+        """Of those, the ones derived from empty (not taken from :attr:`ready`)."""
 
     def derive(self, rel: Stale) -> None:
         """Derive the stale strata up to ``rel``'s, in order, each from empty, on an engine
@@ -79,25 +119,29 @@ class Pending:
         engine = PythonEngine(prog, self.ctx)
         engine.full, engine.stats, engine.counts, engine.frames = rels, RunStats(), {}, {}
         stale: dict[str, Stale] = {}
+        fresh = []
         try:
             for i in todo:
-                for p in prog.strata[i].preds:
+                preds = prog.strata[i].preds
+                for p in preds:
                     stale[p] = rels[p]  # type: ignore[assignment]
-                    rels[p] = Relation()
-                engine.run_stratum(prog.strata[i])
+                    rels[p] = self.ready[p] if p in self.ready else Relation()
+                if not all(p in self.ready for p in preds):
+                    fresh.append(i)
+                    engine.run_stratum(prog.strata[i])
         except BaseException:
             rels.update(stale)
             raise
         for p, old in stale.items():
             old.become(rels[p])
             rels[p] = old
+            self.ready.pop(p, None)
         self.strata = [i for i in self.strata if i > at]
-        st = self.stats
-        st.strata += len(todo)
-        st.iterations += engine.stats.iterations
-        for p, n in engine.stats.derived.items():
-            st.derived[p] = st.derived.get(p, 0) + n
-        st.seconds += time.perf_counter() - t0
+        self.read.update(todo)
+        self.fresh.update(fresh)
+        self.stats.strata += len(fresh)
+        self.stats.add(engine.stats)
+        self.stats.seconds += time.perf_counter() - t0
 
 
 class Stale(Relation):
@@ -173,17 +217,26 @@ def _stale() -> Stale:
     return Relation.__new__(Stale)
 
 
-def defer(engine: PythonEngine) -> None:
+def defer(engine: PythonEngine, kept: Collection[int] = ()) -> Pending | None:
     """Leave ``engine``'s on-demand strata stale as of its relations and statistics now:
-    each of their relations, in place, becomes :class:`Stale`."""
+    each of their relations, in place, becomes :class:`Stale`. Those of the strata ``kept``
+    (followed by the update just made) keep their tuples for the next read to take. The
+    pending strata, or None when the program has none."""
     prog = engine.program
     lazy = [i for i, s in enumerate(prog.strata) if s.ondemand]
     if not lazy:
-        return
-    pending = Pending(prog, engine.full, dict(engine.ctx), lazy, engine.on_demand)
+        return None
+    ready = {}
+    for i in kept:
+        for p in prog.strata[i].preds:
+            rel = engine.full[p]
+            ready[p] = keep = Relation.__new__(type(rel))
+            keep.__dict__.update(rel.__dict__)
+    pending = Pending(prog, engine.full, dict(engine.ctx), lazy, engine.on_demand, ready)
     for i in lazy:
         for p in prog.strata[i].preds:
             Stale.mark(engine.full[p], pending, p)
+    return pending
 
 
-__all__ = ["OnDemandStats", "Pending", "Stale", "defer"]
+__all__ = ["OnDemandStats", "Pending", "Stale", "apart", "defer"]

@@ -13,9 +13,9 @@ import operator
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from reopt.evaluator.compiler import (
 )
 from reopt.evaluator.failures import CRASHES, rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
+
+if TYPE_CHECKING:
+    from reopt.evaluator.ondemand import Pending
 
 
 def key_of(cols: tuple[int, ...]) -> Callable[[tuple], tuple]:
@@ -529,7 +532,9 @@ class PythonEngine:
         from reopt.evaluator.ondemand import OnDemandStats
 
         self.on_demand = OnDemandStats()
-        """What deriving on-demand strata when read cost (:mod:`.ondemand`)."""
+        """What on-demand strata cost when read or followed (:mod:`.ondemand`)."""
+        self.pending: Pending | None = None
+        """The on-demand strata the last evaluation or update left stale."""
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
@@ -567,12 +572,13 @@ class PythonEngine:
         lazy = self.program.ondemand
         return {p: len(r) for p, r in self.full.items() if p not in lazy}
 
-    def defer(self) -> None:
+    def defer(self, kept: Collection[int] = ()) -> None:
         """Leave the on-demand strata stale, to be derived from the relations as they are
-        now when first read (:mod:`.ondemand`)."""
+        now when first read; those of the strata ``kept`` keep their tuples for the read
+        (:mod:`.ondemand`)."""
         from reopt.evaluator.ondemand import defer
 
-        defer(self)
+        self.pending = defer(self, kept)
 
     def start(self, inputs: Mapping[str, Iterable[tuple]]) -> None:
         """Fresh relations holding the facts and the inputs; fresh statistics."""

@@ -24,6 +24,7 @@ from reopt.costmodel.deltas import apply_deltas, parse_deltas
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
+from reopt.evaluator import later
 from reopt.evaluator.driver import evaluate, load_program
 from reopt.evaluator.features import DirectiveError
 from reopt.evaluator.maintenance import MaintainedEngine
@@ -58,15 +59,26 @@ def test_the_bounds_are_declared_on_demand_and_come_last():
 @given(shape=st.sampled_from(SHAPES), n=st.integers(3, 6), seed=st.integers(0, 2**31),
        model=st.sampled_from(["io", "cout"]), mode=st.sampled_from(MODES),
        k=st.integers(2, 5), save=st.integers(-1, 4), rebuild=st.booleans(),
+       incremental=st.booleans(),
        reads=st.lists(st.sampled_from(["nothing", "LocalCost", "everything"]),
                       min_size=5, max_size=5))
 def test_updates_read_or_not_then_read_equal_from_scratch(shape, n, seed, model, mode, k,
-                                                          save, rebuild, reads):
+                                                          save, rebuild, incremental, reads):
+    with pytest.MonkeyPatch.context() as mp:
+        if incremental:  # (no stratum followed from empty because that costs less)
+            mp.setattr(later, "WHOLE", 0)
+            mp.setattr(later, "SMALL", 0)
+        read_or_not(shape, n, seed, model, mode, k, save, rebuild, reads)
+
+
+def read_or_not(shape, n, seed, model, mode, k, save, rebuild, reads):
     """Random delta sequences; after each update the on-demand relations are stale (the
     update derived none of them) and are read — or not, or only the first of them — and
     whatever is read equals a from-scratch evaluation under that step's statistics; the
     session is also saved stale and loaded midway. At the end everything is read. Updates
-    maintain the state, or (``rebuild``) may evaluate afresh when they reach most of it."""
+    maintain the state, or (``rebuild``) may evaluate afresh when they reach most of it; an
+    update after a read follows what was read (``incremental``: never from empty to save
+    work)."""
     m = cost_model(model)
     q, cat = make_query(shape, n, seed)
     deltas = random_deltas(q, random.Random(seed), k, m.operators)
@@ -82,16 +94,18 @@ def test_updates_read_or_not_then_read_equal_from_scratch(shape, n, seed, model,
             session = pickle.loads(pickle.dumps(session))
         if not rebuild:
             session.engine.rebuild_share = math.inf
+        moved = adj != session.ctx[0].adjustments  # (else the session leaves all as it is)
         session.update({0: adj})
         rels = session.evaluation.relations
-        assert {p for p, r in rels.items() if type(r) is Stale} == LAZY
+        if moved:
+            assert {p for p, r in rels.items() if type(r) is Stale} == LAZY
         assert not LAZY & set(session.evaluation.sizes())
         read = reads[i % len(reads)]
         if read == "nothing":
             continue
         want = from_scratch(EAGER[mode], PlanSpace(q, cat, m, adj))
         assert_read_equals(rels, want, ["LocalCost"] if read == "LocalCost" else None)
-        if read == "LocalCost":  # (only the strata up to the one read are derived)
+        if read == "LocalCost" and moved:  # (only the strata up to the one read are derived)
             assert type(rels["Bound"]) is Stale
     want = from_scratch(EAGER[mode], PlanSpace(q, cat, m, adj))
     assert_read_equals(session.evaluation.relations, want)
@@ -212,3 +226,54 @@ def test_a_rejected_delta_after_unread_updates_leaves_every_relation_as_before(m
     assert_read_equals(live, want)
     frames = o.relations()
     assert all(len(frames[p]) == len(want[p]) for p in want)
+
+
+@pytest.mark.usefixtures("incremental_later")
+def test_a_stratum_read_after_every_update_is_followed_not_derived_again():
+    """Read after every update, the bounds are followed by the next update (as when every
+    update derived them; LocalCost by its derivation counts) and the read takes them;
+    unread for one step, they are derived from empty at the next read, then followed again
+    — the counts kept from before are not theirs any more."""
+    o = Optimizer("tpch:q5", cost_model="io", engine="python", pruning="all")
+    o.optimize()
+    engine = o._session.engine
+    engine.rebuild_share = math.inf
+    assert o._evaluation.rows("Bound")
+    assert (engine.on_demand.strata, engine.on_demand.followed) == (2, 0)  # LocalCost, bounds
+    deltas = ["card orders *4", "card customer *0.25", "cost hashjoin *2", "card lineitem *3",
+              "card {orders,customer} *5"]
+    for i, delta in enumerate(deltas):
+        o.update(delta)
+        if i == 2:
+            continue  # (unread: the next update leaves them stale)
+        assert type(engine.live["Bound"]) is Stale
+        want = from_scratch(EAGER["all"], o.space())
+        assert_read_equals(o._evaluation.relations, want)
+    assert (engine.on_demand.strata, engine.on_demand.followed) == (4, 2 * 4)
+
+
+@pytest.fixture
+def incremental_later(monkeypatch):
+    """Later strata followed whatever their size and the share of them a change reaches."""
+    monkeypatch.setattr(later, "WHOLE", 0)
+    monkeypatch.setattr(later, "SMALL", 0)
+
+
+@pytest.mark.usefixtures("incremental_later")
+def test_a_stratum_read_again_after_unread_steps_is_counted_anew():
+    """LocalCost followed by its derivation counts, left stale by unread steps, then derived
+    from empty by a read: the counts kept from before are not those of its tuples any
+    more, and the next update that follows it must count anew (a sequence found by a
+    random search where reusing them made LocalCost and the bounds wrong)."""
+    o = Optimizer("tpch:q10", cost_model="io", engine="python", pruning="all")
+    o.optimize()
+    o._session.engine.rebuild_share = math.inf
+    assert o._evaluation.rows("Bound")
+    for delta, read in [("card lineitem *0.3333", False), ("card {orders,customer} *5", True),
+                        ("card customer *4", False), ("card lineitem *0.3333", False),
+                        ("card orders *4", True), ("card {orders,customer} *5", False),
+                        ("card orders *0.25", True), ("cost hashjoin *2", True)]:
+        o.update(delta)
+        if read:
+            assert_read_equals(o._evaluation.relations,
+                               from_scratch(EAGER["all"], o.space()))
