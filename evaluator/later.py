@@ -2,8 +2,8 @@
 
 After an update the maintained stratum's relations change in a few groups, yet the strata
 that read them (for the optimizer: BestPlan; LocalCost and the bounds of ``rules/bounds.dl``
-when their ``.ondemand`` declaration is removed — with it an update leaves them stale, to be
-derived when read, :mod:`.ondemand`) hold thousands of tuples. Re-deriving them from empty
+when read since the step before — they are derived when read, :mod:`.ondemand`) hold
+thousands of tuples. Re-deriving them from empty
 on every update costs more than the update itself on large queries, so they follow the
 changes instead, stratum by stratum, each
 from the tuples the strata below it removed and added. The shape of each stratum, read off
