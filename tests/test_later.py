@@ -14,17 +14,14 @@ so that an update follows them as it follows any later stratum.
 from __future__ import annotations
 
 import math
-import pickle
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from randq import SHAPES, make_query, random_deltas
+from randq import SHAPES, applied, make_query, random_deltas
 from rulefiles import eager_program, eager_rules, edited_rules
 
-from reopt.costmodel.deltas import apply_deltas, parse_deltas
-from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator import later, maintenance
@@ -46,23 +43,16 @@ def follow(program, q, cat, model: str, deltas: list[str], resave_at: int = -1
     ``resave_at``) and compare every relation with a from-scratch evaluation after each;
     the session and how many updates changed its statistics."""
     m = cost_model(model)
-    session = Session(program, [PlanSpace(q, cat, m)], "python")
-    session.optimize()
-    adj = session.ctx[0].adjustments
-    updates = 0
-    for i, delta in enumerate(deltas):
-        try:
-            adj = apply_deltas(list(parse_deltas(delta)), q, cat, adj, m.operators)
-        except ReoptError:
-            continue
-        if i == resave_at:
-            session = pickle.loads(pickle.dumps(session))
-        updates += adj != session.ctx[0].adjustments  # (the same statistics: no engine work)
+    start = Session(program, [PlanSpace(q, cat, m)], "python")
+    start.optimize()
+    session, updates = start, 0
+    for i, session, adj, moved in applied(start, q, cat, m, deltas, resave_at):  # noqa: B007
+        updates += moved  # (the same statistics: no engine work)
         session.update({0: adj})
         want = from_scratch(program, PlanSpace(q, cat, m, adj))
         got = session.evaluation.relations
         for pred, rows in want.items():
-            assert got[pred].rows == rows, (delta, pred)
+            assert got[pred].rows == rows, (deltas[i], pred)
     return session, updates
 
 

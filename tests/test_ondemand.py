@@ -10,18 +10,16 @@ statistics.
 from __future__ import annotations
 
 import math
-import pickle
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from randq import SHAPES, make_query, random_deltas
+from randq import SHAPES, applied, make_query, random_deltas
 from rulefiles import ONDEMAND, eager_program, edited_rules
 
 from reopt.api import Optimizer
-from reopt.costmodel.deltas import apply_deltas, parse_deltas
-from reopt.costmodel.errors import DeltaError, ReoptError
+from reopt.costmodel.errors import DeltaError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator import later
@@ -82,20 +80,13 @@ def read_or_not(shape, n, seed, model, mode, k, save, rebuild, reads):
     m = cost_model(model)
     q, cat = make_query(shape, n, seed)
     deltas = random_deltas(q, random.Random(seed), k, m.operators)
-    session = Session(SHIPPED[mode], [PlanSpace(q, cat, m)], "python")
-    session.optimize()
-    adj = session.ctx[0].adjustments
-    for i, delta in enumerate(deltas):
-        try:
-            adj = apply_deltas(list(parse_deltas(delta)), q, cat, adj, m.operators)
-        except ReoptError:
-            continue
-        if i == save:
-            session = pickle.loads(pickle.dumps(session))
+    start = Session(SHIPPED[mode], [PlanSpace(q, cat, m)], "python")
+    start.optimize()
+    session, adj = start, start.ctx[0].adjustments
+    for i, session, adj, moved in applied(start, q, cat, m, deltas, save):  # noqa: B007
         if not rebuild:
             session.engine.rebuild_share = math.inf
-        moved = adj != session.ctx[0].adjustments  # (else the session leaves all as it is)
-        session.update({0: adj})
+        session.update({0: adj})  # (not moved: the session leaves everything as it is)
         rels = session.evaluation.relations
         if moved:
             assert {p for p, r in rels.items() if type(r) is Stale} == LAZY
