@@ -179,6 +179,7 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.driver import column_names
 from reopt.evaluator.failures import CRASHES, executor_failure, rule_label
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
+from reopt.evaluator.ondemand import OnDemandStats, apart
 from reopt.evaluator.python_engine import RunStats, _getter
 from reopt.spark import worker_reopt_error
 
@@ -483,7 +484,7 @@ class SparkEngine:
         self._order = [p for s in compiled.strata for p in s.preds]
         """The order in which a round of a deletion cascade visits relations."""
         self._unit = _sel(spark.range(0, 1, 1, 1), "0 AS _unit")
-        self.on_demand = RunStats()
+        self.on_demand = OnDemandStats()
         """The work of the strata derived when read (``.ondemand``), which this engine
         runs eagerly (:meth:`run_stratum`)."""
         self._ctx_bc = None
@@ -817,15 +818,9 @@ class SparkEngine:
         here at once, like any other — the declaration changes cost, never the answer —
         but counted apart (:attr:`on_demand`), so that the statistics of an evaluation stay
         the python engine's, which leaves such strata stale (:mod:`.ondemand`)."""
-        if stratum.ondemand:  # (its own statistics: the budget is per stratum run)
-            main, self.stats = self.stats, RunStats()
-            try:
+        if stratum.ondemand:
+            with apart(self):
                 self._run_stratum(stratum)
-            finally:
-                done, self.stats = self.stats, main
-                self.on_demand.iterations += done.iterations
-                for p, n in done.derived.items():
-                    self.on_demand.derived[p] = self.on_demand.derived.get(p, 0) + n
         else:
             self._run_stratum(stratum)
 
