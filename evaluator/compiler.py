@@ -179,6 +179,9 @@ class Stratum:
     """Set when the stratum's relations are released rank by rank (``.schedule``)."""
     steps: RankSteps | None = None
     """With ``schedule``: the order of the steps within a rank."""
+    ondemand: bool = False
+    """Its relations are derived when read (``.ondemand``): engines may leave it stale after
+    an evaluation or update (:mod:`.features`)."""
 
 
 @dataclass
@@ -233,6 +236,11 @@ class CompiledProgram:
         from reopt.evaluator.driver import restore_program
 
         return restore_program, (self.source, self.budget)
+
+    @property
+    def ondemand(self) -> frozenset[str]:
+        """The relations derived when read (``.ondemand``; their strata come last)."""
+        return frozenset(p for s in self.strata if s.ondemand for p in s.preds)
 
     def variants(self):
         for s in self.strata:
@@ -584,7 +592,9 @@ class _Compiler:
                 raise RuleError(f"{d.pos}: .schedule: relations {', '.join(preds)} are mutually "
                                 "recursive, so .schedule must list all of them in one directive")
             schedule = schedules.pop()
-            stratum = Stratum(preds, recursive, schedule=schedule)
+            lazy = {p in self.features.ondemand for p in preds}
+            assert len(lazy) == 1, preds  # (a recursion reads each of its relations)
+            stratum = Stratum(preds, recursive, schedule=schedule, ondemand=lazy.pop())
             for rule in self.prog.rules:
                 if rule.head.pred not in preds:
                     continue
@@ -605,7 +615,10 @@ class _Compiler:
             if schedule is not None:
                 stratum.steps = self.rank_steps(stratum)
             out.append(stratum)
-        return out
+        # on-demand strata last: no other stratum reads them (read_features checks), so the
+        # order stays topological, and every deletion pruning makes comes before them — so
+        # deriving them whenever they are read gives what an evaluation in this order gives
+        return sorted(out, key=lambda s: s.ondemand)
 
     def rank_steps(self, stratum: Stratum) -> RankSteps:
         aggs = {p for p, (shape, _) in self.agg_shape.items() if shape is not None}

@@ -202,11 +202,15 @@ class Evaluation:
 
     def sizes(self) -> dict[str, int]:
         """Tuples per relation at the fixpoint, as the engine counted them (no extra pass
-        over the relations; on Spark, no extra jobs)."""
+        over the relations; on Spark, no extra jobs) — but for the relations derived when
+        read (``.ondemand``), on every engine: counting them would derive them."""
+        lazy = self.program.ondemand
         if self.stats.held:
-            return dict(self.stats.held)
+            return {p: n for p, n in self.stats.held.items() if p not in lazy}
         out = {}
         for p in self.program.schemas:
+            if p in lazy:
+                continue
             given = len(self.program.facts.get(p, ())) + self.input_sizes.get(p, 0)
             out[p] = given + self.stats.derived.get(p, 0)
         return out
@@ -214,8 +218,8 @@ class Evaluation:
     def held(self, q: int) -> dict[str, int]:
         """What query ``q`` holds at the fixpoint: OR nodes (distinct (expr, prop) of
         SearchSpace), AND nodes (SearchSpace tuples), and ``state_bytes``, the size of all its
-        tuples in every relation (8 bytes per number, 1 per boolean, UTF-8 length of strings:
-        the same definition on every engine)."""
+        tuples in every relation but those derived when read (8 bytes per number, 1 per
+        boolean, UTF-8 length of strings: the same definition on every engine)."""
         if q not in self.held_cache:
             self.held_cache[q] = self._held(q)
         return dict(self.held_cache[q])
@@ -237,9 +241,12 @@ class Evaluation:
                 "state_bytes": state}
 
     def _keyed(self) -> list[str]:
-        """The relations that hold queries' state: a query id first, not facts."""
+        """The relations that hold queries' state: a query id first, not facts, and not
+        derived when read (``.ondemand``: a step leaves them stale, and derived they are
+        what the others determine)."""
+        lazy = self.program.ondemand
         return [p for p, t in self.program.schemas.items() if t and t[0] == LONG
-                and p not in self.program.facts]
+                and p not in self.program.facts and p not in lazy]
 
     def follow_held(self, before: dict[int, dict[str, int]],
                     changes: dict[str, tuple[Collection[tuple], set[tuple]]]) -> None:

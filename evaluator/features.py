@@ -38,6 +38,20 @@ and every engine implements the same declarations with the same semantics.
     is derived. With a ``.schedule``, once the stratum is released, the ``.suppress`` sources
     that got no ``R`` tuple at all (an input of theirs was rejected by its bound) are
     suppressed too: every input ranks lower, so they could never get one.
+
+``.ondemand P1 P2 ….``
+    The listed relations are derived when read, not by every evaluation and update: an
+    engine may leave their strata stale after evaluating or updating the others and derive
+    them (from empty, with the stale strata they read) the first time a caller reads one of
+    them. The declaration changes cost, never the answer: what is read equals a from-scratch
+    evaluation, and an engine may evaluate them eagerly (Spark does). For the optimizer,
+    the bounds of ``rules/bounds.dl``, which describe the fixpoint but prune nothing (the
+    seed does): an update no longer re-derives thousands of tuples no answer reads. Checked:
+    every rule reading an on-demand relation derives an on-demand one — refused otherwise
+    rather than made on demand silently, so the rule files say exactly which relations wait
+    for a reader — and no pruning directive names one (pruning acts while the others are
+    derived, which a relation derived later cannot take part in). A recursive stratum is
+    therefore on demand whole or not at all.
 """
 
 from __future__ import annotations
@@ -86,6 +100,8 @@ class Features:
     refcount: set[str] = field(default_factory=set)
     bound: dict[str, str] = field(default_factory=dict)
     """Filtered relation → the relation holding its groups' bounds."""
+    ondemand: frozenset[str] = frozenset()
+    """Relations derived when read (``.ondemand``), whatever the pruning mode."""
 
 
 def _err(d: Directive, msg: str) -> DirectiveError:
@@ -103,6 +119,7 @@ def read_features(
     out = Features()
     defined = {r.head.pred for r in rules}
     bound_at: dict[str, Directive] = {}
+    ondemand_at: dict[str, Directive] = {}
 
     def relation(d: Directive, name: str, needs_rules: bool = True) -> str:
         if name not in arity:
@@ -158,9 +175,15 @@ def read_features(
             bound_at[r] = d
             if "bound" in enabled:
                 out.bound[r] = b
+        elif d.name == "ondemand":
+            if not d.args:
+                raise _err(d, "expected '.ondemand Relation …'")
+            for p in d.args:
+                ondemand_at[relation(d, p)] = d
         else:
             raise _err(d, "unknown directive (known: schedule, aggsel, suppress, refcount, "
-                          "bound)")
+                          "bound, ondemand)")
+    out.ondemand = _check_ondemand(ondemand_at, directives, rules)
     for r, b in out.bound.items():
         sel = out.aggsel.get(r)
         if sel is None:
@@ -171,6 +194,30 @@ def read_features(
     # an upper bound prunes a minimum only (module doc)
     out.bound = {r: b for r, b in out.bound.items() if out.aggsel[r].func == "min"}
     return out
+
+
+def _check_ondemand(declared: dict[str, Directive], directives: list[Directive],
+                    rules: list[Rule]) -> frozenset[str]:
+    """The relations ``.ondemand`` declares, checked (module doc): no pruning directive names
+    one, and every rule reading one derives one."""
+    if not declared:
+        return frozenset()
+    for d in directives:
+        if d.name in ("aggsel", "suppress", "refcount", "bound"):
+            for p in d.args:
+                if p in declared:
+                    raise _err(declared[p], f"{p} is named by .{d.name} ({d.pos}); a relation "
+                                            "pruning acts on or with cannot wait for a reader")
+    for rule in rules:
+        if rule.head.pred in declared:
+            continue
+        for a in rule.body:
+            if isinstance(a, Atom) and a.pred in declared:
+                raise DirectiveError(
+                    f"{rule.pos}: {rule.head.pred} reads {a.pred}, which is derived when read "
+                    f"(.ondemand, {declared[a.pred].pos}): declare {rule.head.pred} on demand "
+                    "too")
+    return frozenset(declared)
 
 
 def _embeds_in_front(rule: Rule, source: str, width: int) -> bool:

@@ -1,9 +1,11 @@
 """Incremental maintenance of the live layer's later strata (those after the maintained one).
 
 After an update the maintained stratum's relations change in a few groups, yet the strata
-that read them (for the optimizer: BestPlan, LocalCost and the bounds of ``rules/bounds.dl``)
-hold thousands of tuples. Re-deriving them from empty on every update costs more than the
-update itself on large queries, so they follow the changes instead, stratum by stratum, each
+that read them (for the optimizer: BestPlan; LocalCost and the bounds of ``rules/bounds.dl``
+when read since the step before — they are derived when read, :mod:`.ondemand`) hold
+thousands of tuples. Re-deriving them from empty
+on every update costs more than the update itself on large queries, so they follow the
+changes instead, stratum by stratum, each
 from the tuples the strata below it removed and added. The shape of each stratum, read off
 the compiled program (nothing here names a rule or a relation), chooses how:
 
@@ -45,8 +47,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -346,11 +348,14 @@ class LaterStrata:
 
     # -- an update ----------------------------------------------------------------------------
     def update(self, engine: PythonEngine, changes: Changes, old: Mapping[int, Any],
-               stale_of: Callable[[Iterable[tuple]], set[tuple]] | None = None) -> int:
+               stale_of: Callable[[Iterable[tuple]], set[tuple]] | None = None,
+               skip: Collection[int] = ()) -> int:
         """Bring the later strata of ``engine.full`` from the state before the update to the
         one the ``changes`` of the earlier relations give, the statistics having moved from
         ``old`` to ``engine.ctx``; ``stale_of`` names the stale ones among groups (default:
-        :func:`stale_keys`). Returns how many strata were evaluated from empty.
+        :func:`stale_keys`). Returns how many strata were evaluated from empty. The strata
+        ``skip`` (derived when read and not read since: :mod:`.ondemand`) are left as they
+        are; the work of the other on-demand ones is counted apart (:func:`.ondemand.apart`).
 
         A stratum (of a shape that can tell its stale tuples) none of whose inputs changed
         and none of whose tuples bind a stale group's built-ins is left as it is: evaluated
@@ -359,53 +364,69 @@ class LaterStrata:
         if stale_of is None:
             def stale_of(keys: Iterable[tuple]) -> set[tuple]:
                 return stale_keys(old, engine.ctx, list(keys))
+        from reopt.evaluator.ondemand import apart
+
         changes = {p: c for p, c in changes.items() if c[0] or c[1]}
         fresh = 0
-        for shape in self.shapes:
-            stratum = self.program.strata[shape.stratum]
-            if shape.how == FROM_EMPTY or self.everything_from_empty:
-                changes.update(self._from_empty(engine, stratum))
-                fresh += 1
-                continue
-            mine = {p: c for p, c in changes.items() if p in shape.reads}
-            if not any(w or c for w, c in mine.values()) and not self._stale(
-                    engine, shape, stale_of, mine, math.inf):
-                continue  # nothing it reads moved, its built-ins answer as before: as it was
-            size = sum(len(engine.full[p]) for p in shape.reads)
-            # following a change costs several times deriving it: the changes (a stale tuple
-            # goes and comes: twice) may reach 1/WHOLE of what the stratum reads
-            budget = ((size / WHOLE if WHOLE else math.inf)  # (WHOLE = 0: never whole)
-                      - sum(len(w) + len(c) for w, c in mine.values()))
-            stale = (self._stale(engine, shape, stale_of, mine, budget / 2)
-                     if size >= SMALL and budget >= 0 else None)
-            if stale is None:
-                changes.update(self._from_empty(engine, stratum))
-                self.whole += 1
-                if size >= SMALL:
-                    self.calm.discard(shape.stratum)
-                continue
-            if shape.how == COUNTED:
-                changes.update(self._counted(engine, stratum, shape, mine, stale, old))
-                continue
-            for p, again in stale.items():
-                went, came = mine.get(p, (set(), set()))
-                mine[p] = (went | again, came | again)
-            if shape.stratum not in self.calm:  # right after a pass that spread to most groups
-                changes.update(self._from_empty(engine, stratum))
-                self.whole += 1
-                self.calm.add(shape.stratum)
-                continue
-            try:
-                changes.update(self._grouped(engine, stratum, shape, mine))
-            except _Passed as e:
-                changes.update(self._from_empty(engine, stratum, e.args[0]))
-                if e.args[1]:
-                    self.whole += 1
-                    self.calm.discard(shape.stratum)
-                else:
-                    fresh += 1
+        with ExitStack() as stack:
+            apart_yet = False
+            for shape in self.shapes:
+                if shape.stratum in skip:
+                    continue
+                if self.program.strata[shape.stratum].ondemand and not apart_yet:
+                    stack.enter_context(apart(engine))  # (on-demand strata come last)
+                    apart_yet = True
+                fresh += self._follow(engine, shape, changes, stale_of, old)
         self.from_empty += fresh
         return fresh
+
+    def _follow(self, engine: PythonEngine, shape: Shape, changes: Changes,
+                stale_of: Callable[[Iterable[tuple]], set[tuple]], old: Mapping[int, Any]
+                ) -> int:
+        """Bring one later stratum up to date (:meth:`update`), adding its changes to
+        ``changes``; 1 if it was evaluated from empty for want of another way, else 0."""
+        stratum = self.program.strata[shape.stratum]
+        if shape.how == FROM_EMPTY or self.everything_from_empty:
+            changes.update(self._from_empty(engine, stratum))
+            return 1
+        mine = {p: c for p, c in changes.items() if p in shape.reads}
+        if not any(w or c for w, c in mine.values()) and not self._stale(
+                engine, shape, stale_of, mine, math.inf):
+            return 0  # nothing it reads moved, its built-ins answer as before: as it was
+        size = sum(len(engine.full[p]) for p in shape.reads)
+        # following a change costs several times deriving it: the changes (a stale tuple
+        # goes and comes: twice) may reach 1/WHOLE of what the stratum reads
+        budget = ((size / WHOLE if WHOLE else math.inf)  # (WHOLE = 0: never whole)
+                  - sum(len(w) + len(c) for w, c in mine.values()))
+        stale = (self._stale(engine, shape, stale_of, mine, budget / 2)
+                 if size >= SMALL and budget >= 0 else None)
+        if stale is None:
+            changes.update(self._from_empty(engine, stratum))
+            self.whole += 1
+            if size >= SMALL:
+                self.calm.discard(shape.stratum)
+            return 0
+        if shape.how == COUNTED:
+            changes.update(self._counted(engine, stratum, shape, mine, stale, old))
+            return 0
+        for p, again in stale.items():
+            went, came = mine.get(p, (set(), set()))
+            mine[p] = (went | again, came | again)
+        if shape.stratum not in self.calm:  # right after a pass that spread to most groups
+            changes.update(self._from_empty(engine, stratum))
+            self.whole += 1
+            self.calm.add(shape.stratum)
+            return 0
+        try:
+            changes.update(self._grouped(engine, stratum, shape, mine))
+        except _Passed as e:
+            changes.update(self._from_empty(engine, stratum, e.args[0]))
+            if e.args[1]:
+                self.whole += 1
+                self.calm.discard(shape.stratum)
+            else:
+                return 1
+        return 0
 
     def _from_empty(self, engine: PythonEngine, stratum: Stratum,
                     went_came: Changes | None = None) -> Changes:

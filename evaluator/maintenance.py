@@ -171,7 +171,9 @@ class UpdateStats:
     """Candidate tuples produced per relation while re-deriving."""
     from_empty: int = 0
     """Later strata evaluated again from empty rather than followed incrementally
-    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank)."""
+    (:mod:`.later`: shapes it does not handle, or a change reaching a passed rank); of
+    those derived when read (``.ondemand``), only the ones read since the step before (an
+    update follows them; it leaves the others stale)."""
     fallback: bool = False
     """Whether the bounded complete layer had to be re-derived without bounds: the new seed
     bound was below some query's optimum (:meth:`MaintainedEngine.update`)."""
@@ -745,7 +747,8 @@ class MaintainedEngine(PythonEngine):
                 "complete": self.complete,
                 "live": self.live, "counts": self.counts, "stats": self.stats,
                 "caps": self._caps, "fallbacks": self.fallbacks,
-                "later": self.later.__getstate__()}
+                "later": self.later.__getstate__(), "on_demand": self.on_demand,
+                "pending": self.pending}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["program"], state["ctx"],  # type: ignore[misc]
@@ -758,6 +761,8 @@ class MaintainedEngine(PythonEngine):
         self.fallbacks = state["fallbacks"]
         if "later" in state:  # (a state saved before the later strata kept any: counted anew)
             self.later.restore(state["later"])
+        self.on_demand = state.get("on_demand", self.on_demand)
+        self.pending = state.get("pending")
         self.frames = {}
 
     # -- from scratch ---------------------------------------------------------------------------
@@ -799,7 +804,8 @@ class MaintainedEngine(PythonEngine):
         self._on_frames()
         self._live()
         self.live = self.full
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        self.stats.held = self.sizes()
+        self.defer()
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
 
@@ -870,7 +876,8 @@ class MaintainedEngine(PythonEngine):
         else:
             self._count_and_suppress()
         for stratum in prog.strata[self.plan.stratum + 1:]:
-            self.run_stratum(stratum)
+            if not stratum.ondemand:  # (left stale by evaluate(), derived when read)
+                self.run_stratum(stratum)
 
     def _bound_caps(self) -> dict[str, dict[tuple, Any]]:
         """Per relation pruned by a ``.bound``: its bound per bound key (the bound relation's
@@ -990,8 +997,10 @@ class MaintainedEngine(PythonEngine):
             self._rebuild_limit = math.inf
         self.full = self.live
         self.program = self.live_program
-        up.from_empty = self._live_update(changes, old)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+        followed = self._read_since()
+        up.from_empty = self._live_update(changes, old, followed)
+        self.stats.held = self.sizes()
+        self.defer(followed)  # (stale as of the new statistics; those followed kept ready)
         up.seconds = time.perf_counter() - t0
         return self.full, up
 
@@ -1680,8 +1689,9 @@ class MaintainedEngine(PythonEngine):
         for p in self._layer:
             rel = out[("complete", p)] = self.complete[p]
             rel.journal = {}
+        lazy = self.program.ondemand  # (derived when read: an update only marks them stale)
         for p in self.program.schemas:
-            if p not in self.program.facts and p not in self.program.inputs:
+            if p not in self.program.facts and p not in self.program.inputs and p not in lazy:
                 rel = out[("live", p)] = self.live[p]
                 rel.journal = {}
         return out
@@ -1752,14 +1762,27 @@ class MaintainedEngine(PythonEngine):
             if was != now:
                 changes[g] = (set(live.get(g, ())), set(by_key.get(g, ())))
 
+    def _read_since(self) -> frozenset[int]:
+        """The on-demand strata read since the last step, which this update follows (the
+        others it leaves stale: :mod:`.ondemand`). The counts :mod:`.later` keeps of one that
+        a read derived from empty are not of its relation any more: dropped."""
+        pending = self.pending
+        if pending is None:
+            return frozenset()
+        for i in pending.fresh:
+            for p in self.program.strata[i].preds:
+                self.later.derivations.pop(p, None)
+        self.on_demand.followed += len(pending.read)
+        return frozenset(pending.read)
+
     def _live_update(self, changes: dict[tuple, tuple[set[tuple], set[tuple]]],
-                     old: Mapping[int, Any]) -> int:
+                     old: Mapping[int, Any], followed: Collection[int] = ()) -> int:
         """Apply the complete layer's changed groups to the live layer, parents first:
         a plan no longer selected has its source suppressed (deletions cascade, reference
         counts fall), a newly selected plan has its source revived from the complete layer
         (reference counts rise, subplans come back). Then the later strata follow what that
-        changed (:mod:`.later`; the plan spaces were ``old``); returns how many of them were
-        evaluated from empty."""
+        changed (:mod:`.later`; the plan spaces were ``old``) — of those derived when read,
+        the ``followed`` ones only; returns how many of them were evaluated from empty."""
         marks = {p: watch(self.full[p]) for p in self.later.reads if p in self._layer}
         post = {p: self.full[p] for p in self._post}
         for pred in self._post:  # out of the deletions' cascades, which are the layer's
@@ -1772,7 +1795,8 @@ class MaintainedEngine(PythonEngine):
                 self._live_groups([g], changes)
         self.full.update(post)
         moved = {p: watched(self.full[p], mark) for p, mark in marks.items()}
-        return self.later.update(self, moved, old, self.stale_of)
+        skip = {i for i, s in enumerate(self.program.strata) if s.ondemand} - set(followed)
+        return self.later.update(self, moved, old, self.stale_of, skip)
 
     def _live_groups(self, groups: list[tuple],
                      changes: Mapping[tuple, tuple[set[tuple], set[tuple]]]) -> None:

@@ -13,9 +13,9 @@ import operator
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from reopt.evaluator.compiler import (
 )
 from reopt.evaluator.failures import CRASHES, rule_failure
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
+
+if TYPE_CHECKING:
+    from reopt.evaluator.ondemand import Pending
 
 
 def key_of(cols: tuple[int, ...]) -> Callable[[tuple], tuple]:
@@ -298,7 +301,8 @@ class RunStats:
     deleted: dict[str, int] = field(default_factory=dict)
     """Tuples pruned per relation (suppression, reference counting)."""
     held: dict[str, int] = field(default_factory=dict)
-    """Tuples per relation at the fixpoint (set by the engine at the end)."""
+    """Tuples per relation at the fixpoint (set by the engine at the end), but for those
+    derived when read (``.ondemand``), which an evaluation leaves stale."""
     seconds: float = 0.0
 
 
@@ -525,6 +529,12 @@ class PythonEngine:
         self._fns = {name: b.fn for name, b in compiled.builtins.items()}
         self._single = frozenset(n for n, b in compiled.builtins.items() if b.one is not None)
         self._fns.update({n + SINGLE: compiled.builtins[n].one for n in self._single})
+        from reopt.evaluator.ondemand import OnDemandStats
+
+        self.on_demand = OnDemandStats()
+        """What on-demand strata cost when read or followed (:mod:`.ondemand`)."""
+        self.pending: Pending | None = None
+        """The on-demand strata the last evaluation or update left stale."""
 
     # -- one variant --------------------------------------------------------------------------
     def run_variant(
@@ -550,10 +560,25 @@ class PythonEngine:
         t0 = time.perf_counter()
         self.start(inputs)
         for stratum in self.program.strata:
-            self.run_stratum(stratum)
-        self.stats.held = {p: len(r) for p, r in self.full.items()}
+            if not stratum.ondemand:
+                self.run_stratum(stratum)
+        self.stats.held = self.sizes()
+        self.defer()
         self.stats.seconds = time.perf_counter() - t0
         return self.full, self.stats
+
+    def sizes(self) -> dict[str, int]:
+        """Tuples per relation, the on-demand ones aside (counting them would derive them)."""
+        lazy = self.program.ondemand
+        return {p: len(r) for p, r in self.full.items() if p not in lazy}
+
+    def defer(self, kept: Collection[int] = ()) -> None:
+        """Leave the on-demand strata stale, to be derived from the relations as they are
+        now when first read; those of the strata ``kept`` keep their tuples for the read
+        (:mod:`.ondemand`)."""
+        from reopt.evaluator.ondemand import defer
+
+        self.pending = defer(self, kept)
 
     def start(self, inputs: Mapping[str, Iterable[tuple]]) -> None:
         """Fresh relations holding the facts and the inputs; fresh statistics."""

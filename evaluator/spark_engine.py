@@ -4,7 +4,9 @@ Every relation is a DataFrame with one typed column per attribute (``long`` → 
 ``double``, ``string``, ``boolean``, as :attr:`CompiledProgram.schemas` says) named as the rule
 heads name them (:func:`reopt.evaluator.driver.column_names`). The engine interprets exactly the
 ops the ``python`` engine interprets and gives the same relations, ``iterations`` and
-``derived``.
+``derived``. Strata derived when read (``.ondemand``) are evaluated eagerly here, with the
+others (the declaration changes cost, never the answer), and counted apart
+(:meth:`SparkEngine.run_stratum`).
 
 How a rule becomes a DataFrame plan
 -----------------------------------
@@ -177,6 +179,7 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.driver import column_names
 from reopt.evaluator.failures import CRASHES, executor_failure, rule_label
 from reopt.evaluator.features import ASCENDING, AggSel, aggregate_inputs
+from reopt.evaluator.ondemand import OnDemandStats, apart
 from reopt.evaluator.python_engine import RunStats, _getter
 from reopt.spark import worker_reopt_error
 
@@ -481,6 +484,9 @@ class SparkEngine:
         self._order = [p for s in compiled.strata for p in s.preds]
         """The order in which a round of a deletion cascade visits relations."""
         self._unit = _sel(spark.range(0, 1, 1, 1), "0 AS _unit")
+        self.on_demand = OnDemandStats()
+        """The work of the strata derived when read (``.ondemand``), which this engine
+        runs eagerly (:meth:`run_stratum`)."""
         self._ctx_bc = None
         self._token = ""
         self._local: dict[str, list[tuple]] = {}
@@ -808,6 +814,17 @@ class SparkEngine:
                                       "*", f"1L AS {self._cnt[p]}")
 
     def run_stratum(self, stratum: Stratum) -> None:
+        """Run ``stratum`` to its fixpoint. One derived when read (``.ondemand``) is run
+        here at once, like any other — the declaration changes cost, never the answer —
+        but counted apart (:attr:`on_demand`), so that the statistics of an evaluation stay
+        the python engine's, which leaves such strata stale (:mod:`.ondemand`)."""
+        if stratum.ondemand:
+            with apart(self):
+                self._run_stratum(stratum)
+        else:
+            self._run_stratum(stratum)
+
+    def _run_stratum(self, stratum: Stratum) -> None:
         if stratum.schedule is not None:
             self._run_scheduled(stratum)
         else:

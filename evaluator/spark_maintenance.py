@@ -533,10 +533,13 @@ class SparkMaintainedEngine(SparkEngine):
 
     # -- what an update touched ----------------------------------------------------------------
     def snapshot(self) -> dict[tuple[str, str], DataFrame]:
-        """Both layers' frames (immutable, checkpointed: keeping them costs nothing)."""
+        """Both layers' frames (immutable, checkpointed: keeping them costs nothing), but
+        for the relations derived when read, which ``updated`` leaves out on every engine
+        (the python engine's updates leave them stale: :mod:`.ondemand`)."""
         out = {("complete", p): self.complete[p] for p in self._layer}
+        lazy = self.program.ondemand
         for p in self.program.schemas:
-            if p not in self.program.facts and p not in self.program.inputs:
+            if p not in self.program.facts and p not in self.program.inputs and p not in lazy:
                 out[("live", p)] = self.full[p]
         return out
 

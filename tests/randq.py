@@ -168,3 +168,23 @@ def tie_deltas(space: PlanSpace) -> tuple[str, str]:
             if costs["indexscan"] * f == costs["tablescan"]:
                 return f"cost indexscan *{f!r}", f"cost indexscan *{1 / f!r}"
     raise AssertionError(f"{space.query.name}: no leaf with both scans to tie")
+
+
+def applied(session, q: Query, cat: Catalog, model, deltas: list[str], resave_at: int = -1):
+    """Per delta of ``deltas`` that applies to query 0 of ``session``: its index, the
+    session (pickled and loaded again before step ``resave_at``, as a saved session resumes),
+    the statistics after it and whether they differ from the session's; the caller updates."""
+    import pickle
+
+    from reopt.costmodel.deltas import apply_deltas, parse_deltas
+    from reopt.costmodel.errors import ReoptError
+
+    adj = session.ctx[0].adjustments
+    for i, delta in enumerate(deltas):
+        try:
+            adj = apply_deltas(list(parse_deltas(delta)), q, cat, adj, model.operators)
+        except ReoptError:
+            continue
+        if i == resave_at:
+            session = pickle.loads(pickle.dumps(session))
+        yield i, session, adj, adj != session.ctx[0].adjustments

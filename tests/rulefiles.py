@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
-from reopt.evaluator.driver import rule_files
+from reopt.evaluator.compiler import CompiledProgram
+from reopt.evaluator.driver import load_program, rule_files
 
 
 def edited_rules(tmp_path: Path, old: str = "", new: str = "", extra: str = "",
@@ -39,3 +41,20 @@ Inputs(q, e, p) :- SearchSpace(q, _, _, _, _, _, e, p, _, _), e != 0.
 Goal(q, e, p) :- Inputs(q, e, p).
 Priced(q, e, c) :- BestCost(q, e, _, c).
 """
+
+
+ONDEMAND = ".ondemand LocalCost ParentBound MaxBound Bound."
+"""``rules/bounds.dl``'s declaration of the relations derived when read."""
+
+
+def eager_rules(tmp_path: Path, extra: str = "") -> Path:
+    """A copy of the rules directory deriving everything at every evaluation and update
+    (the ``.ondemand`` declaration removed), with ``extra`` as :func:`edited_rules` adds it."""
+    return edited_rules(tmp_path, old=ONDEMAND, new="", extra=extra, file="bounds.dl")
+
+
+def eager_program(pruning: str) -> CompiledProgram:
+    """The shipped rules compiled without ``.ondemand`` (an oracle that derives every stratum
+    in place; the program keeps its text, so the directory can go)."""
+    with tempfile.TemporaryDirectory() as d:
+        return load_program(eager_rules(Path(d)), pruning=pruning)
