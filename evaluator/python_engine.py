@@ -507,7 +507,9 @@ def _generate(v: Variant, single: frozenset[str] = frozenset(), distinct: bool =
         code = _COMPILED[src] = compile(src, f"<rule variant of {v.head_pred}>", "exec")
     namespace: dict[str, Any] = {"itemgetter": operator.itemgetter}
     exec(code, namespace)
-    fn = namespace["make"](consts)
+    # (taken out: left in the namespace, ``make`` and its globals would be a reference
+    # cycle per variant that only the cyclic collector frees)
+    fn = namespace.pop("make")(consts)
     key, cache = id(v), _DISTINCT if distinct else _CODE
 
     def forget(ref: weakref.ref) -> None:

@@ -455,8 +455,8 @@ def _declarative_steps(opts: list[Optimizer], spaces: list[PlanSpace], engine: s
     seconds = time.perf_counter() - t0
     steps = []
     for q, (o, space) in enumerate(zip(opts, spaces, strict=True)):
-        if o._session is not None and o in o._session.members:
-            o._session.members.remove(o)  # its old batch's updates must not reach it
+        if o._session is not None:
+            o._session.leave(o)  # its old batch's updates must not reach it
         o._evaluation, o._session, o._qid = ev, session, q
         metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
         metrics["batch_queries"] = len(opts)
@@ -495,8 +495,8 @@ def _spark_steps(opts: list[Optimizer]) -> list[Step]:
         done = pickle.loads(r["step"])
         if isinstance(done, BaseException):
             raise done
-        if o._session is not None and o in o._session.members:
-            o._session.members.remove(o)
+        if o._session is not None:
+            o._session.leave(o)
         o._session = o._evaluation = None
         o._fleet, o._fleet_name, o._qid = fleet, str(k), 0
         # seconds: what the caller waited (the round); task_seconds: the engine in its task
@@ -559,8 +559,8 @@ def _greedy_step(o: Optimizer, space: PlanSpace, checked: float) -> Step:
 
     t0 = time.perf_counter() - checked
     result = greedy(space)
-    if o._session is not None and o in o._session.members:
-        o._session.members.remove(o)
+    if o._session is not None:
+        o._session.leave(o)
     o._session = o._evaluation = o._incremental = o._fleet = None
     metrics = {"seconds": time.perf_counter() - t0, "explored": result.explored}
     return _finite(o, Step(result.cost, result.plan, metrics, estimates=estimates(space),
