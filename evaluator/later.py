@@ -48,7 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -368,15 +368,16 @@ class LaterStrata:
 
         changes = {p: c for p, c in changes.items() if c[0] or c[1]}
         fresh = 0
-        with ExitStack() as stack:
-            apart_yet = False
-            for shape in self.shapes:
-                if shape.stratum in skip:
-                    continue
-                if self.program.strata[shape.stratum].ondemand and not apart_yet:
-                    stack.enter_context(apart(engine))  # (on-demand strata come last)
-                    apart_yet = True
+        strata = self.program.strata
+        shapes = [s for s in self.shapes if s.stratum not in skip]
+        lazy = [s for s in shapes if strata[s.stratum].ondemand]
+        for shape in shapes:
+            if not strata[shape.stratum].ondemand:
                 fresh += self._follow(engine, shape, changes, stale_of, old)
+        if lazy:
+            with apart(engine):  # (on-demand strata come last: they read the others' changes)
+                for shape in lazy:
+                    fresh += self._follow(engine, shape, changes, stale_of, old)
         self.from_empty += fresh
         return fresh
 
