@@ -582,9 +582,15 @@ class Index:
         """:meth:`add`, the hashes ascending already."""
         if not len(hashes):
             return
+        # where each new entry lands: its place among the old ones plus the new ones before
+        # it (ascending already: ``np.insert`` would sort these places again, and its fixed
+        # cost was most of a release's index update, 36 µs on ~700 entries)
         at = np.searchsorted(self.hashes, hashes, "right")
-        self.hashes = np.insert(self.hashes, at, hashes)
-        self.rids = np.insert(self.rids, at, rids)
+        at += np.arange(len(at))
+        old = np.ones(len(self.hashes) + len(at), dtype=bool)
+        old[at] = False
+        self.hashes = _merged(self.hashes, hashes, at, old)
+        self.rids = _merged(self.rids, rids, at, old)
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, indexed row id) pair with equal hashes."""
@@ -594,6 +600,15 @@ class Index:
         """:meth:`probe` with the probes' hashes ascending (searched as they are)."""
         return _pairs(np.searchsorted(self.hashes, hashes, "left"),
                       np.searchsorted(self.hashes, hashes, "right"), len(hashes), self.rids)
+
+
+def _merged(have: np.ndarray, new: np.ndarray, at: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """``have`` with ``new`` put at the places ``at`` of the result; ``old`` marks the
+    others."""
+    out = np.empty(len(old), dtype=have.dtype)
+    out[at] = new
+    out[old] = have
+    return out
 
 
 def _pairs(lo: np.ndarray, hi: np.ndarray, n: int, rids: np.ndarray
