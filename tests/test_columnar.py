@@ -125,9 +125,9 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 @given(rows=rows_of(TYPES), table=st.booleans(), buckets=st.sampled_from([0, 1, 3]))
 def test_distinct_rows_by_a_hash_table_are_those_of_the_sort(rows, table, buckets):
     """Rows of any columns (not packed: a float column) deduplicated by the hash table
-    (``table``: from any size) or by the sort give each distinct row once, first occurrence first, its hash
-    ascending with its row; with hashes taken modulo ``buckets`` (unequal rows hashing
-    alike) the answer is still exact."""
+    (``table``: from any size) or by the sort give each distinct row once, first occurrence
+    first, its hash ascending with its row; with hashes taken modulo ``buckets`` (unequal
+    rows hashing alike) the answer is still exact."""
     names = ["a", "b", "x"]
     f = frame_of(rows, names, TYPES)
     h = frames.row_hash(list(f.cols.values()), f.height)
