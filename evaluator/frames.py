@@ -662,16 +662,21 @@ class KeyIndex:
 
     def probe(self, values: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, row id) pair with equal keys (exact: no comparison needed)."""
-        key = np.zeros(n, dtype=np.int64)
-        outside = np.zeros(n, dtype=bool)
+        key = outside = None
         for col, low, width in zip(values, self.lows, self.widths, strict=True):
-            with np.errstate(invalid="ignore"):  # (nan, inf: cast to garbage, then outside)
+            if col.dtype.kind in "iub":
                 x = col.astype(np.int64, copy=False) - low
-            outside |= (x < 0) | (x >= width)
-            if col.dtype.kind not in "iub":  # a value no integer equals (2.5, nan): no key
-                outside |= col != x + low
-            key *= width
-            key += x
+            else:  # a value no integer equals (2.5, nan, inf: cast to garbage): no key
+                with np.errstate(invalid="ignore"):
+                    x = col.astype(np.int64) - low
+                x[col != x + low] = -1
+            # (the few numpy calls a column: a probe is often of a hundred keys, where
+            # each call's fixed cost is the time; negative x, as unsigned, is past width)
+            out = x.view(np.uint64) >= np.uint64(width)
+            outside = out if outside is None else outside | out
+            key = x if key is None else key * width + x
+        if key is None:
+            key, outside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
         key[outside] = -1  # below every key held
         return _pairs(*runs(self.keys, key), n, self.rids)
 

@@ -228,6 +228,19 @@ def test_key_index_probed_with_floats_matches_equal_values_only():
     assert got == want == [(0, 2), (0, 3), (3, 0)]
 
 
+def test_key_index_probed_below_a_later_columns_range_matches_nothing():
+    """A probe value below a column's least value (and one above its greatest) finds no
+    row, even where its packed key would equal another row's: (1, -1) packs as 1·6 - 1,
+    the key of (0, 5)."""
+    a, b = np.asarray([0, 1], dtype=np.int64), np.asarray([5, 0], dtype=np.int64)
+    idx = frames.KeyIndex.of([a, b], 2)
+    assert idx is not None and idx.widths == [2, 6]
+    probe = [np.asarray([1, 0, 0, 0], dtype=np.int64), np.asarray([-1, 6, 5, 11],
+                                                                   dtype=np.int64)]
+    li, ri = idx.probe(probe, 4)
+    assert sorted(zip(li.tolist(), ri.tolist(), strict=True)) == [(2, 0)]
+
+
 @pytest.mark.parametrize("span", [7, 2**16, 2**16 + 1, 2**40, 2**62])
 def test_radix_key_order_is_the_stable_sort(span):
     """Keys ordered by 16-bit radix passes (from RADIX_FROM keys on) come out in the order
