@@ -836,21 +836,24 @@ class PlanSpace:
         one vectorized call per space for many nodes) or the local cost of one of its alternatives
         (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
         itself: such a node counts as stale)."""
-        nodes = sorted(nodes)
+        nodes = nodes if isinstance(nodes, (list, set, frozenset)) else list(nodes)
         if not nodes:
             return set()
-        masks = sorted({e & self.all for e, _ in nodes})
-        if len(masks) >= PREFETCH_FROM:  # one vectorized call per space, into the memos
-            self.estimator.prefetch(masks)  # (below, numpy's fixed cost is more than it saves)
-            old.estimator.prefetch(masks)
-        now, was = self.summary, old.summary
+        masks = list({e & self.all for e, _ in nodes})
+        # (below PREFETCH_FROM sets, numpy's fixed cost is more than it saves)
+        moved = self.estimator.differing(old.estimator, masks, len(masks) >= PREFETCH_FROM)
+        top, now, was = self.top, self.summary, old.summary
+
+        def summary_moved(expr: int) -> bool:  # (the final operator's summary: its groups)
+            return expr in moved if expr != top else now(expr) != was(expr)
+
         if not self.model.costs_follow_rows:
-            return {node for node in nodes if now(node[0]) != was(node[0])
+            return {node for node in nodes if summary_moved(node[0])
                     or self.node_costs(*node) != old.node_costs(*node)}
         # costs follow the node's summary: equal summaries, equal costs unless a factor of
         # one of the node's operators moved (only those nodes are costed)
         ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
-        return {node for node in nodes if now(node[0]) != was(node[0]) or (
+        return {node for node in nodes if summary_moved(node[0]) or (
             ops and not ops.isdisjoint(self.columns(*node).phy_op)
             and self.node_costs(*node) != old.node_costs(*node))}
 
