@@ -165,7 +165,11 @@ class Evaluation:
 
     def best_cost(self, q: int) -> float:
         root = self.spaces[q].root
-        costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]
+        rel = self.relations["BestCost"]
+        if isinstance(rel, Relation):  # the root's group in the index kept by the engine
+            costs = [r[3] for r in rel.index((0, 1, 2)).get((q, *root), ())]
+        else:
+            costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]
         if not costs:
             raise ReoptError(f"query {self.spaces[q].query.name}: no plan was derived")
         return costs[0]
