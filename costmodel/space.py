@@ -804,15 +804,19 @@ class PlanSpace:
         nodes = nodes if isinstance(nodes, list) else list(nodes)
         if exprs is None:  # (``exprs``: the nodes' expressions, given by a caller keeping them)
             exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
-        reached = {nodes[i] for i in np.flatnonzero(self.moved_exprs(old, exprs)).tolist()}
+        # (a list: the nodes are distinct, and only the stale ones are hashed, into a set)
+        reached: list | set = [nodes[i] for i in
+                               np.flatnonzero(self.moved_exprs(old, exprs)).tolist()]
         outside = {} if self.model.children_within else {
             n: c for n in nodes if (c := self._outside(n))}
         if outside:
             kids = sorted({c for cs in outside.values() for c in cs})
             moved = dict(zip(kids, self.moved_exprs(old, np.asarray(kids, np.int64)).tolist(),
                              strict=True))
+            reached = set(reached)
             reached.update(n for n, cs in outside.items() if any(moved[c] for c in cs))
         if ops:  # an operator's cost factor changed (``cost OP *F``): the nodes using it
+            reached = set(reached)
             reached.update(n for n in nodes if not ops.isdisjoint(self.columns(*n).phy_op))
         return self.answers_differ(old, reached)
 
@@ -836,22 +840,26 @@ class PlanSpace:
         one vectorized call per space for many nodes) or the local cost of one of its alternatives
         (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
         itself: such a node counts as stale)."""
-        nodes = sorted(nodes)
+        nodes = nodes if isinstance(nodes, (list, set, frozenset)) else list(nodes)
         if not nodes:
             return set()
-        masks = sorted({e & self.all for e, _ in nodes})
-        if len(masks) >= PREFETCH_FROM:  # one vectorized call per space, into the memos
-            self.estimator.prefetch(masks)  # (below, numpy's fixed cost is more than it saves)
-            old.estimator.prefetch(masks)
-        now, was = self.summary, old.summary
+        masks = list({e & self.all for e, _ in nodes})
+        # (below PREFETCH_FROM sets, numpy's fixed cost is more than it saves)
+        moved = self.estimator.differing(old.estimator, masks, len(masks) >= PREFETCH_FROM)
+        # the final operator's pseudo-expression (the only one with a bit outside ``all``):
+        # its own summary, the query's groups
+        if self.all in masks and self.summary(self.top) != old.summary(self.top):
+            moved.add(self.top)
         if not self.model.costs_follow_rows:
-            return {node for node in nodes if now(node[0]) != was(node[0])
+            return {node for node in nodes if node[0] in moved
                     or self.node_costs(*node) != old.node_costs(*node)}
         # costs follow the node's summary: equal summaries, equal costs unless a factor of
         # one of the node's operators moved (only those nodes are costed)
         ops = changed_factors(old.adjustments.op_factors, self.adjustments.op_factors)
-        return {node for node in nodes if now(node[0]) != was(node[0]) or (
-            ops and not ops.isdisjoint(self.columns(*node).phy_op)
+        if not ops:
+            return {node for node in nodes if node[0] in moved}
+        return {node for node in nodes if node[0] in moved or (
+            not ops.isdisjoint(self.columns(*node).phy_op)
             and self.node_costs(*node) != old.node_costs(*node))}
 
     def node_costs(self, expr: int, prop: str) -> list[float]:

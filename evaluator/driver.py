@@ -165,7 +165,11 @@ class Evaluation:
 
     def best_cost(self, q: int) -> float:
         root = self.spaces[q].root
-        costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]
+        rel = self.relations["BestCost"]
+        if isinstance(rel, Relation):  # the root's group in the index kept by the engine
+            costs = [r[3] for r in rel.index((0, 1, 2)).get((q, *root), ())]
+        else:
+            costs = [r[3] for r in self.rows("BestCost") if r[0] == q and (r[1], r[2]) == root]
         if not costs:
             raise ReoptError(f"query {self.spaces[q].query.name}: no plan was derived")
         return costs[0]
@@ -174,11 +178,15 @@ class Evaluation:
         """The best plan tree from BestPlan (ties broken by the smallest alternative)."""
         rel = self.relations["BestPlan"]
         first: Callable[[tuple[int, str]], tuple | None]
-        if isinstance(rel, Relation):  # its tuples by OR node: an index kept up to date
-            by_node = rel.index((0, 1, 2))  # by the engine, so an update reads only the plan's
+        if isinstance(rel, Relation):  # its tuples by OR node: an index kept up to date by
+            # the engine, or (derived when read, and stale) derived for the plan's OR nodes
+            # alone, so an update reads only the plan's tuples and does not follow the rest
+            from reopt.evaluator.keyed import reader
+
+            of_node = reader(rel, "BestPlan", 3)
 
             def first(node: tuple[int, str]) -> tuple | None:
-                got = by_node.get((q, *node))
+                got = of_node((q, *node))
                 return min(got) if got else None
         else:
             smallest: dict[tuple[int, str], tuple] = {}  # per OR node its smallest tuple

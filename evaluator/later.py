@@ -195,11 +195,7 @@ def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
     rules = [r for r in program.rules if r.head.pred in own]
     atoms = [a for r in rules for a in r.body if isinstance(a, Atom) and not a.is_builtin]
     reads = frozenset(a.pred for a in atoms if a.pred not in own)
-    f = program.features
-    featured = (set(f.aggsel) | {a.agg for a in f.aggsel.values()} | set(f.suppress)
-                | set(f.suppress.values()) | set(f.refcount) | set(f.bound)
-                | set(f.bound.values()))
-    if own & featured:
+    if own & pruned(program):
         return Shape(i, FROM_EMPTY, "a pruning feature acts on it")
     if any(a.negated for a in atoms):
         return Shape(i, FROM_EMPTY, "a rule negates an atom")
@@ -236,6 +232,15 @@ def _shape(program: CompiledProgram, i: int, width: tuple[str, ...],
     return Shape(i, GROUPED, reads=reads, stale=stale_t, key=key,
                  sources={p: tuple(v) for p, v in sources.items()},
                  keys={p: tuple(v) for p, v in keys.items()}, joined=joined)
+
+
+def pruned(program: CompiledProgram) -> set[str]:
+    """The relations a pruning directive acts on (aggregate selection, suppression, reference
+    counts, bounds), as the pruned one or the one pruning it."""
+    f = program.features
+    return (set(f.aggsel) | {a.agg for a in f.aggsel.values()} | set(f.suppress)
+            | set(f.suppress.values()) | set(f.refcount) | set(f.bound)
+            | set(f.bound.values()))
 
 
 def _stale_atom(program: CompiledProgram, rule: Rule, key: tuple[str, ...], own: set[str]

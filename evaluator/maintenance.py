@@ -893,11 +893,12 @@ class MaintainedEngine(PythonEngine):
             sel = prog.features.aggsel[target]
             pos = prog.aggregates[sel.agg][0]
             n = len(sel.key)
-            best = {r[:pos] + r[pos + 1:]: r[pos] for r in self.full[sel.agg].rows}
+            # the roots' groups looked up (kept index), not a map of every group made
+            by_group = self.full[sel.agg].index(tuple(i for i in range(n + 1) if i != pos))
             for inp in prog.inputs:
                 for root in self.full[inp].rows:
-                    if len(root) == n and not caps_within(caps, root[:width],
-                                                          best.get(root, math.inf)):
+                    if len(root) == n and not caps_within(caps, root[:width], min(
+                            (r[pos] for r in by_group.get(root, ())), default=math.inf)):
                         return {}
             out[target] = caps
         return out

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reopt.costmodel.errors import ReoptError
+from reopt.evaluator.ast import Atom
 from reopt.evaluator.compiler import CompiledProgram
 from reopt.evaluator.python_engine import Relation, RunStats
 
@@ -114,7 +115,7 @@ class Pending:
             raise ReoptError(f"relation {rel.pred}: a stale on-demand relation that its "
                              "evaluation no longer holds")
         at = next(i for i in self.strata if rel.pred in prog.strata[i].preds)
-        todo = [i for i in self.strata if i <= at]
+        todo = _needed(prog, at, self.strata)
         t0 = time.perf_counter()
         engine = PythonEngine(prog, self.ctx)
         engine.full, engine.stats, engine.counts, engine.frames = rels, RunStats(), {}, {}
@@ -136,12 +137,30 @@ class Pending:
             old.become(rels[p])
             rels[p] = old
             self.ready.pop(p, None)
-        self.strata = [i for i in self.strata if i > at]
+        self.strata = [i for i in self.strata if i not in todo]
         self.read.update(todo)
         self.fresh.update(fresh)
         self.stats.strata += len(fresh)
         self.stats.add(engine.stats)
         self.stats.seconds += time.perf_counter() - t0
+
+
+def _needed(program: CompiledProgram, at: int, stale: list[int]) -> list[int]:
+    """Of the ``stale`` strata, ``at`` and those its rules read, directly or through another
+    (ascending): what deriving ``at``'s relations needs derived first — not every stale
+    stratum before it (reading the bounds derives no plan tree's relation)."""
+    of = {p: i for i in stale for p in program.strata[i].preds}
+    todo, queue = {at}, [at]
+    while queue:
+        preds = program.strata[queue.pop()].preds
+        for rule in program.rules:
+            if rule.head.pred in preds:
+                for a in rule.body:
+                    i = of.get(a.pred) if isinstance(a, Atom) else None
+                    if i is not None and i not in todo:
+                        todo.add(i)
+                        queue.append(i)
+    return sorted(todo)
 
 
 class Stale(Relation):

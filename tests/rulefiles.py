@@ -46,11 +46,19 @@ Priced(q, e, c) :- BestCost(q, e, _, c).
 ONDEMAND = ".ondemand LocalCost ParentBound MaxBound Bound."
 """``rules/bounds.dl``'s declaration of the relations derived when read."""
 
+ONDEMAND_PLAN = ".ondemand BestPlan."
+"""``rules/optimizer.dl``'s declaration of the relation derived when read."""
+
 
 def eager_rules(tmp_path: Path, extra: str = "") -> Path:
     """A copy of the rules directory deriving everything at every evaluation and update
-    (the ``.ondemand`` declaration removed), with ``extra`` as :func:`edited_rules` adds it."""
-    return edited_rules(tmp_path, old=ONDEMAND, new="", extra=extra, file="bounds.dl")
+    (the ``.ondemand`` declarations removed), with ``extra`` as :func:`edited_rules` adds it."""
+    out = edited_rules(tmp_path, old=ONDEMAND, new="", extra=extra, file="bounds.dl")
+    plan = out / "optimizer.dl"
+    text = plan.read_text()
+    assert text.count(ONDEMAND_PLAN) == 1
+    plan.write_text(text.replace(ONDEMAND_PLAN, ""))
+    return out
 
 
 def eager_program(pruning: str) -> CompiledProgram:
