@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -98,7 +98,7 @@ class Pending:
                  ctx: dict[int, Any], strata: list[int], stats: OnDemandStats,
                  ready: dict[str, Relation] | None = None):
         self.program = program
-        self._relations = weakref.ref(relations)
+        self._relations = _held_weakly(relations)
         self.ctx = ctx
         self.strata = strata
         """Indexes of the strata still stale, ascending."""
@@ -162,9 +162,18 @@ class Pending:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        rels = state.pop("_relations", state.pop("relations", None))  # (earlier: strong)
         self.__dict__.update(state)
-        rels = state["_relations"]
-        self._relations = weakref.ref(rels) if rels is not None else _gone
+        self._relations = _held_weakly(rels) if rels is not None else _gone
+
+
+def _held_weakly(relations: MutableMapping[str, Relation]
+                 ) -> Callable[[], MutableMapping[str, Relation] | None]:
+    """A weak reference to ``relations``; strong for a plain dict, which a state saved
+    before the engines' mappings were :class:`Relations` holds (it stays cyclic, as then)."""
+    if isinstance(relations, Relations):
+        return weakref.ref(relations)
+    return lambda: relations
 
 
 def _gone() -> None:
