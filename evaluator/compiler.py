@@ -17,6 +17,7 @@ both interpret exactly these ops.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -354,6 +355,15 @@ def _py_type(v: object) -> str:
     return STRING
 
 
+def _drop_views(g: nx.DiGraph) -> None:
+    """Drop the views (edges, degrees) networkx caches on graph ``g``: each holds the graph,
+    a reference cycle that only the cyclic collector frees (a program compiled per
+    optimizer left two a compilation); without them, reference counting frees it."""
+    for name in [n for n in vars(g)
+                 if isinstance(getattr(type(g), n, None), functools.cached_property)]:
+        del g.__dict__[name]
+
+
 class _Compiler:
     def __init__(self, prog: Program, builtins: Mapping[str, Builtin],
                  inputs: Mapping[str, tuple[str, ...]]):
@@ -566,7 +576,10 @@ class _Compiler:
             _RuleTypes(rule, schemas, self.builtins).check()
 
     # -- strata ------------------------------------------------------------------------------
-    def strata(self) -> list[Stratum]:
+    def components(self) -> list[tuple[tuple[str, ...], bool]]:
+        """The strongly connected components of the derived relations' dependency graph in
+        topological order (ties by their least relation's name), each as its relations,
+        sorted, and whether it is recursive."""
         g = nx.DiGraph()
         g.add_nodes_from(self.idb)
         for rule in self.prog.rules:
@@ -579,12 +592,19 @@ class _Compiler:
             if bound in self.idb and not nx.has_path(g, target, bound):
                 g.add_edge(bound, target)  # bounds in force while the target is derived
         cond = nx.condensation(g)
-        out: list[Stratum] = []
+        out = []
         for c in nx.lexicographical_topological_sort(
             cond, key=lambda c: min(cond.nodes[c]["members"])
         ):
             preds = tuple(sorted(cond.nodes[c]["members"]))
-            recursive = len(preds) > 1 or g.has_edge(preds[0], preds[0])
+            out.append((preds, len(preds) > 1 or g.has_edge(preds[0], preds[0])))
+        _drop_views(g)
+        _drop_views(cond)
+        return out
+
+    def strata(self) -> list[Stratum]:
+        out: list[Stratum] = []
+        for preds, recursive in self.components():
             schedules = {self.features.schedules.get(p) for p in preds}
             if len(schedules) > 1:
                 d = next(d for d in self.prog.directives

@@ -90,7 +90,7 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, group_best, lookup
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
-from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats, key_of
+from reopt.evaluator.python_engine import PythonEngine, Relation, Relations, RunStats, key_of
 from reopt.evaluator.sourcerows import SourceRows
 
 BATCH_RANKS_FROM = 64
@@ -858,9 +858,9 @@ class MaintainedEngine(PythonEngine):
         deleting the rest; without it, suppression deletes from a copy."""
         prog = self.program = self.live_program
         counted = bool(prog.features.refcount) and bool(prog.features.suppress)
-        self.full = {p: ((Relation() if counted and p not in self._kept else r.copy())
-                         if p in self._layer else r)
-                     for p, r in self.complete.items()}
+        self.full = Relations({p: ((Relation() if counted and p not in self._kept else r.copy())
+                                   if p in self._layer else r)
+                               for p, r in self.complete.items()})
         for pred in self._post:
             self.full[pred] = Relation()
         if counted:

@@ -32,7 +32,8 @@ followed from empty, on-demand ones only when read since the step before.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, MutableMapping
+import weakref
+from collections.abc import Callable, Collection, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from reopt.costmodel.errors import ReoptError
 from reopt.evaluator.ast import Atom
 from reopt.evaluator.compiler import CompiledProgram
-from reopt.evaluator.python_engine import Relation, RunStats
+from reopt.evaluator.python_engine import Relation, Relations, RunStats
 
 if TYPE_CHECKING:
     from reopt.evaluator.python_engine import PythonEngine
@@ -84,13 +85,21 @@ class Pending:
     """The stale on-demand strata of one state of an engine's relations: the mapping of
     relations itself (the one the engine and its evaluation hold), the statistics it was
     derived under (the plan spaces, copied: an update replaces them), the program, and the
-    relations an update followed for a reader (:attr:`ready`)."""
+    relations an update followed for a reader (:attr:`ready`).
 
-    def __init__(self, program: CompiledProgram, relations: MutableMapping[str, Relation],
+    The mapping is held *weakly*: its stale relations hold this object, so a strong
+    reference would make every dropped engine's relations a reference cycle, freed only by
+    the cyclic collector (a fleet task drops hundreds of optimizers a round). Whoever reads
+    relations holds the mapping — an engine, an evaluation (a step's, or
+    :func:`~reopt.evaluator.driver.evaluate`'s without an engine) — so a stale relation stays
+    derivable as long as anything that can read it by name does; one taken out of its
+    mapping and read after the mapping is gone raises a :class:`ReoptError` saying so."""
+
+    def __init__(self, program: CompiledProgram, relations: Relations,
                  ctx: dict[int, Any], strata: list[int], stats: OnDemandStats,
                  ready: dict[str, Relation] | None = None):
         self.program = program
-        self.relations = relations
+        self._relations = _held_weakly(relations)
         self.ctx = ctx
         self.strata = strata
         """Indexes of the strata still stale, ascending."""
@@ -110,7 +119,10 @@ class Pending:
         derived. If that fails, they stay stale, and the reader gets the error."""
         from reopt.evaluator.python_engine import PythonEngine
 
-        prog, rels = self.program, self.relations
+        prog, rels = self.program, self._relations()
+        if rels is None:
+            raise ReoptError(f"relation {rel.pred}: a stale on-demand relation whose "
+                             "evaluation is gone (read it through an evaluation kept)")
         if rels.get(rel.pred) is not rel:
             raise ReoptError(f"relation {rel.pred}: a stale on-demand relation that its "
                              "evaluation no longer holds")
@@ -143,6 +155,30 @@ class Pending:
         self.stats.strata += len(fresh)
         self.stats.add(engine.stats)
         self.stats.seconds += time.perf_counter() - t0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its mapping (the pickle keeps it one object with the engine's)."""
+        state = dict(self.__dict__)
+        state["_relations"] = self._relations()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        rels = state.pop("_relations", state.pop("relations", None))  # (earlier: strong)
+        self.__dict__.update(state)
+        self._relations = _held_weakly(rels) if rels is not None else _gone
+
+
+def _held_weakly(relations: MutableMapping[str, Relation]
+                 ) -> Callable[[], MutableMapping[str, Relation] | None]:
+    """A weak reference to ``relations``; strong for a plain dict, which a state saved
+    before the engines' mappings were :class:`Relations` holds (it stays cyclic, as then)."""
+    if isinstance(relations, Relations):
+        return weakref.ref(relations)
+    return lambda: relations
+
+
+def _gone() -> None:
+    """The mapping of a :class:`Pending` pickled after its mapping was gone: none."""
 
 
 def _needed(program: CompiledProgram, at: int, stale: list[int]) -> list[int]:

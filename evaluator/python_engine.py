@@ -245,6 +245,16 @@ class Relation:
         return new
 
 
+class Relations(dict[str, Relation]):
+    """An engine's relations by name: a dict a weak reference can name. The stale on-demand
+    strata's :class:`~reopt.evaluator.ondemand.Pending` derives them from this mapping while
+    the mapping's own :class:`~reopt.evaluator.ondemand.Stale` relations hold the ``Pending``:
+    held weakly, the mapping is freed by reference counting alone when its engine and
+    evaluations are dropped, not by the cyclic collector."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _Unbuilt(Relation):
     """A relation of :meth:`Relation.of_rows` whose tuples are not built yet. A class of its
     own, so that ordinary relations have no ``__getattr__`` (which would slow every
@@ -330,6 +340,18 @@ SINGLE = "/one"
 single-answer form (:attr:`~reopt.costmodel.builtins.Builtin.one`)."""
 
 
+def _term_source(t: Any, local: Mapping[str, str], const: Callable[[Any], str]) -> str:
+    """Python expression of term ``t`` in a variant's generated code: its variables are the
+    ``local`` names bound, its constants named by ``const``. (A function of the module: as a
+    closure calling itself, it was a reference cycle per variant generated.)"""
+    if isinstance(t, Const):
+        return const(t.value)
+    if isinstance(t, Arith):
+        op = "+" if t.op == "+" else "-"
+        return f"({_term_source(t.left, local, const)} {op} {_term_source(t.right, local, const)})"
+    return local[t.name]
+
+
 def _source(v: Variant, single: frozenset[str] = frozenset(), distinct: bool = False
             ) -> tuple[str, list]:
     """Python source of ``v``'s delta plan as nested loops over its ops, and its constants.
@@ -356,11 +378,7 @@ def _source(v: Variant, single: frozenset[str] = frozenset(), distinct: bool = F
         return f"k{len(consts) - 1}"
 
     def term(t: Any) -> str:
-        if isinstance(t, Const):
-            return const(t.value)
-        if isinstance(t, Arith):
-            return f"({term(t.left)} {'+' if t.op == '+' else '-'} {term(t.right)})"
-        return local[t.name]
+        return _term_source(t, local, const)
 
     def bind(name: str) -> str:
         local[name] = f"x{len(local)}"
@@ -586,7 +604,7 @@ class PythonEngine:
         """Fresh relations holding the facts and the inputs; fresh statistics."""
         prog = self.program
         self.stats = RunStats()
-        self.full = {p: Relation() for p in prog.schemas}
+        self.full = Relations({p: Relation() for p in prog.schemas})
         self.counts: dict[str, dict[tuple, int]] = {p: {} for p in prog.features.refcount}
         self.frames: dict[str, tuple[Relation, int, Any]] = {}
         """Relation → (the relation a stratum run on frames handed back, its version then,

@@ -33,6 +33,7 @@ queries' deltas go through.
 
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import pickle
@@ -43,6 +44,7 @@ import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,6 +292,44 @@ def advance(name: str, blob: bytes, change: Any, plan: str | None, live: Any = N
 
 # -- one round, in a task ---------------------------------------------------------------------
 
+@contextmanager
+def _query_gc(resident: int, parsed: bool = False) -> Iterator[None]:
+    """The garbage-collection policy around one query's work in a task.
+
+    A state's build, load or change allocates millions of tuples; with the collector on,
+    the largest workload queries (2.5–3.4 MB states, `io`) loaded in 0.5–0.9 s instead of
+    0.1–0.17 s and updated in 1.5–1.9 s instead of 0.8–1.0 s: it is paused.
+
+    In a worker keeping optimizers resident (``resident`` bytes), what survives is then
+    *frozen* (``gc.freeze()``): the collector never scans it again. PySpark's worker runs a
+    full collection after every task (``pyspark/daemon.py``), which scanned the whole
+    resident heap each time: 60% of the Python workers' time in an update round of 1,000
+    queries (py-spy; 8 tasks a round, each collection scanning ~500 live optimizers).
+    Frozen objects are still freed by reference counting when dropped (an optimizer
+    evicted, replaced or updated in place), and a dropped optimizer leaves no cycle
+    (``tests/test_incremental.py``), so nothing the fleet drops waits for the collector.
+    ``parsed``: the work parsed a query, whose syntax trees (sqlglot's, with parent links)
+    are cyclic garbage — collected with the young generation before the rest is frozen
+    (240 objects a query in the initial round, which would stay frozen for good).
+
+    Without ``resident``, nothing outlives the task: the young generation the query made
+    is collected on exit, as everywhere else."""
+    if not resident:
+        with paused_gc(collect_young=True):
+            yield
+        return
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if parsed:
+            gc.collect(0)
+        gc.freeze()
+        if was:
+            gc.enable()
+
+
 def _initial_task(batches: Iterator[Any], opts: FleetOptions, fleet: str, stamp: str,
                   resident: int) -> Iterator[Any]:
     for batch in batches:
@@ -299,10 +339,7 @@ def _initial_task(batches: Iterator[Any], opts: FleetOptions, fleet: str, stamp:
                                                cols["catalog"], cols["deltas"], cols["seed"],
                                                strict=True):
             fq = FleetQuery(name, sql, json.loads(cat) if cat else None, tuple(ds or ()), seed)
-            # a state's build, load or change allocates millions of tuples; with the collector
-            # on, the largest workload queries (2.5–3.4 MB states, `io`) loaded in 0.5–0.9 s
-            # instead of 0.1–0.17 s and updated in 1.5–1.9 s instead of 0.8–1.0 s
-            with paused_gc(collect_young=True, promote=bool(resident)):
+            with _query_gc(resident, parsed=True):
                 blob, out, opt = initial(fq, opts)
             rows.append({"q": q, "name": name, "version": 0, "state": blob, **out,
                          "stamp": stamp if blob is not None else None, "resident": False})
@@ -343,10 +380,7 @@ def _update_task(batches: Iterator[Any], deltas: Any, fleet: str, stamp: str,
                            step=None, resident=False)
                 continue
             live = RESIDENT.take(fleet, row["q"], row["stamp"])
-            # (resident optimizers are long-lived: promoted, the next young collections do
-            # not scan them; a task of 500 queries, none resident, its worker holding the
-            # 500 it updated a round before: 3.9-5.2 s CPU without, 3.7 with; resident=0: 3.8)
-            with paused_gc(collect_young=True, promote=bool(resident)):
+            with _query_gc(resident):
                 blob, out, opt = advance(row["name"], row["state"], mine, row["plan"], live)
             row.update(out)
             if opt is not None:

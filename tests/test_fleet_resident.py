@@ -8,6 +8,7 @@ driver discarded (same version numbers, other statistics: only the stamp tells t
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from typing import Any
@@ -81,6 +82,35 @@ def loop(rounds: list[dict[str, list[str]]]) -> dict[str, tuple[float, str]]:
 def got(rows: list[dict[str, Any]]) -> dict[str, tuple[float, str]]:
     assert all(r["error"] is None for r in rows)
     return {r["name"]: (r["cost"], r["plan"]) for r in rows}
+
+
+@pytest.fixture(autouse=True)
+def thawed():
+    """A task keeping optimizers resident freezes what it keeps (``fleet._query_gc``), as a
+    Spark Python worker should; this process is not one: thawed after each test."""
+    yield
+    gc.unfreeze()
+
+
+def test_a_task_keeping_optimizers_freezes_them_and_nothing_cyclic(workers):
+    """What a task keeps resident is frozen — out of every generation, so the full
+    collection PySpark's worker runs after each task does not scan it — and what it froze
+    holds no cyclic garbage (frozen, that would never be freed): after an initial round,
+    which parses the queries (cyclic syntax trees), and an update round."""
+    gc.collect()
+    rows = task(initial_rows("s0"), step_deltas(0), "s1")
+    assert all(r["resident"] for r in rows)
+    kept = [opt for _, opt, _ in workers[0].fleets[FLEET].values()]
+    assert gc.get_freeze_count() > 0
+    tracked = {id(o) for g in range(3) for o in gc.get_objects(g)}
+    assert kept and not any(id(o) in tracked for o in kept)
+    gc.unfreeze()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert gc.collect() == 0, sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from randq import SHAPES, applied, make_query, random_deltas
 from rulefiles import ONDEMAND, eager_program, eager_rules, edited_rules
 
 from reopt.api import Optimizer
-from reopt.costmodel.errors import DeltaError
+from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator import later
@@ -131,6 +131,21 @@ def test_a_saved_optimizer_keeps_them_stale_and_reads_them_after_loading(tmp_pat
     assert all(type(live[p]) is Stale for p in LAZY)
     want = from_scratch(EAGER["all"], o.space())
     assert_read_equals(live, want)
+
+
+def test_a_stale_relation_stays_derivable_while_its_mapping_is_held():
+    """A stale relation is derived from the mapping of relations it belongs to, which its
+    pending strata hold weakly (no reference cycle): an evaluation kept alone — its engine
+    dropped — still derives it; one taken out and read after its mapping is gone says so."""
+    space = Optimizer("tpch:q3", cost_model="cout", optimizer="topdown").space()
+    ev = evaluate([space], "python", program=SHIPPED["all"])
+    eager = evaluate([space], "python", program=EAGER["all"])
+    assert ev.rows("LocalCost") == eager.rows("LocalCost") != set()
+    rel = ev.relations["Bound"]
+    del ev
+    with pytest.raises(ReoptError, match=r"relation Bound: a stale on-demand relation whose "
+                                         r"evaluation is gone"):
+        len(rel)
 
 
 # --- the declaration is checked -------------------------------------------------------------
