@@ -46,7 +46,7 @@ def reader(rel: Relation, pred: str, width: int
         return lambda key: by_key.get(key, ())
     pending = rel.pending
     engine = PythonEngine(pending.program, pending.ctx)
-    rels = pending.relations
+    rels = pending.mapping(pred)
 
     def derive(key: tuple) -> Collection[tuple]:
         out: set[tuple] = set()

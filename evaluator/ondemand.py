@@ -112,6 +112,15 @@ class Pending:
         self.fresh: set[int] = set()
         """Of those, the ones derived from empty (not taken from :attr:`ready`)."""
 
+    def mapping(self, pred: str) -> MutableMapping[str, Relation]:
+        """The mapping of relations this state is of (held weakly: see the class doc), for a
+        reader of stale relation ``pred``; a one-line :class:`ReoptError` once it is gone."""
+        rels = self._relations()
+        if rels is None:
+            raise ReoptError(f"relation {pred}: a stale on-demand relation whose "
+                             "evaluation is gone (read it through an evaluation kept)")
+        return rels
+
     def derive(self, rel: Stale) -> None:
         """Derive the stale strata up to ``rel``'s, in order, each from empty, on an engine
         of their own over these relations and statistics (the engine that left them may
@@ -119,10 +128,7 @@ class Pending:
         derived. If that fails, they stay stale, and the reader gets the error."""
         from reopt.evaluator.python_engine import PythonEngine
 
-        prog, rels = self.program, self._relations()
-        if rels is None:
-            raise ReoptError(f"relation {rel.pred}: a stale on-demand relation whose "
-                             "evaluation is gone (read it through an evaluation kept)")
+        prog, rels = self.program, self.mapping(rel.pred)
         if rels.get(rel.pred) is not rel:
             raise ReoptError(f"relation {rel.pred}: a stale on-demand relation that its "
                              "evaluation no longer holds")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from randq import SHAPES, applied, make_query, random_deltas
 from rulefiles import eager_program, eager_rules, edited_rules
@@ -66,6 +66,9 @@ def test_the_plan_read_by_key_equals_from_scratch_and_leaves_it_stale(shape, n, 
     stale; read by key, each OR node's selected plans are a from-scratch evaluation's; the
     plan tree equals the one built from a from-scratch BestPlan; and reading the plan leaves
     BestPlan stale, so no update follows it."""
+    # (no pruning at all on 5-6 relations can mean millions of plans under `io`: minutes and
+    # gigabytes a draw, as the engine benchmark's `none` budget says)
+    assume(mode != "none" or n <= 4)
     m = cost_model(model)
     q, cat = make_query(shape, n, seed)
     deltas = random_deltas(q, random.Random(seed), k, m.operators)
