@@ -369,8 +369,6 @@ def distinct_hashed(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndar
             f, h = f.take(keep), h[keep]
         order = np.argsort(h)
         return f, h[order], order
-    if f.height >= TABLE_FROM and _repeats(h[::f.height // TABLE_FROM]):
-        return _distinct_by_table(f, h)
     order = np.argsort(h)
     hs = h[order]
     starts = np.empty(f.height, dtype=bool)
@@ -396,44 +394,6 @@ def _distinct_exactly(f: Frame) -> tuple[Frame, np.ndarray, np.ndarray]:
     order = np.argsort(h)
     return new, h[order], order
 
-
-def _repeats(h: np.ndarray) -> bool:
-    """Whether a hash occurs twice in ``h``, a sample of a release's hashes (every k-th):
-    a release whose sample repeats none is taken to be mostly distinct (a join's new plans),
-    where the table would only add its pass to the sort (35,847 distinct rows of a
-    14-relation clique: about 0.4 ms). Either way the answer is exact."""
-    import pandas as pd
-
-    return len(pd.unique(h)) < len(h)
-
-
-def _distinct_by_table(f: Frame, h: np.ndarray) -> tuple[Frame, np.ndarray, np.ndarray]:
-    """:func:`distinct_hashed` by a hash table over the hashes (``pandas.factorize``, linear)
-    and a sort of the distinct ones only: a release of many rows is often mostly duplicates
-    (28,462 rows, 2,552 distinct, on an 18-relation tree), and sorting 64-bit hashes costs
-    about 37 ns a row here against 5–10 for the table."""
-    import pandas as pd
-
-    codes = pd.factorize(h)[0]  # numbered in the order each hash first occurs
-    seen = np.maximum.accumulate(codes)
-    starts = np.empty(f.height, dtype=bool)
-    starts[0] = True
-    np.greater(seen[1:], seen[:-1], out=starts[1:])
-    first = np.flatnonzero(starts)  # each hash's first row, ascending (by number too)
-    if len(first) < f.height:
-        rep = first[codes]
-        if not all(np.array_equal(c, c[rep]) for c in f.cols.values()):
-            return _distinct_exactly(f)
-        f, h = f.take(first), h[first]
-    order = np.argsort(h)
-    return f, h[order], order
-
-
-TABLE_FROM = 2048
-"""From this many rows :func:`distinct_hashed` finds equal hashes by a hash table before it
-sorts (:func:`_distinct_by_table`), when a sample of about this many rows repeats a hash;
-below, the table's fixed cost (about 10 µs) is not paid back (measured: a sort of 1,000
-hashes takes 20 µs, the table 14–20)."""
 
 PACKED_ROOM = 4
 """Keys of integer columns are packed into one number while their ranges multiply to at most

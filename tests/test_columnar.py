@@ -122,21 +122,17 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=rows_of(TYPES), table=st.booleans(), buckets=st.sampled_from([0, 1, 3]))
-def test_distinct_rows_by_a_hash_table_are_those_of_the_sort(rows, table, buckets):
-    """Rows of any columns (not packed: a float column) deduplicated by the hash table
-    (``table``: from any size) or by the sort give each distinct row once, first occurrence
-    first, its hash ascending with its row; with hashes taken modulo ``buckets`` (unequal
-    rows hashing alike) the answer is still exact."""
+@given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]))
+def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets):
+    """Rows of any columns (not packed: a float column) deduplicated by the sort give each
+    distinct row once, first occurrence first, its hash ascending with its row; with hashes
+    taken modulo ``buckets`` (unequal rows hashing alike) the answer is still exact."""
     names = ["a", "b", "x"]
     f = frame_of(rows, names, TYPES)
     h = frames.row_hash(list(f.cols.values()), f.height)
     if buckets:
         h %= np.uint64(buckets)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(frames, "TABLE_FROM", 2 if table else 10**9)
-        mp.setattr(frames, "_repeats", lambda h: True)  # (the table whatever the first rows)
-        new, hashes, at = frames.distinct_hashed(f, h)
+    new, hashes, at = frames.distinct_hashed(f, h)
     assert new.rows(names) == list(dict.fromkeys(rows))
     assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
         range(new.height))
