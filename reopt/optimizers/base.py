@@ -77,7 +77,8 @@ def paused_gc(collect_young: bool = False, promote: bool = False) -> Iterator[No
     large query's search time, to free nothing (reference counting frees what dies).
     Re-enabled on exit, also after an exception; nested pauses are harmless. With
     ``collect_young``, one collection of the young generation on exit (what the pause
-    allocated), for work whose state has cycles (a fleet task's sessions). With ``promote``,
+    allocated), for work that may leave cyclic garbage (a fleet task's query parse: sqlglot's
+    trees; a dropped optimizer leaves none). With ``promote``,
     see :func:`_promote_survivors`."""
     was = gc.isenabled()
     gc.disable()
