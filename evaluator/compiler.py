@@ -240,8 +240,9 @@ class CompiledProgram:
 
     @property
     def ondemand(self) -> frozenset[str]:
-        """The relations derived when read (``.ondemand``; their strata come last)."""
-        return frozenset(p for s in self.strata if s.ondemand for p in s.preds)
+        """The relations derived when read (``.ondemand``; their strata come last): those the
+        features declare, which mark exactly their strata (:meth:`_Compiler.strata`)."""
+        return self.features.ondemand
 
     def variants(self):
         for s in self.strata:
