@@ -33,7 +33,6 @@ queries' deltas go through.
 
 from __future__ import annotations
 
-import gc
 import glob
 import json
 import pickle
@@ -314,20 +313,8 @@ def _query_gc(resident: int, parsed: bool = False) -> Iterator[None]:
 
     Without ``resident``, nothing outlives the task: the young generation the query made
     is collected on exit, as everywhere else."""
-    if not resident:
-        with paused_gc(collect_young=True):
-            yield
-        return
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc(collect_young=parsed or not resident, freeze=bool(resident)):
         yield
-    finally:
-        if parsed:
-            gc.collect(0)
-        gc.freeze()
-        if was:
-            gc.enable()
 
 
 def _initial_task(batches: Iterator[Any], opts: FleetOptions, fleet: str, stamp: str,

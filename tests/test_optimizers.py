@@ -268,6 +268,36 @@ def test_a_promoting_pause_leaves_a_callers_frozen_objects_frozen():
         gc.unfreeze()
 
 
+def test_a_freezing_pause_collects_the_young_cycles_then_freezes_the_survivors():
+    """A fleet worker's policy (``reopt.fleet._query_gc``): with ``collect_young`` and
+    ``freeze``, the cyclic garbage the work made is freed first (it would otherwise stay
+    frozen for good), then what survives is frozen — out of every generation, never scanned
+    again — and the collector is enabled again."""
+    import gc
+    import weakref
+
+    from reopt.optimizers.base import paused_gc
+
+    class Node:
+        pass
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    try:
+        with paused_gc(collect_young=True, freeze=True):
+            cycle = Node()
+            cycle.me = cycle
+            dead = weakref.ref(cycle)
+            del cycle
+            kept = [[]]
+            assert dead() is not None  # nothing is collected during the pause
+        assert gc.isenabled()
+        assert dead() is None
+        assert gc.get_freeze_count() > 0
+        assert not any(_in_generation(kept, g) for g in range(3))
+    finally:
+        gc.unfreeze()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(qc=queries(2, 7), model=st.sampled_from(["cout", "io", "dist"]),
        seed=st.integers(0, 2**31))

@@ -68,29 +68,37 @@ class Result:
 
 
 @contextmanager
-def paused_gc(collect_young: bool = False, promote: bool = False) -> Iterator[None]:
+def paused_gc(collect_young: bool = False, promote: bool = False,
+              freeze: bool = False) -> Iterator[None]:
     """Pause CPython's cyclic garbage collector for the duration of a search.
 
     A search allocates hundreds of thousands of small, acyclic objects (alternatives, memo
     entries) that live as long as the memo; every 700 allocations the collector would scan
     the young ones and, every so often, the whole growing heap again — about a third of a
     large query's search time, to free nothing (reference counting frees what dies).
-    Re-enabled on exit, also after an exception; nested pauses are harmless. With
-    ``collect_young``, one collection of the young generation on exit (what the pause
-    allocated), for work that may leave cyclic garbage (a fleet task's query parse: sqlglot's
-    trees; a dropped optimizer leaves none). With ``promote``,
-    see :func:`_promote_survivors`."""
+    Re-enabled on exit, also after an exception; nested pauses are harmless. On exit, in
+    this order:
+
+    * ``collect_young``: one collection of the young generation (what the pause allocated),
+      for work that may leave cyclic garbage (a fleet task's query parse: sqlglot's trees; a
+      dropped optimizer leaves none);
+    * ``freeze``: everything the collector tracks is frozen (``gc.freeze()``), never scanned
+      again; for a process that keeps what the work built for good (a fleet worker's
+      resident optimizers, ``reopt.fleet``);
+    * ``promote``: see :func:`_promote_survivors`."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if collect_young:
+            gc.collect(0)
+        if freeze:
+            gc.freeze()
         if was:
             if promote:
                 _promote_survivors()
             gc.enable()
-        if collect_young:
-            gc.collect(0)
 
 
 def _promote_survivors() -> None:
