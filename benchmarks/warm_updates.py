@@ -14,11 +14,20 @@ work. Here both sides are warm:
   a **new** plan space for the step's statistics (``with_adjustments``), as a stream of deltas
   does: an update never finds estimates a previous replay left in the space it is given.
 
+Beside the ratios, each step's **reach**: the share of the query's csg-cmp pairs (ordered,
+as the searches cost them) whose expression the step moves
+(:meth:`~reopt.costmodel.space.PlanSpace.changed_inputs`). A moved expression's alternatives
+all change cost (each has a child containing the changed relations), so an exact update
+re-costs them unless a bound prunes them; ``ratio / reach`` is then the update's cost per
+reached pair against the search's per pair: about 1 where the update re-costs pair by pair
+as the search does, below where it does so in bulk (:class:`_Bulk`, above
+:data:`~reopt.optimizers.dptable.SCALAR_ALTERNATIVES` alternatives) or prunes.
+
 Run: ``.venv/bin/python benchmarks/warm_updates.py [--count N] [--skip NAME,...]`` (the
 workload of ``enumeration.py``: the fixed large queries and ``--count`` generated ones, seed
-0; large-clique-17 is skipped by default for time). Prints, per query, the median ratio over
-its delta steps per optimizer, and the median over every step of every query. CPU time of
-this process.
+0; large-clique-17 is skipped by default for time). Prints, per query, its pairs, the median
+reach and the median ratio over its delta steps per optimizer (and that ratio over the
+reach), then the medians over every step of every query. CPU time of this process.
 """
 
 from __future__ import annotations
@@ -70,11 +79,29 @@ def update_seconds(inc: Any, space: PlanSpace, before: Adjustments, after: Adjus
     return statistics.median(times)
 
 
+def reach(q: Any, cat: Any, steps: list[str]) -> list[float]:
+    """Per delta step, the share of the csg-cmp pairs (ordered) whose expression it moves."""
+    m = cost_model(MODEL)
+    space = PlanSpace(q, cat, m)
+    graph = space.graph
+    pairs = {e: graph.split_count(e) for e in graph.expressions()}
+    total = sum(pairs.values())
+    adj, before, out = Adjustments(), space, []
+    for step in steps:
+        adj = apply_deltas(parse_deltas(step), q, cat, adj, m.operators)
+        after = space.with_adjustments(adj)
+        moved, _ = after.changed_inputs(before)
+        out.append(sum(n for e, n in pairs.items() if moved(e)) / total)
+        before = after
+    return out
+
+
 def ratios(wq: Any) -> dict[str, list[float]]:
-    """Per optimizer, warm update / warm from scratch for each delta step of ``wq``."""
+    """Per optimizer, warm update / warm from scratch for each delta step of ``wq``; under
+    ``"reach"``, each step's reach (:func:`reach`)."""
     q, cat = wq.load()
     m = cost_model(MODEL)
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[float]] = {"reach": reach(q, cat, wq.deltas)}
     for name, cls, plain in OPTIMIZERS:
         inc = cls(PlanSpace(q, cat, m))
         inc.optimize()
@@ -95,19 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", default="large-clique-17", help="query names to leave out")
     args = p.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
-    every: dict[str, list[float]] = {name: [] for name, _, _ in OPTIMIZERS}
-    print("| query | " + " | ".join(f"{n} update × (median)" for n in every) + " |")
-    print("|---|" + "---|" * len(every))
+    names = [name for name, _, _ in OPTIMIZERS]
+    every: dict[str, list[float]] = {name: [] for name in ["reach", *names]}
+    per_pair: dict[str, list[float]] = {name: [] for name in names}
+    print("| query | pairs | reach (median) | "
+          + " | ".join(f"{n} update × (median) | {n} × / reach" for n in names) + " |")
+    print("|---|---|---|" + "---|---|" * len(names))
     for wq in workload(args.count):
         if wq.name in skip:
             continue
         got = ratios(wq)
         for n, rs in got.items():
             every[n].extend(rs)
-        print(f"| {wq.name} | " + " | ".join(f"{statistics.median(got[n]):.3f}" for n in every)
-              + " |", flush=True)
-    for n, rs in every.items():
-        print(f"{n}: median over every step of every query {statistics.median(rs):.3f}×")
+        cells = []
+        for n in names:
+            over = [r / max(f, 1e-12) for r, f in zip(got[n], got["reach"], strict=True)]
+            per_pair[n].extend(over)
+            cells.append(f"{statistics.median(got[n]):.3f} | {statistics.median(over):.2f}")
+        print(f"| {wq.name} | {wq.pairs:,} | "
+              f"{statistics.median(got['reach']):.2f} | " + " | ".join(cells) + " |", flush=True)
+    print(f"reach: median over every step of every query {statistics.median(every['reach']):.3f}")
+    for n in names:
+        print(f"{n}: median over every step of every query {statistics.median(every[n]):.3f}×, "
+              f"over the reach {statistics.median(per_pair[n]):.2f}")
     return 0
 
 

@@ -257,6 +257,14 @@ class Optimizer:
     def space(self) -> PlanSpace:
         return PlanSpace(self.query, self.catalog, self.model, self.adjustments)
 
+    def _leave_session(self) -> None:
+        """Leave the declarative session this optimizer shared (a batch's) and forget its
+        evaluation: the session's later updates must not reach it, because it is about to
+        hold another state (a new batch, a fleet, a greedy plan)."""
+        if self._session is not None:
+            self._session.leave(self)
+        self._session = self._evaluation = None
+
     def _sized(self, space: PlanSpace) -> dict[str, int]:
         if self._space_size is None:
             self._space_size = space.size()
@@ -455,8 +463,7 @@ def _declarative_steps(opts: list[Optimizer], spaces: list[PlanSpace], engine: s
     seconds = time.perf_counter() - t0
     steps = []
     for q, (o, space) in enumerate(zip(opts, spaces, strict=True)):
-        if o._session is not None:
-            o._session.leave(o)  # its old batch's updates must not reach it
+        o._leave_session()
         o._evaluation, o._session, o._qid = ev, session, q
         metrics = _declarative_metrics(o, ev, q, seconds, ev.stats.derived)
         metrics["batch_queries"] = len(opts)
@@ -495,9 +502,7 @@ def _spark_steps(opts: list[Optimizer]) -> list[Step]:
         done = pickle.loads(r["step"])
         if isinstance(done, BaseException):
             raise done
-        if o._session is not None:
-            o._session.leave(o)
-        o._session = o._evaluation = None
+        o._leave_session()
         o._fleet, o._fleet_name, o._qid = fleet, str(k), 0
         # seconds: what the caller waited (the round); task_seconds: the engine in its task
         done.metrics.update(batch_queries=len(opts), spark_jobs=rnd.jobs, seconds=rnd.seconds,
@@ -559,9 +564,8 @@ def _greedy_step(o: Optimizer, space: PlanSpace, checked: float) -> Step:
 
     t0 = time.perf_counter() - checked
     result = greedy(space)
-    if o._session is not None:
-        o._session.leave(o)
-    o._session = o._evaluation = o._incremental = o._fleet = None
+    o._leave_session()
+    o._incremental = o._fleet = None
     metrics = {"seconds": time.perf_counter() - t0, "explored": result.explored}
     return _finite(o, Step(result.cost, result.plan, metrics, estimates=estimates(space),
                            exact=False, reason=f"query {o.query.name}: {o._greedy}"))
