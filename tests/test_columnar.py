@@ -707,6 +707,54 @@ def test_a_stratum_moves_to_frames_after_a_large_iteration_it_goes_on_from(
 
 
 
+
+FANNING = """
+A(x) :- Root(x).
+B(x, y) :- A(x), E(x, y).
+A(y) :- B(x, y).
+"""
+
+
+@pytest.mark.parametrize("expected, handed", [
+    # each A node has two B edges: the delta {A: 2} (the tree's second level) is expected to
+    # derive 2 × 2 B tuples, as the delta {A: 1} derived 2: on frames from there
+    (1.0, [2]),
+    # without the expectation: after the first iteration of 4 new tuples ({B: 4}), with {A: 4}
+    (10**12, [4]),
+])
+def test_a_stratum_moves_to_frames_before_an_iteration_expected_to_be_large(
+        monkeypatch, expected, handed):
+    """``auto`` also hands a recursive stratum to frames with a delta whose iteration is
+    expected to derive MIN_DELTA × EXPECTED tuples: its size times what the last iteration
+    started by a delta of the same relations derived per tuple (columnar.Yields). The
+    relations are those of tuples only, and those of the tree by hand."""
+    from datacases import FEATURES, TEST_BUILTINS
+
+    from reopt.evaluator.compiler import compile_program
+    from reopt.evaluator.parser import parse
+
+    program = compile_program(parse(FANNING, "<test>"), TEST_BUILTINS,
+                              {"E": ("long", "long"), "Root": ("long",)}, FEATURES)
+    edges = [(i, 2 * i + c) for i in range(1, 8) for c in (0, 1)]  # a binary tree 1..15
+    calls: list[int] = []
+    resume = columnar.resume
+
+    def spy(engine, stratum, delta, fresh):
+        calls.append(sum(len(d) for d in delta.values()))
+        resume(engine, stratum, delta, fresh)
+
+    inputs = {"E": edges, "Root": [(1,)]}
+    with way("tuples"):
+        want = PythonEngine(program, {}).evaluate(inputs)[0]
+    monkeypatch.setattr(columnar, "resume", spy)
+    monkeypatch.setattr(columnar, "MIN_DELTA", 3)
+    monkeypatch.setattr(columnar, "EXPECTED", expected)
+    monkeypatch.setenv("REOPT_COLUMNAR", "auto")
+    got = PythonEngine(program, {}).evaluate(inputs)[0]
+    assert calls == handed
+    assert set(got["A"].rows) == set(want["A"].rows) == {(n,) for n in range(1, 16)}
+    assert set(got["B"].rows) == set(want["B"].rows) == set(edges)
+
 # -- which strata start on frames (columnar.wanted) --------------------------------------------
 SCHEDULED = """
 Reach(x, k, 0) :- Root(x, k).
