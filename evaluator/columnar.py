@@ -90,16 +90,17 @@ which follows what is derived, stays below the frames' fixed cost per rank longe
 Interleaved, warm, 9 rounds (load 4–5): clique-14-s0-9 50.9 → 41.3 ms, star-12-s0-1 54.8 →
 46.4 ms on tuples; clique-14-s0-4 (22,062 read, 10,513 derived) 91 → 109 ms, so it stays
 on frames, as does every ``io`` run of the engine benchmark."""
-EXPECTED = 2.0
+EXPECTED = 8.0
 """``auto``: a recursive stratum the tuple engine began also goes on on frames when the
 iteration a delta starts is expected to derive ``EXPECTED × MIN_DELTA`` tuples
-(:func:`takes_over`). The expectation runs high on the enumeration (the first ``Goal``, the
-whole query, has the most splits), hence twice :data:`MIN_DELTA`. From scratch under
-``cout``, warm, in process, against no expectation (8–16 rounds, load 4–6): large-clique-14
-20% faster (168 → 134 ms), large-clique-17 4–6%, clique-14-s0-14 5%, star-12-s0-1 8%,
-clique-14-s0-9 9%, large-tree-18 3%, large-snowflake-18 3%, chain-12-s0-15 (``io``) 15%;
-large-chain-18 4% slower (0.3 ms: its enumeration is 1,150 tuples). With 4: large-chain-18
-as without, and none of the gains but chain-12's and the cliques'."""
+(:func:`takes_over`). The expectation runs high on the enumeration — the first ``Goal``, the
+whole query, has the most splits: TPC-H Q5 under ``io`` expects 3,072 ``SearchSpace`` tuples
+from 48 ``Goal`` tuples and derives 329 — and a small stratum loses on frames (Q5 7.1 →
+8.2 ms, Q8Join 9.2 → 9.8 with 2 here), hence eight times :data:`MIN_DELTA`: the cliques,
+whose first splits are many, take over one iteration sooner (large-clique-14 expects
+366,000 from 856 ``Goal`` tuples and derives 14,480: 168 → 134 ms from scratch, warm, in
+process, 8 rounds, load 5–6). With 2, chain-12-s0-15 (``io``) 15%, star-12-s0-1 8% and
+large-snowflake-18 6% faster, but Q5 12% and Q8Join 5% slower (12 rounds, load 5)."""
 MIN_SELECTED = 1_000
 """``auto``: a maintained evaluation keeps its complete layer on frames after an evaluation
 from scratch, for revival's lookups, when it holds at least this many selected tuples
