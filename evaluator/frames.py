@@ -412,6 +412,7 @@ def _first_rows(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     has that row as its first (all rows of a hash fall in the same slot, so the least of
     them is the least of the slot when its hash is the slot's); the others go on to the
     next round with the next bits (none left after about two rounds)."""
+    h = h.view(np.uint64) if h.dtype == np.int64 else h  # (the bits; shifts read them alike)
     n = len(h)
     bits = min(max((2 * n - 1).bit_length(), 1), 32)
     mask = np.uint64((1 << bits) - 1)
