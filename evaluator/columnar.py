@@ -90,6 +90,17 @@ which follows what is derived, stays below the frames' fixed cost per rank longe
 Interleaved, warm, 9 rounds (load 4–5): clique-14-s0-9 50.9 → 41.3 ms, star-12-s0-1 54.8 →
 46.4 ms on tuples; clique-14-s0-4 (22,062 read, 10,513 derived) 91 → 109 ms, so it stays
 on frames, as does every ``io`` run of the engine benchmark."""
+EXPECTED = 8.0
+"""``auto``: a recursive stratum the tuple engine began also goes on on frames when the
+iteration a delta starts is expected to derive ``EXPECTED × MIN_DELTA`` tuples
+(:func:`takes_over`). The expectation runs high on the enumeration — the first ``Goal``, the
+whole query, has the most splits: TPC-H Q5 under ``io`` expects 3,072 ``SearchSpace`` tuples
+from 48 ``Goal`` tuples and derives 329 — and a small stratum loses on frames (Q5 7.1 →
+8.2 ms, Q8Join 9.2 → 9.8 with 2 here), hence eight times :data:`MIN_DELTA`: the cliques,
+whose first splits are many, take over one iteration sooner (large-clique-14 expects
+366,000 from 856 ``Goal`` tuples and derives 14,480: 168 → 134 ms from scratch, warm, in
+process, 8 rounds, load 5–6). With 2, chain-12-s0-15 (``io``) 15%, star-12-s0-1 8% and
+large-snowflake-18 6% faster, but Q5 12% and Q8Join 5% slower (12 rounds, load 5)."""
 MIN_SELECTED = 1_000
 """``auto``: a maintained evaluation keeps its complete layer on frames after an evaluation
 from scratch, for revival's lookups, when it holds at least this many selected tuples
@@ -142,18 +153,49 @@ def _reads(program: CompiledProgram, stratum: Stratum) -> tuple[bool, tuple[str,
     return eligible(program, stratum), tuple(sorted(reads)), bounded
 
 
-def takes_over(engine: PythonEngine, stratum: Stratum, before: int) -> bool:
+def takes_over(engine: PythonEngine, stratum: Stratum, before: int, expected: float) -> bool:
     """Whether a recursive stratum the tuple engine began goes on on frames (``auto``), called
     with an iteration's non-empty delta: the iteration before it derived at least
-    :data:`MIN_DELTA` tuples (``before``), and this one still derived new tuples.
+    :data:`MIN_DELTA` tuples (``before``), and this one still derived new tuples; or the
+    iteration this delta starts is expected to derive that many (``expected``: see
+    :class:`Yields`).
 
     One large iteration alone does not say the stratum goes on: on a chain query the
     enumeration's largest iteration is its last (large-chain-18: 696 ``SearchSpace`` tuples,
     then no new ``Goal``), and moving to frames there paid the conversion for one cheap
     iteration (12.3 ms against 10.6 on tuples). Waiting for the next iteration's new tuples
     costs that one iteration on tuples where the stratum does go on (its alternate, cheap
-    step in the enumeration: ``SearchSpace`` to ``Goal``, a projection)."""
-    return mode() == "auto" and eligible(engine.program, stratum) and before >= MIN_DELTA
+    step in the enumeration: ``SearchSpace`` to ``Goal``, a projection) — unless that
+    iteration is the expensive one: on large-clique-14 428 ``SearchSpace`` tuples give 856
+    ``Goal`` tuples, from which the next iteration derives 14,480 ``SearchSpace`` tuples (the
+    first ``Goal`` gave 428), 18 ms on tuples and 10 ms more to turn them into frames."""
+    return mode() == "auto" and eligible(engine.program, stratum) and (
+        before >= MIN_DELTA or expected >= MIN_DELTA * EXPECTED)
+
+
+class Yields:
+    """New tuples per delta tuple, as a semi-naive stratum's iterations showed them, by the
+    relations a delta held: what the iteration a delta starts is expected to derive is its
+    size times the yield of the last iteration started by a delta of the same relations (the
+    enumeration alternates between two relations of very different yields)."""
+
+    def __init__(self) -> None:
+        self._last: dict[frozenset[str], float] = {}
+        self._started: tuple[frozenset[str], int] | None = None
+
+    def expected(self, delta: Mapping[str, Any]) -> float:
+        """What the iteration ``delta`` starts is expected to derive (0 if no iteration began
+        from a delta of its relations yet); ``delta`` is taken as started."""
+        preds = frozenset(p for p, d in delta.items() if len(d))
+        size = sum(len(d) for d in delta.values())
+        self._started = (preds, size)
+        return size * self._last.get(preds, 0.0)
+
+    def derived(self, new: int) -> None:
+        """The last started iteration derived ``new`` tuples."""
+        if self._started is not None:
+            preds, size = self._started
+            self._last[preds] = new / size
 
 
 def resume(engine: PythonEngine, stratum: Stratum, delta: Mapping[str, Any],

@@ -641,15 +641,19 @@ class PythonEngine:
         for v in self._live_base(stratum):
             pending[v.head_pred].extend(self.run_variant(v, self.full, {}))
         before = 0  # the previous iteration's new tuples
+        yields = columnar.Yields()
         while True:
             delta = {p: self._release(p, rows) for p, rows in pending.items()}
             self._iterated(delta)
             if not stratum.recursive or not any(delta.values()):
                 return
-            if columnar.takes_over(self, stratum, before):  # grown large: on frames from here
+            new = sum(len(d) for d in delta.values())
+            yields.derived(new)
+            if columnar.takes_over(self, stratum, before, yields.expected(delta)):
+                # grown large, or about to: on frames from here
                 columnar.resume(self, stratum, delta, fresh)
                 return
-            before = sum(len(d) for d in delta.values())
+            before = new
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:
                 if delta[v.delta_pred]:  # type: ignore[index]

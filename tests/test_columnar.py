@@ -122,22 +122,43 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]))
-def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets):
-    """Rows of any columns (not packed: a float column) deduplicated by the sort give each
-    distinct row once, first occurrence first, its hash ascending with its row; with hashes
-    taken modulo ``buckets`` (unequal rows hashing alike) the answer is still exact."""
+@given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]), table=st.booleans())
+def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets, table):
+    """Rows of any columns (not packed: a float column) deduplicated by the sort, or by the
+    table of first rows (``table``), give each distinct row once, first occurrence first,
+    its hash ascending with its row; with hashes taken modulo ``buckets`` (unequal rows
+    hashing alike) the answer is still exact."""
     names = ["a", "b", "x"]
     f = frame_of(rows, names, TYPES)
     h = frames.row_hash(list(f.cols.values()), f.height)
     if buckets:
         h %= np.uint64(buckets)
-    new, hashes, at = frames.distinct_hashed(f, h)
+    with pytest.MonkeyPatch.context() as mp:
+        if table:
+            mp.setattr(frames, "TABLE_FROM", 2)
+            mp.setattr(frames, "_repeats", lambda h: True)
+        new, hashes, at = frames.distinct_hashed(f, h)
     assert new.rows(names) == list(dict.fromkeys(rows))
     assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
         range(new.height))
     if not buckets:
         assert hashes.tolist() == h[[rows.index(r) for r in new.rows(names)]][at].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0, 1, 20, 40, 61])),
+                       min_size=1, max_size=200))
+def test_first_rows_of_hashes_by_table_equal_a_dict(values):
+    """``_first_rows``: each distinct hash's first row, and each row's, as a dict of first
+    occurrences gives them — also for hashes alike in the bits one round's slot reads (small
+    values shifted by 0, 1, 20, 40 or 61 bits: several rounds, the last on the low bits)."""
+    h = np.array([v << shift for v, shift in values], dtype=np.uint64)
+    first_of: dict[int, int] = {}
+    for i, x in enumerate(h.tolist()):
+        first_of.setdefault(x, i)
+    first, rep = frames._first_rows(h)
+    assert sorted(first.tolist()) == sorted(first_of.values())
+    assert rep.tolist() == [first_of[x] for x in h.tolist()]
 
 
 @settings(max_examples=100, deadline=None)
@@ -706,6 +727,54 @@ def test_a_stratum_moves_to_frames_after_a_large_iteration_it_goes_on_from(
     assert got == want == closure(set(edges))
 
 
+
+
+FANNING = """
+A(x) :- Root(x).
+B(x, y) :- A(x), E(x, y).
+A(y) :- B(x, y).
+"""
+
+
+@pytest.mark.parametrize("expected, handed", [
+    # each A node has two B edges: the delta {A: 2} (the tree's second level) is expected to
+    # derive 2 × 2 B tuples, as the delta {A: 1} derived 2: on frames from there
+    (1.0, [2]),
+    # without the expectation: after the first iteration of 4 new tuples ({B: 4}), with {A: 4}
+    (10**12, [4]),
+])
+def test_a_stratum_moves_to_frames_before_an_iteration_expected_to_be_large(
+        monkeypatch, expected, handed):
+    """``auto`` also hands a recursive stratum to frames with a delta whose iteration is
+    expected to derive MIN_DELTA × EXPECTED tuples: its size times what the last iteration
+    started by a delta of the same relations derived per tuple (columnar.Yields). The
+    relations are those of tuples only, and those of the tree by hand."""
+    from datacases import FEATURES, TEST_BUILTINS
+
+    from reopt.evaluator.compiler import compile_program
+    from reopt.evaluator.parser import parse
+
+    program = compile_program(parse(FANNING, "<test>"), TEST_BUILTINS,
+                              {"E": ("long", "long"), "Root": ("long",)}, FEATURES)
+    edges = [(i, 2 * i + c) for i in range(1, 8) for c in (0, 1)]  # a binary tree 1..15
+    calls: list[int] = []
+    resume = columnar.resume
+
+    def spy(engine, stratum, delta, fresh):
+        calls.append(sum(len(d) for d in delta.values()))
+        resume(engine, stratum, delta, fresh)
+
+    inputs = {"E": edges, "Root": [(1,)]}
+    with way("tuples"):
+        want = PythonEngine(program, {}).evaluate(inputs)[0]
+    monkeypatch.setattr(columnar, "resume", spy)
+    monkeypatch.setattr(columnar, "MIN_DELTA", 3)
+    monkeypatch.setattr(columnar, "EXPECTED", expected)
+    monkeypatch.setenv("REOPT_COLUMNAR", "auto")
+    got = PythonEngine(program, {}).evaluate(inputs)[0]
+    assert calls == handed
+    assert set(got["A"].rows) == set(want["A"].rows) == {(n,) for n in range(1, 16)}
+    assert set(got["B"].rows) == set(want["B"].rows) == set(edges)
 
 # -- which strata start on frames (columnar.wanted) --------------------------------------------
 SCHEDULED = """
