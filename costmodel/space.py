@@ -858,10 +858,11 @@ class PlanSpace:
     def answers_differ(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
                        ) -> set[tuple[int, str]]:
         """Those of ``nodes`` for which a ``statistics`` built-in answers differently here
-        than under ``old``: the node's summary (its expression's estimated rows, estimated in
-        one vectorized call per space for many nodes) or the local cost of one of its alternatives
-        (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
-        itself: such a node counts as stale)."""
+        than under ``old``: the node's summary (its expression's estimated rows, for many
+        nodes estimated under both statistics in one vectorized pass:
+        :meth:`~reopt.costmodel.cardinality.Estimator.differing`) or the local cost of one of
+        its alternatives (:meth:`node_costs`). The values are compared bit for bit (a NaN
+        never equals itself: such a node counts as stale)."""
         nodes = nodes if isinstance(nodes, (list, set, frozenset)) else list(nodes)
         if not nodes:
             return set()
