@@ -644,21 +644,65 @@ class Estimator:
         order as :meth:`_plain_card`, elementwise in float64, so each result is the same bits;
         a set whose product might leave the normal float range on the way, or whose estimate
         an observation decides, takes :meth:`card`."""
+        return self._estimated_with(None, masks)[0]
+
+    def _steps(self) -> list[tuple]:
+        """The factors :meth:`_estimated` multiplies, in its order, each as ``(kind, key,
+        values)``: per relation its rows after filters and before, the check for an
+        infinite product, per join predicate its selectivity, the check for a product
+        leaving the normal range, per correction its factor (memoized: the adjustments never
+        change)."""
+        got = self.__dict__.get("_steps_memo")
+        if got is None:
+            got = [("leaf", i, (leaf, rows))
+                   for i, (leaf, rows) in enumerate(zip(self._leaf, self._base, strict=True))]
+            got.append(("inf", 0, ()))
+            got += [("pred", both, (sel,)) for both, sel in self._preds]
+            got.append(("tiny", 0, ()))
+            got += [("corr", t, (f,)) for t, f in self.adj.corrections.items()]
+            self._steps_memo = got
+        return got
+
+    def _estimated_with(self, twin: Estimator | None, masks: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_estimated` of ``masks`` here and, given a ``twin`` (the same query under
+        other adjustments), there: each step's rows are selected once for both, and while
+        both multiply the same factors they share one product; from the first factor that
+        differs each multiplies its own. Every array sees exactly the operations its own
+        estimator's pass would, in the same order: the same bits. Steps that do not line
+        up (a correction one of them lacks) are run by each alone, after the shared ones."""
         k = len(masks)
-        c, base = np.ones(k), np.ones(k)
+        mine = self._steps()
+        theirs = twin._steps() if twin is not None else []
+        states = [[np.ones(k), np.ones(k), np.zeros(k, dtype=bool)]]
+        n = len(mine)
+        if twin is not None:
+            n = next((j for j, (a, b) in enumerate(zip(mine, theirs, strict=False))
+                      if a[:2] != b[:2]), min(len(mine), len(theirs)))
         with np.errstate(all="ignore"):
-            for i, (leaf, rows) in enumerate(zip(self._leaf, self._base, strict=True)):
-                on = (masks >> i) & 1 == 1
-                np.multiply(c, leaf, out=c, where=on)
-                np.multiply(base, rows, out=base, where=on)
-            slow = c == math.inf
-            for both, sel in self._preds:
-                np.multiply(c, sel, out=c, where=(masks & both) == both)
-            slow |= ~(c > _TINY)
-            for t, f in self.adj.corrections.items():
-                inside = (masks & t) == t
-                np.multiply(c, f, out=c, where=inside)
-                slow |= inside & ~((c > _TINY) & (c < _HUGE))
+            for j in range(n):
+                step = mine[j]
+                rows = _step_rows(masks, step)
+                if len(states) == 1 and twin is not None and theirs[j][2] != step[2]:
+                    c, base, slow = states[0]
+                    states.append([c.copy(), base.copy(), slow.copy()])
+                _apply_step(states[0], step, rows)
+                if len(states) == 2:
+                    _apply_step(states[1], theirs[j], rows)
+            if twin is not None and len(states) == 1:
+                c, base, slow = states[0]
+                states.append([c.copy(), base.copy(), slow.copy()])
+            for state, steps in zip(states, (mine, theirs), strict=False):
+                for step in steps[n:]:
+                    _apply_step(state, step, _step_rows(masks, step))
+        outs = [est._finished(masks, *state) for est, state in
+                zip((self, twin), states, strict=False) if est is not None]
+        return outs[0], (outs[1] if len(outs) > 1 else None)
+
+    def _finished(self, masks: np.ndarray, c: np.ndarray, base: np.ndarray,
+                  slow: np.ndarray) -> np.ndarray:
+        """:meth:`_estimated`'s estimates from its products: clamped, and the sets it cannot
+        answer on arrays (``slow``, or decided by an observation) taken from :meth:`card`."""
         out = np.minimum(np.maximum(c, 1.0), np.minimum(np.maximum(base, 1.0), MAX_ROWS))
         for t, _ in self._observed:  # observations decide these (:meth:`_observed_card`)
             slow |= (masks & t) == t if self._propagate else masks == t
@@ -679,17 +723,24 @@ class Estimator:
 
     def differing(self, old: Estimator, masks: list[int], bulk: bool) -> set[int]:
         """Those of the relation sets ``masks`` (distinct) whose estimate here differs bit for
-        bit from ``old``'s (a NaN never equals itself). ``bulk``: estimated first in one
-        vectorized call per estimator (:meth:`prefetch`), then compared as arrays — per set,
-        not per caller's node, and no Python call per set (an update of a large query
-        compares thousands)."""
+        bit from ``old``'s (a NaN never equals itself). ``bulk``: the sets not estimated here
+        yet — on an update nearly all, as it asks about the sets its deltas reach — are
+        estimated under both statistics in one vectorized pass (:meth:`_estimated_with`: the
+        factors both share multiplied once) and compared as arrays, per set, not per
+        caller's node; ``old``'s estimates of them are the same bits its memo holds or would
+        (so they are compared, not entered there: ``old`` is done with)."""
         if not bulk:
             return {m for m in masks if self.card(m) != old.card(m)}
-        self.prefetch(masks)
-        old.prefetch(masks)
-        now = np.fromiter(map(self._card.__getitem__, masks), np.float64, len(masks))
-        was = np.fromiter(map(old._card.__getitem__, masks), np.float64, len(masks))
-        return set(np.asarray(masks, dtype=np.int64)[now != was].tolist())
+        mine = self._card
+        known = [m for m in masks if m in mine]
+        out = {m for m in known if mine[m] != old.card(m)}
+        if len(known) < len(masks):
+            todo = [m for m in masks if m not in mine]
+            sets = np.asarray(todo, dtype=np.int64)
+            now, was = self._estimated_with(old, sets)
+            mine.update(zip(todo, now.tolist(), strict=True))
+            out.update(sets[now != was].tolist())
+        return out
 
     def raw_card(self, mask: int, *, without_correction: int | None = None) -> Scaled:
         """``Π card(r) × Π sel(p) × Π correction(T)`` over ``mask``, unclamped, as a
@@ -793,3 +844,32 @@ class Estimator:
         g = scaled_float(scaled_product(self.column(ref).distinct or rows
                                         for ref in self.query.group_by))
         return max(1.0, min(rows, g))
+
+
+def _step_rows(masks: np.ndarray, step: tuple) -> np.ndarray | None:
+    """The sets a step of :meth:`Estimator._steps` applies to (None: all, a check)."""
+    kind, key, _ = step
+    if kind == "leaf":
+        return (masks & (1 << key)) != 0
+    if kind in ("pred", "corr"):
+        return (masks & key) == key
+    return None
+
+
+def _apply_step(state: list[np.ndarray], step: tuple, rows: np.ndarray | None) -> None:
+    """One step of :meth:`Estimator._estimated` on ``state`` (product, product before
+    filters, sets to take the exact path for), in place: the operations of the plain loop."""
+    c, base, slow = state
+    kind, _, values = step
+    if kind == "leaf":
+        np.multiply(c, values[0], out=c, where=rows)
+        np.multiply(base, values[1], out=base, where=rows)
+    elif kind == "pred":
+        np.multiply(c, values[0], out=c, where=rows)
+    elif kind == "corr":
+        np.multiply(c, values[0], out=c, where=rows)
+        slow |= rows & ~((c > _TINY) & (c < _HUGE))
+    elif kind == "inf":
+        slow |= c == math.inf
+    else:
+        slow |= ~(c > _TINY)

@@ -804,11 +804,13 @@ class PlanSpace:
         nodes = nodes if isinstance(nodes, list) else list(nodes)
         if exprs is None:  # (``exprs``: the nodes' expressions, given by a caller keeping them)
             exprs = np.fromiter((n[0] for n in nodes), np.int64, len(nodes))
-        # (a list: the nodes are distinct, and only the stale ones are hashed, into a set)
-        reached: list | set = [nodes[i] for i in
-                               np.flatnonzero(self.moved_exprs(old, exprs)).tolist()]
+        hit = np.flatnonzero(self.moved_exprs(old, exprs))
         outside = {} if self.model.children_within else {
             n: c for n in nodes if (c := self._outside(n))}
+        if not outside and not ops and self.model.costs_follow_rows:
+            return self._rows_differ(old, nodes, exprs, hit)
+        # (a list: the nodes are distinct, and only the stale ones are hashed, into a set)
+        reached: list | set = [nodes[i] for i in hit.tolist()]
         if outside:
             kids = sorted({c for cs in outside.values() for c in cs})
             moved = dict(zip(kids, self.moved_exprs(old, np.asarray(kids, np.int64)).tolist(),
@@ -819,6 +821,26 @@ class PlanSpace:
             reached = set(reached)
             reached.update(n for n in nodes if not ops.isdisjoint(self.columns(*n).phy_op))
         return self.answers_differ(old, reached)
+
+    def _rows_differ(self, old: PlanSpace, nodes: list[tuple[int, str]], exprs: np.ndarray,
+                     hit: np.ndarray) -> set[tuple[int, str]]:
+        """:meth:`answers_differ` of the nodes at positions ``hit`` (their expressions in
+        ``exprs``) when costs follow rows and no cost factor moved, so a node is stale
+        exactly when its expression's summary differs: the expressions compared once each
+        and the nodes picked on arrays — no Python pass over the thousands of nodes an
+        update of a large query reaches, only over the stale ones."""
+        reached = exprs[hit]
+        sets = list(set((reached & self.all).tolist()))  # (a set: numpy's unique hashes slower)
+        if len(sets) < PREFETCH_FROM:  # (numpy's fixed cost is more than it saves)
+            return self.answers_differ(old, [nodes[i] for i in hit.tolist()])
+        moved = self.estimator.differing(old.estimator, sets, True)
+        if bool((reached == self.top).any()) and self.summary(self.top) != old.summary(self.top):
+            moved.add(self.top)  # (the final operator's pseudo-expression: its own summary)
+        if not moved:
+            return set()
+        moving = np.sort(np.fromiter(moved, np.int64, len(moved)))
+        at = np.searchsorted(moving, reached).clip(0, len(moving) - 1)
+        return {nodes[i] for i in hit[moving[at] == reached].tolist()}
 
     def _outside(self, node: tuple[int, str]) -> tuple[int, ...]:
         """The expressions the node's alternatives read as children that are not contained
@@ -836,10 +858,11 @@ class PlanSpace:
     def answers_differ(self, old: PlanSpace, nodes: Iterable[tuple[int, str]]
                        ) -> set[tuple[int, str]]:
         """Those of ``nodes`` for which a ``statistics`` built-in answers differently here
-        than under ``old``: the node's summary (its expression's estimated rows, estimated in
-        one vectorized call per space for many nodes) or the local cost of one of its alternatives
-        (:meth:`node_costs`). The values are compared bit for bit (a NaN never equals
-        itself: such a node counts as stale)."""
+        than under ``old``: the node's summary (its expression's estimated rows, for many
+        nodes estimated under both statistics in one vectorized pass:
+        :meth:`~reopt.costmodel.cardinality.Estimator.differing`) or the local cost of one of
+        its alternatives (:meth:`node_costs`). The values are compared bit for bit (a NaN
+        never equals itself: such a node counts as stale)."""
         nodes = nodes if isinstance(nodes, (list, set, frozenset)) else list(nodes)
         if not nodes:
             return set()

@@ -458,3 +458,49 @@ def test_a_plan_space_estimates_its_csgs_in_bulk_as_one_by_one(shape, n, seed, d
     assert set(csgs) <= set(space.estimator._card)
     fresh = Estimator(q, cat, adj)
     assert [space.summary(m) for m in csgs] == [fresh.card(m) for m in csgs]
+
+
+def _statistics(q, data) -> Adjustments:
+    """Random statistics of query ``q``: corrections of any size, row counts, alias factors,
+    join selectivities and observations under either policy."""
+    sizes = st.sampled_from([1e-300, 1e-20, 0.5, 3.0, 8.0, 1e20, 1e300])
+    aliases = [r.alias for r in q.relations]
+    keys = [p.key for p in q.joins]
+    return Adjustments(observed_supersets=data.draw(st.sampled_from(["keep", "propagate"]))
+                       ).replace(
+        corrections=data.draw(st.dictionaries(st.integers(1, q.all_mask), sizes, max_size=4)),
+        alias_factors=data.draw(st.dictionaries(st.sampled_from(aliases), sizes, max_size=2)),
+        table_rows=data.draw(st.dictionaries(st.sampled_from(aliases),
+                                             st.sampled_from([0.0, 7.0, 1e9]), max_size=1)),
+        selectivities=data.draw(st.dictionaries(st.sampled_from(keys), st.sampled_from(
+            [1e-9, 0.25, 1.0]), max_size=2)) if keys else {},
+        observations=data.draw(st.dictionaries(st.integers(1, q.all_mask),
+                                               st.sampled_from([0.0, 5.0, 1e30]), max_size=2)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(qc=queries(2, 7), data=st.data())
+def test_two_statistics_estimated_at_once_are_each_ones_estimates(qc, data):
+    """Estimator.differing estimates the sets under both statistics in one pass, sharing the
+    factors both multiply (an update's stale test): each side's estimates are a fresh
+    estimator's card bit for bit, whatever differs between them (corrections added or
+    changed, rows, selectivities, observations), so the sets it names are exactly those
+    whose fresh estimates differ — whichever sets either had estimated before."""
+    q, cat = qc
+    first = _statistics(q, data)
+    second = data.draw(st.sampled_from([first, _statistics(q, data)]))
+    if data.draw(st.booleans()):  # a delta on top: the corrections keep their order
+        second = first.replace(corrections={**first.corrections, **second.corrections})
+    old = Estimator(q, cat, first)
+    new = Estimator(q, cat, second, previous=old)
+    masks = list(range(1, q.all_mask + 1))
+    data.draw(st.randoms()).shuffle(masks)
+    for m in data.draw(st.lists(st.sampled_from(masks), max_size=5)):
+        data.draw(st.sampled_from([old, new])).card(m)  # estimated before, on either side
+    now, was = new._estimated_with(old, np.asarray(masks, dtype=np.int64))
+    a, b = Estimator(q, cat, second), Estimator(q, cat, first)
+    assert now.tolist() == [a.card(m) for m in masks]
+    assert was.tolist() == [b.card(m) for m in masks]
+    expected = {m for m in masks if not a.card(m) == b.card(m)}
+    assert Estimator(q, cat, second, previous=old).differing(old, masks, True) == expected
+    assert new.differing(old, masks, True) == expected
