@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reopt.evaluator.columnar import ColumnarStratum, _bound, names
+from reopt.evaluator.columnar import ColumnarStratum, names, var_column
 from reopt.evaluator.compiler import BOUND, DELTA, FULL, SAME, Scan, Variant, match_terms
 from reopt.evaluator.frames import Frame, distinct
 from reopt.evaluator.python_engine import PythonEngine, Relation, key_of
@@ -72,10 +72,10 @@ class RankFrames(ColumnarStratum):
         keyed = [(j, kind, x) for j, kind, x in checks if kind != SAME]  # (the loops' key)
         keys = [(j, x) for j, kind, x in keyed if kind == BOUND]
         types = self.types[op.pred]
-        if not keys or any(b.types[_bound(x)] != types[j] for j, x in keys):
+        if not keys or any(b.types[var_column(x)] != types[j] for j, x in keys):
             raise Unframed(f"{op.pred} scanned without a key of its columns' types")
         probe = names(len(keys))
-        wanted = distinct(b.select([(_bound(x), c) for (_, x), c in zip(keys, probe,
+        wanted = distinct(b.select([(var_column(x), c) for (_, x), c in zip(keys, probe,
                                                                         strict=True)]))
         values = wanted.rows(probe)
         if len(keys) < len(keyed):  # (constants in the key, as the loops look it up)

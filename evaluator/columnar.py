@@ -232,10 +232,13 @@ def unseen(program: CompiledProgram, stratum: Stratum, fresh: Collection[str]) -
 
 
 def names(n: int) -> list[str]:
+    """The column names of a relation of arity ``n`` on frames: ``c0``, ``c1``, …"""
     return [f"c{i}" for i in range(n)]
 
 
-def _bound(name: str) -> str:
+def var_column(name: str) -> str:
+    """The column that holds variable ``name``'s values in a rule's binding frame (``$``:
+    never a relation's column name, :func:`names`)."""
     return f"${name}"
 
 
@@ -567,12 +570,12 @@ class ColumnarStratum:
             elif isinstance(op, Call):
                 b = self._call(b, op)
             else:
-                left_free = isinstance(op.left, Var) and _bound(op.left.name) not in b.cols
-                right_free = isinstance(op.right, Var) and _bound(op.right.name) not in b.cols
+                left_free = isinstance(op.left, Var) and var_column(op.left.name) not in b.cols
+                right_free = isinstance(op.right, Var) and var_column(op.right.name) not in b.cols
                 if op.op == "=" and (left_free or right_free):
                     free, other = (op.left, op.right) if left_free else (op.right, op.left)
                     col, kind = self._term(b, other)
-                    b = b.with_column(_bound(free.name), col, kind)  # type: ignore[union-attr]
+                    b = b.with_column(var_column(free.name), col, kind)  # type: ignore[union-attr]
                 else:
                     b = b.filter(self._compare(b, op.op, op.left, op.right))
         if b.height == 0:
@@ -596,7 +599,7 @@ class ColumnarStratum:
             (left, lk), (right, rk) = self._term(b, t.left), self._term(b, t.right)
             kind = DOUBLE if DOUBLE in (lk, rk) else LONG
             return (left + right if t.op == "+" else left - right), kind
-        name = _bound(t.name)
+        name = var_column(t.name)
         return b.cols[name], b.types[name]
 
     @staticmethod
@@ -665,8 +668,8 @@ class ColumnarStratum:
             elif kind == SAME:
                 rel = rel.filter(rel.cols[f"c{j}"] == rel.cols[f"c{x}"])
         keys = [(j, x) for j, kind, x in checks if kind == BOUND]
-        on = [_bound(x) for _, x in keys]
-        rel = rel.select([(f"c{j}", _bound(x)) for j, x in keys + binds])
+        on = [var_column(x) for _, x in keys]
+        rel = rel.select([(f"c{j}", var_column(x)) for j, x in keys + binds])
         if op.negated:
             return anti(b, rel, on)
         return join(b, rel, on)
@@ -681,11 +684,11 @@ class ColumnarStratum:
         rel = self.full[op.pred]
         checks, binds = match_terms(op.args, {c[1:] for c in b.cols})
         keys = [(j, x) for j, kind, x in checks if kind == BOUND]
-        if not keys or any(b.types[_bound(x)] != rel.types[f"c{j}"] for j, x in keys):
+        if not keys or any(b.types[var_column(x)] != rel.types[f"c{j}"] for j, x in keys):
             return None
         below = self.before[op.pred].height if op.version == OLD and op.pred in delta else None
         li, ri = self._probe(op.pred, tuple(j for j, _ in keys),
-                             [b.cols[_bound(x)] for _, x in keys], below)
+                             [b.cols[var_column(x)] for _, x in keys], below)
         keep = np.ones(len(li), dtype=bool)
         for j, kind, x in checks:
             if kind == CONST:
@@ -699,7 +702,7 @@ class ColumnarStratum:
             return b.filter(~hit)
         out = b.take(li)
         for j, x in binds:
-            out = out.with_column(_bound(x), rel.cols[f"c{j}"][ri], rel.types[f"c{j}"])
+            out = out.with_column(var_column(x), rel.cols[f"c{j}"][ri], rel.types[f"c{j}"])
         return out
 
     @staticmethod
@@ -723,14 +726,14 @@ class ColumnarStratum:
                 if kind == CONST:
                     keep &= values[j] == self._const(x, fn.outputs[j])
                 elif kind == BOUND:
-                    keep &= values[j] == b.cols[_bound(x)]
+                    keep &= values[j] == b.cols[var_column(x)]
                 else:
                     keep &= values[j] == values[x]
             if not keep.all():
                 b = b.filter(keep)
                 values = [v[keep] for v in values]
         for j, x in binds:
-            b = b.with_column(_bound(x), values[j], fn.outputs[j])
+            b = b.with_column(var_column(x), values[j], fn.outputs[j])
         return b
 
     def _input(self, b: Frame, t: Any) -> Any:
