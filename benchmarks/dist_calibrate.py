@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 from harness import geometric_mean
+from rate_calibrate import nnls
 
 from reopt.adaptive import Loop, plan_shape
 from reopt.answer import release
@@ -242,19 +243,6 @@ def groups(records: list[dict]) -> dict[tuple, list[dict]]:
     for r in records:
         by.setdefault((r["query"], r["split"]), []).append(r)
     return by
-
-
-def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares by elimination: solve on the active columns, drop those
-    with a negative coefficient, repeat (few columns, so exact enough)."""
-    active = list(range(a.shape[1]))
-    while True:
-        x, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
-        if (x >= 0).all():
-            out = np.zeros(a.shape[1])
-            out[active] = x
-            return out
-        active = [c for c, v in zip(active, x, strict=True) if v >= 0]
 
 
 def least_squares(records: list[dict], kind: str) -> tuple[DistConstants, float]:
