@@ -322,8 +322,8 @@ def report(records: list[dict], kind: str) -> None:
     for name in ("shuffle_row", "build_row", "probe_row", "out_row", "oversize_row"):
         cells = [f"{getattr(p, name) / (p.shuffle_row or 1):.3g}" for p in profiles.values()]
         print(f"| {name} / shuffle_row | " + " | ".join(cells) + " |")
-    print(f"| least squares: shuffle_row (s per row) | | {squares.shuffle_row:.3g} | |")
-    print(f"\nleast squares: median |prediction / time - 1| = {error:.2f}\n")
+    print(f"\nleast squares: shuffle_row = {squares.shuffle_row:.3g} s per row, median "
+          f"|prediction / time - 1| = {error:.2f}\n")
     regrets = {n: regret(records, p, kind) for n, p in profiles.items()}
     rhos = {n: spearman(records, p, kind) for n, p in profiles.items()}
     print("Time of the plan each profile prices cheapest over the fastest plan run "
