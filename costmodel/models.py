@@ -725,13 +725,11 @@ def cost_model(name: str, objective: str | None = None,
         raise ReoptError(
             f"unknown cost model '{name}' (choose from {', '.join(sorted(MODELS))})"
         ) from None
-    if dist is not None:
-        if name != "dist":
-            raise ReoptError(f"a dist profile ('{dist}') applies to the dist cost model only, "
-                             f"not to '{name}'")
-        return DistCostModel(dist_profile(dist))
+    if dist is not None and name != "dist":
+        raise ReoptError(f"a dist profile ('{dist}') applies to the dist cost model only, "
+                         f"not to '{name}'")
     if objective is None and profile is None:
-        return model
+        return model if dist is None else DistCostModel(dist_profile(dist))
     if name != "rate":
         what = f"an objective ('{objective}')" if objective is not None \
             else f"a rate profile ('{profile}')"

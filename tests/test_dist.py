@@ -252,6 +252,8 @@ def test_profile_errors_are_one_line(tmp_path, capsys):
         cost_model("dist", dist="gpu")
     with pytest.raises(ReoptError, match="dist cost model only"):
         Optimizer("tpch:q3", cost_model="io", dist_profile="local")
+    with pytest.raises(ReoptError, match="rate cost model only"):
+        cost_model("dist", "rate", dist="local")
     assert main(["optimize", "tpch:q3", "--cost-model", "dist", "--dist-profile", "gpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--dist-profile" in err and "'gpu'" in err and "\n" not in err
