@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python benchmarks/runloop.py --data DIR [--queries q3,q5] [--splits K]
 [--split-by hash|range] [--split-column COL] [--per-subset KEY [--subsets M]] [--delta D]...
-[--cost-model io|cout|dist] [--strategies static,adaptive,...] [--mirrored] [--no-warmup]``
+[--cost-model io|cout|dist] [--dist-profile default|local] [--strategies static,adaptive,...]
+[--mirrored] [--no-warmup]``
 (DIR as ``reopt data tpch`` writes it; the built-in catalog at the scale factor it records;
 ``--delta`` changes it before the first plan, e.g. ``"card orders *1000"`` for a wrong
 statistic the observations must correct). Per query, a warm-up run of the ``static``
@@ -49,6 +50,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
     ap.add_argument("--split-column")
     ap.add_argument("--cost-model", default="io")
+    ap.add_argument("--dist-profile", help="the dist model's constants "
+                    "(reopt.costmodel.dist.PROFILES; default: the default profile)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--per-subset", metavar="KEY")
     ap.add_argument("--subsets", type=int, default=2)
@@ -65,8 +68,9 @@ def main(argv: list[str]) -> int:
     catalog = load_catalog(None, _data_scale_factor(args.data))
     spark = get_spark()
     subsets = f" ({args.subsets} subsets)" if args.per_subset else ""
+    profile = f", dist profile {args.dist_profile}" if args.dist_profile else ""
     print(f"data {args.data}, {args.splits} {by} splits{subsets}"
-          f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}")
+          f"{' of ' + column if column else ''}, deltas {args.delta or 'none'}{profile}")
     print("| query | worst est/obs | strategy | exec (s) | exec JVM CPU (s) | reopt (s) | "
           "combine (s) | plan changes | result rows | same answer |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -74,7 +78,7 @@ def main(argv: list[str]) -> int:
     for q in args.queries.split(","):
         def make(q: str = q) -> Optimizer:
             return Optimizer(f"tpch:{q}", catalog, cost_model=args.cost_model,
-                             optimizer="topdown-inc")
+                             optimizer="topdown-inc", dist_profile=args.dist_profile)
 
         loop = Loop(make, args.data, args.splits, spark, args.delta, by=by, column=column,
                     subsets=args.subsets)

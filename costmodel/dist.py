@@ -25,16 +25,21 @@ No interesting orders, enforcers or final operator: Spark sorts for its own merg
 the query's aggregate and ORDER BY cost the same under every join order. Local costs depend
 only on the estimated rows of the expressions involved (the principle of optimality holds: the
 DP optimizers, branch-and-bound and the rules' fixpoint find the same optimum). The constants
-are set by reasoning about what each operator does, not fitted to measurements (there is no
-calibration benchmark yet); only their ratios matter. Row widths depend on the query and the
+are a profile, :class:`DistConstants` (:data:`PROFILES`): ``default``, the values below, set by
+reasoning about what each operator does, and ``local``, fitted by
+``benchmarks/dist_calibrate.py`` to the times of many plans run on Spark under a ``local[*]``
+master (BENCHMARKS.md, "Calibrating ``dist`` to Spark"); the formulas are the same for every
+profile, and only the constants' ratios matter. Row widths depend on the query and the
 catalog only (:mod:`reopt.costmodel.widths`), so a local cost still moves only with an
 estimate.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import ANY, Alt
 
 if TYPE_CHECKING:
@@ -63,14 +68,76 @@ shuffled row, so an oversized broadcast loses to a shuffle unless the other side
 larger still."""
 
 
+
+
+@dataclass(frozen=True)
+class DistConstants:
+    """The ``dist`` model's constants, one profile per kind of Spark deployment (the module
+    doc's formulas, the same for every profile; each field is the module constant of the
+    same name in upper case, whose values are the ``default`` profile)."""
+
+    name: str
+    scan_row: float
+    shuffle_row: float
+    build_row: float
+    probe_row: float
+    out_row: float
+    pair: float
+    oversize_row: float
+    broadcast_bytes: float
+
+    def oversize(self, rows: float, row_bytes: float) -> float:
+        """A broadcast's penalty for ``rows`` rows of ``row_bytes`` bytes each:
+        ``oversize_row`` per row beyond the ``broadcast_bytes`` that fit, 0 within them
+        (continuous)."""
+        fit = self.broadcast_bytes / row_bytes
+        return self.oversize_row * (rows - fit) if rows > fit else 0.0
+
+
+DEFAULT = DistConstants("default", scan_row=SCAN_ROW, shuffle_row=SHUFFLE_ROW,
+                        build_row=BUILD_ROW, probe_row=PROBE_ROW, out_row=OUT_ROW, pair=PAIR,
+                        oversize_row=OVERSIZE_ROW, broadcast_bytes=BROADCAST_BYTES)
+"""The constants set by reasoning (module doc), the default profile: a cluster, where a
+broadcast beyond Spark's threshold is collected by the driver and copied to every
+executor."""
+LOCAL = DistConstants("local", scan_row=SCAN_ROW, shuffle_row=1.0, build_row=0.3, probe_row=0.0,
+                      out_row=0.0, pair=PAIR, oversize_row=1.0, broadcast_bytes=BROADCAST_BYTES)
+"""Fitted to Spark under a ``local[*]`` master by ``benchmarks/dist_calibrate.py`` from the JVM
+CPU time of 49 plans on 8 ranges of the skewed SF 1 data (q5, pnations, q3, q7join; BENCHMARKS.md,
+"Calibrating ``dist`` to Spark"): the ratios whose cheapest plan is the fastest most often, and
+among those the ones that rank all the plans most like their times. There a broadcast stays in
+one JVM: a row beyond Spark's 10 MB threshold costs about what a shuffled row does (the least
+squares give 1.1×), not a hundred times; hashing a broadcast row costs a third of shuffling it,
+and streaming the other side through the hash table or producing the output is not what
+separates plans (the scans and the final aggregate, the same in every plan, dominate it).
+``scan_row`` and ``pair`` are the default's: the same in every plan of a range, or in none of
+the plans measured."""
+PROFILES = {p.name: p for p in (DEFAULT, LOCAL)}
+"""``--dist-profile`` / ``Optimizer(dist_profile=...)``."""
+DEFAULT_PROFILE = "default"
+
+
+def dist_profile(name: str | None) -> DistConstants:
+    """The profile ``name`` (None: :data:`DEFAULT_PROFILE`); a one-line error otherwise."""
+    try:
+        return PROFILES[DEFAULT_PROFILE if name is None else name]
+    except KeyError:
+        raise ReoptError(f"unknown dist profile '{name}' (choose from "
+                         f"{', '.join(PROFILES)})") from None
+
+
 class DistModel:
     """The ``dist`` model (module doc) under the CostModel interface (``models.py`` wraps
-    it): ``scan`` per relation, joins ``broadcast`` and ``shuffle``, no properties."""
+    it): ``scan`` per relation, joins ``broadcast`` and ``shuffle``, no properties;
+    ``constants`` a profile of :data:`PROFILES` (default :data:`DEFAULT`)."""
 
     name = "dist"
     symmetric = False
     join_methods = ("broadcast", "shuffle")
     operators = ("scan", "broadcast", "shuffle")
+
+    def __init__(self, constants: DistConstants | None = None) -> None:
+        self.constants = constants or dist_profile(None)
 
     def scan_alternatives(self, space: PlanSpace, expr: int, prop: str) -> list[Alt]:
         return [Alt(expr, prop, 0, "scan", "scan")] if prop == ANY else []
@@ -83,19 +150,20 @@ class DistModel:
         return [Alt(expr, prop, left, "join", method, left, ANY, right, ANY)]
 
     def local_cost(self, space: PlanSpace, alt: Alt) -> float:
+        c = self.constants
         if alt.log_op == "scan":
-            return SCAN_ROW * space.estimator.base_rows(space.relations(alt.expr)[0])
-        lrows, rrows = space.summary(alt.left), space.summary(alt.right)
-        out = OUT_ROW * space.summary(alt.expr)
-        if alt.phy_op == "shuffle":
-            return SHUFFLE_ROW * (lrows + rrows) + out
-        probe = (PROBE_ROW * lrows if space.crossing(alt.left, alt.right)
-                 else PAIR * lrows * rrows)
-        return BUILD_ROW * rrows + probe + out + oversize(rrows, space.row_bytes(alt.right))
+            return c.scan_row * space.estimator.base_rows(space.relations(alt.expr)[0])
+        return join_cost(c, alt.phy_op, space.summary(alt.left), space.summary(alt.right),
+                         space.summary(alt.expr), bool(space.crossing(alt.left, alt.right)),
+                         space.row_bytes(alt.right))
 
 
-def oversize(rows: float, row_bytes: float) -> float:
-    """A broadcast's penalty for ``rows`` rows of ``row_bytes`` bytes each: :data:`OVERSIZE_ROW`
-    per row beyond the :data:`BROADCAST_BYTES` that fit, 0 within them (continuous)."""
-    fit = BROADCAST_BYTES / row_bytes
-    return OVERSIZE_ROW * (rows - fit) if rows > fit else 0.0
+def join_cost(c: DistConstants, op: str, lrows: float, rrows: float, out: float,
+              equi: bool, right_bytes: float) -> float:
+    """A join's local cost under ``c`` from its rows (left, right, output), whether it has
+    an equi-join predicate and the bytes of one right row: shared by the model (estimated
+    rows) and ``benchmarks/dist_calibrate.py`` (rows a run observed)."""
+    if op == "shuffle":
+        return c.shuffle_row * (lrows + rrows) + c.out_row * out
+    probe = c.probe_row * lrows if equi else c.pair * lrows * rrows
+    return c.build_row * rrows + probe + c.out_row * out + c.oversize(rrows, right_bytes)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reopt.costmodel.dist import DistModel
+from reopt.costmodel.dist import DistModel, dist_profile
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Between, Compare, InList
 from reopt.costmodel.rate import RateModel, rate_profile
@@ -715,17 +715,21 @@ MODELS: dict[str, CostModel] = {"cout": CoutModel(), "io": IOModel(), "rate": Ra
 
 
 def cost_model(name: str, objective: str | None = None,
-               profile: str | None = None) -> CostModel:
+               profile: str | None = None, dist: str | None = None) -> CostModel:
     """The cost model ``name``; ``objective`` (``rate`` or ``time-to:N``) and ``profile``
-    (the per-tuple costs, :data:`reopt.costmodel.rate.PROFILES`) only for ``rate``."""
+    (the per-tuple costs, :data:`reopt.costmodel.rate.PROFILES`) only for ``rate``; ``dist``
+    (the constants, :data:`reopt.costmodel.dist.PROFILES`) only for ``dist``."""
     try:
         model = MODELS[name]
     except KeyError:
         raise ReoptError(
             f"unknown cost model '{name}' (choose from {', '.join(sorted(MODELS))})"
         ) from None
+    if dist is not None and name != "dist":
+        raise ReoptError(f"a dist profile ('{dist}') applies to the dist cost model only, "
+                         f"not to '{name}'")
     if objective is None and profile is None:
-        return model
+        return model if dist is None else DistCostModel(dist_profile(dist))
     if name != "rate":
         what = f"an objective ('{objective}')" if objective is not None \
             else f"a rate profile ('{profile}')"

@@ -192,7 +192,9 @@ class Optimizer:
 
     ``objective`` and ``rate_profile`` apply to ``cost_model="rate"`` only: what it minimizes
     (``rate`` or ``time-to:N``) and its per-tuple costs (``spark``, the default, or ``local``:
-    :data:`reopt.costmodel.rate.PROFILES`).
+    :data:`reopt.costmodel.rate.PROFILES`). ``dist_profile`` applies to ``cost_model="dist"``
+    only: its constants (``default``, or ``local``, fitted to Spark under a ``local[*]``
+    master: :data:`reopt.costmodel.dist.PROFILES`).
     """
 
     def __init__(
@@ -213,6 +215,7 @@ class Optimizer:
         over_budget: str = "error",
         objective: str | None = None,
         rate_profile: str | None = None,
+        dist_profile: str | None = None,
     ):
         self.optimizer = _choice("optimizer", optimizer, OPTIMIZERS)
         policy = _choice("observed_supersets policy", observed_supersets, OBSERVED_SUPERSETS)
@@ -229,7 +232,7 @@ class Optimizer:
         self.rules = rules
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.query = load_query(query, self.catalog)
-        self.model = get_cost_model(cost_model, objective, rate_profile)
+        self.model = get_cost_model(cost_model, objective, rate_profile, dist_profile)
         if self.model.name == "rate":
             check_streams(self.query, self.catalog)
         self.adjustments = Adjustments(observed_supersets=policy)

@@ -32,6 +32,7 @@ from reopt.costmodel.cardinality import (
     Adjustments,
 )
 from reopt.costmodel.deltas import DeltaNotApplicable, apply_delta, parse_deltas
+from reopt.costmodel.dist import PROFILES as DIST_PROFILES
 from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import MODELS
 from reopt.costmodel.numeric import dumps_strict
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--rate-profile", choices=sorted(PROFILES), metavar="spark|local",
                    help="the rate cost model's per-tuple costs: measured for the in-process "
                    "stream executor (local) or the original constants (spark, the default)")
+    _dist_profile_argument(o)
     o.add_argument(
         "--optimizer", default=DECLARATIVE,
         help=f"one or a comma-separated list of: {', '.join(OPTIMIZERS)} (default: declarative)",
@@ -243,6 +245,7 @@ def optimize_main(args: argparse.Namespace) -> int:
         if value is not None and args.cost_model != "rate":
             raise ReoptError(f"{flag} applies to --cost-model rate; this run uses "
                              f"{args.cost_model}")
+    _check_dist_profile(args)
     args.pruning = args.pruning or "all"
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
@@ -258,7 +261,7 @@ def optimize_main(args: argparse.Namespace) -> int:
                   engine=args.engine, pruning=args.pruning, rules=args.rules, program=program,
                   max_pairs=args.max_pairs, observed_supersets=args.observed_supersets,
                   over_budget=args.over_budget, objective=args.objective,
-                  rate_profile=args.rate_profile)
+                  rate_profile=args.rate_profile, dist_profile=args.dist_profile)
         for query in queries
         for name in names
     ]
@@ -362,8 +365,9 @@ def execute_main(args: argparse.Namespace) -> int:
                          "row counts")
     sf = args.sf if args.sf is not None else _data_scale_factor(args.data)
     catalog = load_catalog(args.catalog, sf)
+    _check_dist_profile(args)
     o = Optimizer(load_query(args.query, catalog), catalog, cost_model=args.cost_model,
-                  optimizer=args.optimizer, engine=args.engine)
+                  optimizer=args.optimizer, engine=args.engine, dist_profile=args.dist_profile)
     steps = [parse_deltas(d) for d in args.delta]
     find_tables(o.query, args.data)  # a missing table fails before Spark starts
     step = o.optimize()
@@ -401,6 +405,22 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the one DIR/reopt-data.json records, else 1)")
     p.add_argument("--cost-model", default="io", choices=sorted(m for m in MODELS if m != "rate"),
                    help="(the rate model plans continuous queries, which run on no executor yet)")
+    _dist_profile_argument(p)
+
+
+def _dist_profile_argument(p: argparse.ArgumentParser) -> None:
+    """``--dist-profile``: the dist model's constants (:data:`reopt.costmodel.dist.PROFILES`)."""
+    p.add_argument("--dist-profile", choices=sorted(DIST_PROFILES),
+                   metavar="|".join(sorted(DIST_PROFILES)),
+                   help="the dist cost model's constants: set by reasoning for a cluster "
+                   "(default) or fitted to Spark's times under a local[*] master (local)")
+
+
+def _check_dist_profile(args: argparse.Namespace) -> None:
+    """A one-line error for ``--dist-profile`` with another cost model than ``dist``."""
+    if args.dist_profile is not None and args.cost_model != "dist":
+        raise ReoptError(f"--dist-profile applies to --cost-model dist; this run uses "
+                         f"{args.cost_model}")
 
 
 def _spark_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -442,9 +462,11 @@ def run_main(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog, sf)
     query = load_query(args.query, catalog)
 
+    _check_dist_profile(args)
+
     def make_optimizer() -> Optimizer:
         return Optimizer(query, catalog, cost_model=args.cost_model, optimizer=args.optimizer,
-                         engine=args.engine)
+                         engine=args.engine, dist_profile=args.dist_profile)
 
     deltas = [str(d) for text in args.delta for d in parse_deltas(text)]
     if deltas:  # bad input fails before Spark starts

@@ -8,6 +8,7 @@ in ``tests/test_execute.py``.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -23,6 +24,7 @@ from reopt.costmodel import widths as W
 from reopt.costmodel.cardinality import Adjustments
 from reopt.costmodel.catalog import Catalog
 from reopt.costmodel.deltas import apply_deltas, parse_deltas
+from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.optimizers.incremental import BottomUpInc, TopDownInc
@@ -127,22 +129,27 @@ def test_cross_product_is_a_broadcast_nested_loop():
     assert math.isclose(step.cost, want, rel_tol=1e-12)
 
 
+PROFILE_NAMES = sorted(D.PROFILES)
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(qc=queries(2, 6), seed=st.integers(0, 2**31), steps=st.integers(0, 4))
-def test_optimizers_agree_with_exhaustive(qc, seed, steps):
+def test_optimizers_agree_with_exhaustive(profile, qc, seed, steps):
     q, cat = qc
-    m = cost_model("dist")
+    m = cost_model("dist", dist=profile)
     adj = Adjustments()
     for text in random_deltas(q, random.Random(seed), steps, m.operators):
         adj = apply_deltas(parse_deltas(text), q, cat, adj, m.operators)
     agree(PlanSpace(q, cat, m, adj))
 
 
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(qc=queries(2, 5), seed=st.integers(0, 2**31))
-def test_incremental_equals_from_scratch(qc, seed):
+def test_incremental_equals_from_scratch(profile, qc, seed):
     q, cat = qc
-    m = cost_model("dist")
+    m = cost_model("dist", dist=profile)
     rng = random.Random(seed)
     incs = [TopDownInc(PlanSpace(q, cat, m)), BottomUpInc(PlanSpace(q, cat, m))]
     for inc in incs:
@@ -156,13 +163,14 @@ def test_incremental_equals_from_scratch(qc, seed):
             assert math.isclose(got, want, rel_tol=1e-9), (type(inc).__name__, text)
 
 
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(qc=queries(2, 5))
-def test_declarative_equals_topdown(qc):
+def test_declarative_equals_topdown(profile, qc):
     q, cat = qc
-    want = topdown(PlanSpace(q, cat, cost_model("dist"))).cost
-    got = Optimizer(q, cat, cost_model="dist", optimizer="declarative",
-                    engine="python").optimize().cost
+    want = topdown(PlanSpace(q, cat, cost_model("dist", dist=profile))).cost
+    got = Optimizer(q, cat, cost_model="dist", optimizer="declarative", engine="python",
+                    dist_profile=profile).optimize().cost
     assert math.isclose(got, want, rel_tol=1e-9)
 
 
@@ -185,3 +193,85 @@ def test_q8join_at_sf1_broadcasts_nothing_above_the_limit():
     for n in broadcasts:
         right = n.children[1]
         assert right.rows * space.row_bytes(o.query.mask(right.relations)) <= D.BROADCAST_BYTES
+
+
+# -- profiles -----------------------------------------------------------------------------------
+def test_the_default_profile_is_the_module_constants():
+    # what every hand-computed cost above reads: asked for by name or not, the same numbers
+    want = (D.SCAN_ROW, D.SHUFFLE_ROW, D.BUILD_ROW, D.PROBE_ROW, D.OUT_ROW, D.PAIR,
+            D.OVERSIZE_ROW, D.BROADCAST_BYTES)
+    for m in (cost_model("dist"), cost_model("dist", dist="default")):
+        c = m.constants
+        assert (c.scan_row, c.shuffle_row, c.build_row, c.probe_row, c.out_row, c.pair,
+                c.oversize_row, c.broadcast_bytes) == want
+    a = Optimizer("tpch:q5", cost_model="dist", optimizer="topdown").optimize()
+    b = Optimizer("tpch:q5", cost_model="dist", optimizer="topdown",
+                  dist_profile="default").optimize()
+    assert a.cost == b.cost and a.plan.op == b.plan.op
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_a_profile_prices_a_join_as_its_formula_says(profile):
+    # f: 1e6 rows, d: 1e4 rows, out 1e7 rows (as test_small_side_is_broadcast): the three
+    # alternatives of the join worked by hand under the profile's constants
+    c = D.PROFILES[profile]
+    f, d, out = 1e6, 1e4, 1e7
+    alternatives = {
+        ("broadcast", "d"): c.build_row * d + c.probe_row * f + c.out_row * out,
+        ("broadcast", "f"): c.build_row * f + c.probe_row * d + c.out_row * out
+        + c.oversize_row * max(0.0, f - c.broadcast_bytes / 16),  # k: 8 bytes + 8 a row
+        ("shuffle", "f"): c.shuffle_row * (f + d) + c.out_row * out,
+        ("shuffle", "d"): c.shuffle_row * (f + d) + c.out_row * out}
+    step = Optimizer(SQL, catalog(f, d), cost_model="dist", optimizer="topdown",
+                     dist_profile=profile).optimize()
+    got = (step.plan.op, step.plan.children[1].relations[0])
+    assert math.isclose(step.cost, c.scan_row * (f + d) + min(alternatives.values()),
+                        rel_tol=1e-12)
+    assert math.isclose(step.cost - c.scan_row * (f + d), alternatives[got], rel_tol=1e-12)
+
+
+def test_the_local_profile_changes_costs_and_plans_only_through_its_constants():
+    # local broadcasts a 4e6-row side that default shuffles (test_two_large_sides_are_shuffled)
+    # exactly when its own formula says the broadcast is cheaper
+    c, n, fit = D.PROFILES["local"], 4e6, 655_360
+    out = n * n / 1000
+    shuffle = c.shuffle_row * 2 * n + c.out_row * out
+    bcast = (c.build_row * n + c.probe_row * n + c.out_row * out
+             + c.oversize_row * max(0.0, n - c.broadcast_bytes / 16))
+    assert c.broadcast_bytes / 16 == fit or c.broadcast_bytes != D.BROADCAST_BYTES
+    step = Optimizer(SQL, catalog(n, n), cost_model="dist", optimizer="topdown",
+                     dist_profile="local").optimize()
+    assert step.plan.op == ("broadcast" if bcast < shuffle else "shuffle")
+    assert math.isclose(step.cost, 2 * c.scan_row * n + min(bcast, shuffle), rel_tol=1e-12)
+
+
+def test_profile_errors_are_one_line(tmp_path, capsys):
+    from reopt.cli import main
+
+    with pytest.raises(ReoptError, match="unknown dist profile 'gpu'"):
+        cost_model("dist", dist="gpu")
+    with pytest.raises(ReoptError, match="dist cost model only"):
+        Optimizer("tpch:q3", cost_model="io", dist_profile="local")
+    with pytest.raises(ReoptError, match="rate cost model only"):
+        cost_model("dist", "rate", dist="local")
+    assert main(["optimize", "tpch:q3", "--cost-model", "dist", "--dist-profile", "gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--dist-profile" in err and "'gpu'" in err and "\n" not in err
+    for command in (["optimize", "tpch:q3", "--optimizer", "topdown"],
+                    ["run", "tpch:q3", "--data", str(tmp_path)],
+                    ["execute", "tpch:q3", "--data", str(tmp_path)]):
+        assert main([*command, "--dist-profile", "local"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--dist-profile applies to --cost-model dist" in err and "\n" not in err
+
+
+def test_cli_optimizes_under_the_profile(capsys):
+    from reopt.cli import main
+
+    for profile in PROFILE_NAMES:
+        assert main(["optimize", "tpch:q5", "--cost-model", "dist", "--dist-profile", profile,
+                     "--optimizer", "topdown", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        want = Optimizer("tpch:q5", cost_model="dist", optimizer="topdown",
+                         dist_profile=profile).optimize().cost
+        assert math.isclose(got["queries"][0]["initial"]["cost"], want, rel_tol=1e-12), got
