@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reopt.costmodel.errors import ReoptError
+from reopt.costmodel.profiles import pick
 from reopt.costmodel.space import ANY, Alt
 
 if TYPE_CHECKING:
@@ -66,8 +66,6 @@ OVERSIZE_ROW = 100.0
 """The penalty per row of a broadcast beyond :data:`BROADCAST_BYTES`: a hundred times a
 shuffled row, so an oversized broadcast loses to a shuffle unless the other side is far
 larger still."""
-
-
 
 
 @dataclass(frozen=True)
@@ -119,11 +117,7 @@ DEFAULT_PROFILE = "default"
 
 def dist_profile(name: str | None) -> DistConstants:
     """The profile ``name`` (None: :data:`DEFAULT_PROFILE`); a one-line error otherwise."""
-    try:
-        return PROFILES[DEFAULT_PROFILE if name is None else name]
-    except KeyError:
-        raise ReoptError(f"unknown dist profile '{name}' (choose from "
-                         f"{', '.join(PROFILES)})") from None
+    return pick(PROFILES, DEFAULT_PROFILE, name, "dist")
 
 
 class DistModel:

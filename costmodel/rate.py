@@ -68,6 +68,7 @@ import numpy as np
 
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.numeric import MAX_ROWS, parse_number
+from reopt.costmodel.profiles import pick
 from reopt.costmodel.space import ANY, Alt
 
 if TYPE_CHECKING:
@@ -153,11 +154,7 @@ DEFAULT_PROFILE = "spark"
 
 def rate_profile(name: str | None) -> RateConstants:
     """The profile ``name`` (None: :data:`DEFAULT_PROFILE`); a one-line error otherwise."""
-    try:
-        return PROFILES[DEFAULT_PROFILE if name is None else name]
-    except KeyError:
-        raise ReoptError(f"unknown rate profile '{name}' (choose from "
-                         f"{', '.join(PROFILES)})") from None
+    return pick(PROFILES, DEFAULT_PROFILE, name, "rate")
 
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(24)
