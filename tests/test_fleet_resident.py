@@ -224,3 +224,47 @@ def test_a_full_cache_keeps_what_fits_and_evicts_other_fleets_first():
     r.keep("g", 2, "b", "two", 4)
     assert r.take("g", 2, "a") is None  # another stamp: dropped, not handed out
     assert r.take("g", 2, "b") is None and r.size == 0
+
+
+@pytest.mark.parametrize("resident", [0, 1])
+def test_a_task_holds_no_optimizer_it_cannot_keep(workers, monkeypatch, resident):
+    """A task drops each optimizer that cannot be kept resident as soon as its row is made:
+    with no room (0 bytes: nothing resident; 1 byte: no state fits) at most two optimizers
+    are alive at a time (the loop's last one and the one just made) in the initial round and
+    in an update round, however many queries the task's partition holds (it used to hold all
+    of them until the batch was built: an `io` fleet of 10,000 queries ran a worker out of
+    memory)."""
+    import weakref
+
+    alive: set[int] = set()
+    most = [0]
+    made = {"initial": fleetmod.initial, "advance": fleetmod.advance}
+
+    def watched(name: str):
+        def run(*args: Any, **kwargs: Any) -> Any:
+            blob, out, opt = made[name](*args, **kwargs)
+            if opt is not None:
+                alive.add(id(opt))
+                weakref.finalize(opt, alive.discard, id(opt))
+                most[0] = max(most[0], len(alive))
+            return blob, out, opt
+        return run
+
+    monkeypatch.setattr(fleetmod, "initial", watched("initial"))
+    monkeypatch.setattr(fleetmod, "advance", watched("advance"))
+    qs = queries()
+    src = pa.RecordBatch.from_pylist(
+        [{"q": i, "name": fq.name, "sql": fq.sql, "catalog": json.dumps(fq.catalog),
+          "deltas": [], "seed": None} for i, fq in enumerate(qs)],
+        schema=pa.schema([("q", pa.int64()), ("name", pa.string()), ("sql", pa.string()),
+                          ("catalog", pa.string()), ("deltas", pa.list_(pa.string())),
+                          ("seed", pa.binary())]))
+    rows = [r for b in fleetmod._initial_task(iter([src]), OPTS, FLEET, "s0", resident)
+            for r in b.to_pylist()]
+    assert len(rows) == len(qs) > 1 and all(r["error"] is None for r in rows)
+    batch = pa.RecordBatch.from_pylist(rows, schema=fleetmod._arrow_schema())
+    out = [r for b in fleetmod._update_task(iter([batch]), Broadcast(step_deltas(0)), FLEET,
+                                            "s1", resident) for r in b.to_pylist()]
+    assert len(out) == len(qs) and not any(r["resident"] for r in out)
+    assert most[0] <= 2 < len(qs)
+    assert not workers[0].fleets.get(FLEET)
