@@ -45,7 +45,7 @@ def step_deltas(k: int) -> dict[str, list[str]]:
     return {w.name: [d.strip() for d in w.deltas[k].split(";")] for w in WORKLOAD}
 
 
-def initial_rows(stamp: str) -> list[dict[str, Any]]:
+def initial_rows(stamp: str, resident: int = RESIDENT_BYTES) -> list[dict[str, Any]]:
     qs = queries()
     src = pa.RecordBatch.from_pylist(
         [{"q": i, "name": fq.name, "sql": fq.sql, "catalog": json.dumps(fq.catalog),
@@ -53,7 +53,7 @@ def initial_rows(stamp: str) -> list[dict[str, Any]]:
         schema=pa.schema([("q", pa.int64()), ("name", pa.string()), ("sql", pa.string()),
                           ("catalog", pa.string()), ("deltas", pa.list_(pa.string())),
                           ("seed", pa.binary())]))
-    out = list(fleetmod._initial_task(iter([src]), OPTS, FLEET, stamp, RESIDENT_BYTES))
+    out = list(fleetmod._initial_task(iter([src]), OPTS, FLEET, stamp, resident))
     return [r for b in out for r in b.to_pylist()]
 
 
@@ -253,18 +253,9 @@ def test_a_task_holds_no_optimizer_it_cannot_keep(workers, monkeypatch, resident
     monkeypatch.setattr(fleetmod, "initial", watched("initial"))
     monkeypatch.setattr(fleetmod, "advance", watched("advance"))
     qs = queries()
-    src = pa.RecordBatch.from_pylist(
-        [{"q": i, "name": fq.name, "sql": fq.sql, "catalog": json.dumps(fq.catalog),
-          "deltas": [], "seed": None} for i, fq in enumerate(qs)],
-        schema=pa.schema([("q", pa.int64()), ("name", pa.string()), ("sql", pa.string()),
-                          ("catalog", pa.string()), ("deltas", pa.list_(pa.string())),
-                          ("seed", pa.binary())]))
-    rows = [r for b in fleetmod._initial_task(iter([src]), OPTS, FLEET, "s0", resident)
-            for r in b.to_pylist()]
+    rows = initial_rows("s0", resident)
     assert len(rows) == len(qs) > 1 and all(r["error"] is None for r in rows)
-    batch = pa.RecordBatch.from_pylist(rows, schema=fleetmod._arrow_schema())
-    out = [r for b in fleetmod._update_task(iter([batch]), Broadcast(step_deltas(0)), FLEET,
-                                            "s1", resident) for r in b.to_pylist()]
+    out = task(rows, step_deltas(0), "s1", resident=resident)
     assert len(out) == len(qs) and not any(r["resident"] for r in out)
     assert most[0] <= 2 < len(qs)
     assert not workers[0].fleets.get(FLEET)
