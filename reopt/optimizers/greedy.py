@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
+from reopt.costmodel.joingraph import bits
 from reopt.costmodel.space import ANY, Alt, PlanSpace
 from reopt.optimizers.base import Result, without_gc
 from reopt.plan import build_plan
@@ -72,7 +73,7 @@ def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
     # (connectedness is symmetric: some relation of b is a neighbor of a, or not; each
     # relation's neighbors read once and its later neighbors picked off their bits: no pass
     # over all n² / 2 pairs of a sparse graph)
-    heap = [key(a, b) for a in plans for b in _bits(neighbors(a) & ~(2 * a - 1))]
+    heap = [key(a, 1 << j) for a in plans for j in bits(neighbors(a) & ~(2 * a - 1))]
     heapq.heapify(heap)
     alive = set(plans)
     joins: list[tuple[int, int]] = []
@@ -92,16 +93,6 @@ def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
         alive.add(a | b)
         joins.append((a, b))
     return joins
-
-
-def _bits(mask: int) -> list[int]:
-    """The single bits of ``mask``, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low)
-        mask ^= low
-    return out
 
 
 class Greedy:
