@@ -241,11 +241,8 @@ def optimize_main(args: argparse.Namespace) -> int:
         raise ReoptError("--master applies to the spark engine of the declarative optimizer; "
                          "nothing in this run uses Spark")
     _declarative_only(args, names)
-    for flag, value in (("--objective", args.objective), ("--rate-profile", args.rate_profile)):
-        if value is not None and args.cost_model != "rate":
-            raise ReoptError(f"{flag} applies to --cost-model rate; this run uses "
-                             f"{args.cost_model}")
-    _check_dist_profile(args)
+    _model_options(args, "rate", "--objective", "--rate-profile")
+    _model_options(args, "dist", "--dist-profile")
     args.pruning = args.pruning or "all"
     queries = [load_query(q, catalog) for q in args.queries]
     steps = [parse_deltas(d) for d in args.delta]
@@ -365,7 +362,7 @@ def execute_main(args: argparse.Namespace) -> int:
                          "row counts")
     sf = args.sf if args.sf is not None else _data_scale_factor(args.data)
     catalog = load_catalog(args.catalog, sf)
-    _check_dist_profile(args)
+    _model_options(args, "dist", "--dist-profile")
     o = Optimizer(load_query(args.query, catalog), catalog, cost_model=args.cost_model,
                   optimizer=args.optimizer, engine=args.engine, dist_profile=args.dist_profile)
     steps = [parse_deltas(d) for d in args.delta]
@@ -416,11 +413,13 @@ def _dist_profile_argument(p: argparse.ArgumentParser) -> None:
                    "(default) or fitted to Spark's times under a local[*] master (local)")
 
 
-def _check_dist_profile(args: argparse.Namespace) -> None:
-    """A one-line error for ``--dist-profile`` with another cost model than ``dist``."""
-    if args.dist_profile is not None and args.cost_model != "dist":
-        raise ReoptError(f"--dist-profile applies to --cost-model dist; this run uses "
-                         f"{args.cost_model}")
+def _model_options(args: argparse.Namespace, model: str, *flags: str) -> None:
+    """A one-line error for any of ``flags`` given with another cost model than ``model``
+    (they set that model's constants or objective)."""
+    for flag in flags:
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.cost_model != model:
+            raise ReoptError(f"{flag} applies to --cost-model {model}; this run uses "
+                             f"{args.cost_model}")
 
 
 def _spark_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -462,7 +461,7 @@ def run_main(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog, sf)
     query = load_query(args.query, catalog)
 
-    _check_dist_profile(args)
+    _model_options(args, "dist", "--dist-profile")
 
     def make_optimizer() -> Optimizer:
         return Optimizer(query, catalog, cost_model=args.cost_model, optimizer=args.optimizer,
