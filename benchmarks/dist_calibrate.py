@@ -39,7 +39,8 @@ Two fits, as ``benchmarks/rate_calibrate.py`` does:
   of a profile is the time of the plan it prices cheapest (under the observed rows) over the
   least time of any plan run there; the ratios of ``built``, ``probed``, ``out`` and
   ``oversize`` to ``shuffled`` are chosen on a grid for the least geometric-mean regret (ties:
-  the point nearest the ``default`` profile, in log ratios).
+  the highest mean Spearman correlation of price with time, then the point nearest the
+  ``default`` profile, in log ratios).
 
 Prints both fits' constants beside the ``default`` profile's, each profile's regret per query
 and range, and the Spearman rank correlation of its priced cost with the time, per query and
@@ -270,10 +271,11 @@ def regret(records: list[dict], c: DistConstants, kind: str) -> dict[tuple, floa
 def ranks(xs: list[float]) -> np.ndarray:
     """Ranks of ``xs`` (0 first), ties given their mean rank."""
     xs_ = np.asarray(xs, dtype=float)
+    order = np.argsort(np.argsort(xs_, kind="stable"))
     out = np.empty(len(xs_))
     for v in np.unique(xs_):
         at = xs_ == v
-        out[at] = np.mean(np.argsort(np.argsort(xs_, kind="stable"))[at])
+        out[at] = order[at].mean()
     return out
 
 
