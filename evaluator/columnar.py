@@ -183,19 +183,16 @@ class Yields:
         self._last: dict[frozenset[str], float] = {}
         self._started: tuple[frozenset[str], int] | None = None
 
-    def expected(self, delta: Mapping[str, Any]) -> float:
+    def expected(self, delta: Mapping[str, Any], size: int) -> float:
         """What the iteration ``delta`` starts is expected to derive (0 if no iteration began
-        from a delta of its relations yet); ``delta`` is taken as started."""
+        from a delta of its relations yet). ``delta`` holds ``size`` tuples, which are also
+        what the last started iteration derived; ``delta`` is then taken as started."""
+        if self._started is not None:
+            preds, before = self._started
+            self._last[preds] = size / before
         preds = frozenset(p for p, d in delta.items() if len(d))
-        size = sum(len(d) for d in delta.values())
         self._started = (preds, size)
         return size * self._last.get(preds, 0.0)
-
-    def derived(self, new: int) -> None:
-        """The last started iteration derived ``new`` tuples."""
-        if self._started is not None:
-            preds, size = self._started
-            self._last[preds] = new / size
 
 
 def resume(engine: PythonEngine, stratum: Stratum, delta: Mapping[str, Any],

@@ -648,8 +648,7 @@ class PythonEngine:
             if not stratum.recursive or not any(delta.values()):
                 return
             new = sum(len(d) for d in delta.values())
-            yields.derived(new)
-            if columnar.takes_over(self, stratum, before, yields.expected(delta)):
+            if columnar.takes_over(self, stratum, before, yields.expected(delta, new)):
                 # grown large, or about to: on frames from here
                 columnar.resume(self, stratum, delta, fresh)
                 return
