@@ -38,25 +38,25 @@ def measure(n: int, model: str) -> dict[str, float]:
     took = dict.fromkeys(PHASES, 0.0)
     stored = 0
 
-    def timed(phase: str, work: Any) -> Any:
+    def timed(phase: str, work: Any, *args: Any) -> Any:
         t0 = time.process_time()
-        out = work()
+        out = work(*args)
         took[phase] += time.process_time() - t0
         return out
 
     for w in generate(19, n, min_relations=4, max_relations=12):
         deltas = [d.strip() for d in w.deltas[0].split(";")]
         with paused_gc(collect_young=True):
-            opt = timed("scratch", lambda: _optimizer(FleetQuery(w.name, w.sql, w.catalog), opts))
+            opt = timed("scratch", _optimizer, FleetQuery(w.name, w.sql, w.catalog), opts)
             timed("scratch", opt.optimize)
-            blob = timed("dump", lambda: _dump(opt))
+            blob = timed("dump", _dump, opt)
         stored += len(blob)
         with paused_gc(collect_young=True):
-            loaded = timed("load", lambda: _load(blob))
-            timed("update", lambda: loaded.update(deltas))
-            timed("again", lambda: _dump(loaded))
+            loaded = timed("load", _load, blob)
+            timed("update", loaded.update, deltas)
+            timed("again", _dump, loaded)
         with paused_gc(collect_young=True):
-            timed("resident", lambda: opt.update(deltas))
+            timed("resident", opt.update, deltas)
     return {**took, "stored": float(stored)}
 
 
