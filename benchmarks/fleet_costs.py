@@ -18,10 +18,10 @@ update alone): the fleet's rounds cannot beat the last, whatever their storage.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
+from harness import markdown_table, parser, script
 from workload import generate
 
 from reopt.cliargs import positive_int
@@ -60,30 +60,31 @@ def measure(n: int, model: str) -> dict[str, float]:
     return {**took, "stored": float(stored)}
 
 
-def row(n: int, model: str, t: dict[str, float]) -> str:
+HEADER = ("model", "N", "optimize from scratch s", "dump s", "load s", "update (loaded) s",
+          "dump again s", "update (resident) s", "stored MB",
+          "scratch / update round, none resident", "all resident", "no state stored")
+
+
+def row(n: int, model: str, t: dict[str, float]) -> list[str]:
+    """The table's row: the sums, and the speed-ups of an update round over a round from
+    scratch they allow (module doc)."""
     scratch_round = t["scratch"] + t["dump"]
     cold = scratch_round / (t["load"] + t["update"] + t["again"])
     warm = scratch_round / (t["resident"] + t["again"])
     bare = t["scratch"] / t["resident"]
-    cells = [model, f"{n:,}"] + [f"{t[p]:.2f}" for p in PHASES]
-    cells += [f"{t['stored'] / 1e6:.1f}", f"{cold:.2f}×", f"{warm:.2f}×", f"{bare:.2f}×"]
-    return "| " + " | ".join(cells) + " |"
+    return [model, f"{n:,}", *(f"{t[p]:.2f}" for p in PHASES), f"{t['stored'] / 1e6:.1f}",
+            f"{cold:.2f}×", f"{warm:.2f}×", f"{bare:.2f}×"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/fleet_costs.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, "benchmarks/fleet_costs.py")
     p.add_argument("--n", type=positive_int, default=200, help="queries (default 200)")
     p.add_argument("--models", default="io,cout")
     args = p.parse_args(argv)
-    print("| model | N | optimize from scratch s | dump s | load s | update (loaded) s | "
-          "dump again s | update (resident) s | stored MB | scratch / update round, "
-          "none resident | all resident | no state stored |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for model in args.models.split(","):
-        print(row(args.n, model, measure(args.n, model)), flush=True)
+    rows = [row(args.n, model, measure(args.n, model)) for model in args.models.split(",")]
+    print("\n".join(markdown_table(HEADER, rows)))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(script(main))
