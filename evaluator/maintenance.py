@@ -726,7 +726,8 @@ class MaintainedEngine(PythonEngine):
         """During such a revival: per aggregate, the groups to recompute at its end."""
         self._kept_sources: dict[str, dict[tuple, Bucket]] | None = None
         """During a from-scratch revival: per suppressed source relation, the only
-        tuples of it that can be live (:meth:`_suppression_keeps`); else None."""
+        tuples of it that can be live, each with the suppressing relation's tuples keeping
+        it (:meth:`_suppression_keeps`); else None."""
         self._candidate_indexes: dict[tuple[str, tuple[int, ...]], dict[tuple, list]] = {}
         """During a from-scratch revival: the candidates of a relation by columns
         (:meth:`_candidates`)."""
