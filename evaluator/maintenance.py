@@ -90,7 +90,15 @@ from reopt.evaluator.compiler import (
 from reopt.evaluator.features import ASCENDING, Features, aggregate_input
 from reopt.evaluator.frames import Frame, concat, group_best, lookup
 from reopt.evaluator.later import LaterStrata, key_variant, watch, watched
-from reopt.evaluator.python_engine import PythonEngine, Relation, Relations, RunStats, key_of
+from reopt.evaluator.python_engine import (
+    Bucket,
+    PythonEngine,
+    Relation,
+    Relations,
+    RunStats,
+    index_rows,
+    key_of,
+)
 from reopt.evaluator.sourcerows import SourceRows
 
 BATCH_RANKS_FROM = 64
@@ -575,6 +583,32 @@ def _revival_reads_aggregates(compiled: CompiledProgram, shape: Layers) -> bool:
                for atoms in rules for src, _ in atoms)
 
 
+def _support_tests(compiled: CompiledProgram, shape: Layers, head: str
+                   ) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The embedded sources a complete-layer tuple of ``head`` needs live to be live (all
+    sources of any one list): one list per distinct list among ``head``'s rules — or, when
+    every rule of ``head`` embeds its sources and the lists differ only in facts (relations
+    no rule derives, outside the layer: both layers hold them whole, and no update changes
+    them), the one list of the sources they all share.
+
+    Exact for tuples of the complete layer, which are all revival tests: such a tuple was
+    derived by one of the rules, whose facts held then and hold still, so "some list's
+    sources all live" is "the shared ones live, and some list's facts there", and that
+    rule's are. The rules deriving ``SearchSpace`` are of this kind (each embeds ``Goal``
+    and one method fact: ``JoinMethod``, ``ScanMethod``, …): a candidate is tested once,
+    against the live ``Goal``, instead of against each rule's pair until one holds (about
+    1,300 candidates, two to eight tests each, in an 18-relation query's revival)."""
+    lists = list(dict.fromkeys(tuple(atoms) for atoms in shape.embedded[head]))
+    shared = tuple(a for a in lists[0] if all(a in atoms for atoms in lists[1:]))
+    derived = {r.head.pred for r in compiled.rules}
+    facts = {p for p in compiled.facts if p not in derived and p not in shape.layer}
+    every_rule = len(shape.embedded[head]) == sum(r.head.pred == head for r in compiled.rules)
+    if len(lists) > 1 and every_rule and all(
+            src in facts for atoms in lists for src, cols in atoms if (src, cols) not in shared):
+        return [shared]
+    return lists
+
+
 @dataclass(frozen=True)
 class EngineReading:
     """What a :class:`MaintainedEngine` reads off its compiled program: the same for every
@@ -629,8 +663,8 @@ class EngineReading:
         complete = replace(shape.complete_program, features=replace(
             shape.complete_program.features, bound=dict(f.bound) if bounded else {}))
         embedded = {head: [[(s, key_of(c)) for s, c in atoms]
-                           for atoms in dict.fromkeys(tuple(atoms) for atoms in rules)]
-                    for head, rules in shape.embedded.items()}
+                           for atoms in _support_tests(compiled, shape, head)]
+                    for head in shape.embedded}
         embeds_of: dict[str, list[tuple[int, ...]]] = {}
         for pred, _, v in plan.sources:
             if v.embeds is not None and v.embeds not in embeds_of.get(pred, []):
@@ -690,9 +724,10 @@ class MaintainedEngine(PythonEngine):
         self._regroup_after = reading.regroup_after
         self._touched: dict[str, set[tuple]] | None = None
         """During such a revival: per aggregate, the groups to recompute at its end."""
-        self._kept_sources: dict[str, set[tuple]] | None = None
+        self._kept_sources: dict[str, dict[tuple, Bucket]] | None = None
         """During a from-scratch revival: per suppressed source relation, the only
-        tuples of it that can be live (:meth:`_suppression_keeps`); else None."""
+        tuples of it that can be live, each with the suppressing relation's tuples keeping
+        it (:meth:`_suppression_keeps`); else None."""
         self._candidate_indexes: dict[tuple[str, tuple[int, ...]], dict[tuple, list]] = {}
         """During a from-scratch revival: the candidates of a relation by columns
         (:meth:`_candidates`)."""
@@ -866,7 +901,10 @@ class MaintainedEngine(PythonEngine):
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
             work: deque[tuple[str, Iterable[tuple]]] = deque()
-            self._kept_sources = self._suppression_keeps()
+            self._kept_sources = keeps = self._suppression_keeps()
+            # (the suppressing relation's candidates by source tuple: the same index)
+            self._candidate_indexes = {(self._suppressing[s], self._suppressed_key[s]): by
+                                       for s, by in (keeps or {}).items()}
             try:
                 for p in self._seeds:
                     self._spread(p, list(self.full[p].rows), work)
@@ -1942,10 +1980,14 @@ class MaintainedEngine(PythonEngine):
         return [r for r in rows
                 if any(all(key(r) in full[src].rows for src, key in atoms) for atoms in rules)]
 
-    def _suppression_keeps(self) -> dict[str, set[tuple]] | None:
+    def _suppression_keeps(self) -> dict[str, dict[tuple, Bucket]] | None:
         """For a revival from scratch: per suppressed source relation, its tuples that the
         complete layer's suppressing relation keeps (a tuple of it whose leading columns they
-        are, within the bounds) — the only ones :meth:`_supported` can let in. Taken from the
+        are, within the bounds) — the only ones :meth:`_supported` can let in —, each with
+        those tuples of the suppressing relation: the candidates revival looks up when the
+        source tuple becomes live (:meth:`_candidates`; those above their bounds, which
+        :meth:`_supported` drops, are left out: one pass over the suppressing relation's
+        tuples and one bound test each instead of two). Taken from the
         suppressing side (on large-clique-17: 7,652 ``PlanCost`` tuples instead of the 53,534
         ``SearchSpace`` candidates of the live ``Goal`` tuples looked up, built and probed).
         They are tuples of the complete source relation because every rule of the suppressing
@@ -1963,8 +2005,9 @@ class MaintainedEngine(PythonEngine):
                     or len(rules) != self._rules_of.get(pruned)
                     or not all((source, lead) in atoms for atoms in rules)):
                 return None
-            width = len(lead)
-            out[source] = {r[:width] for r in self._within(pruned, self.complete[pruned].rows)}
+            out[source] = by_source = {}
+            index_rows(key_of(lead), by_source,
+                       self._within(pruned, self.complete[pruned].rows))
         return out
 
     def _candidates(self, pred: str, cols: tuple[int, ...], keys: list[tuple]) -> list[tuple]:
@@ -1984,9 +2027,7 @@ class MaintainedEngine(PythonEngine):
             else:
                 return self._complete_rows(pred, cols, keys)
             idx = self._candidate_indexes[(pred, cols)] = {}
-            get = key_of(cols)
-            for t in rows:
-                idx.setdefault(get(t), []).append(t)
+            index_rows(key_of(cols), idx, rows)  # (keys read in C; no list made per tuple)
         return [t for k in keys for t in idx.get(k, ())]
 
     def _complete_rows(self, pred: str, cols: tuple[int, ...], keys: list[tuple]

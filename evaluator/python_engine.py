@@ -145,7 +145,7 @@ class Relation:
             idx = self._grouped(cols, key)
             if idx is None:
                 idx = {}
-                _insert(key, idx, self.rows)
+                index_rows(key, idx, self.rows)
             self._indexes[cols] = idx
             self._keyed.append((key, idx))
         return idx
@@ -241,7 +241,7 @@ class Relation:
                 for r in new:
                     self.journal.setdefault(r, False)
             for get, idx in self._keyed:
-                _insert(get, idx, new)
+                index_rows(get, idx, new)
         return new
 
 
@@ -286,9 +286,10 @@ class _Unbuilt(Relation):
         return self.__reduce_ex__(protocol)
 
 
-def _insert(get: Callable[[tuple], tuple], idx: dict[tuple, Bucket],
-            rows: Iterable[tuple]) -> None:
-    """Enter ``rows`` (new to the relation) in the index ``idx``."""
+def index_rows(get: Callable[[tuple], tuple], idx: dict[tuple, Bucket],
+               rows: Iterable[tuple]) -> None:
+    """Enter ``rows`` (none of them in it yet) in the index ``idx``, each under its key
+    ``get`` reads (a relation's index, or one a caller builds for itself)."""
     if not isinstance(rows, (list, tuple, set, frozenset)):
         rows = list(rows)  # (iterated twice, in step, below)
     for key, r in zip(map(get, rows), rows, strict=True):  # keys read in C, not per row here

@@ -24,7 +24,12 @@ from reopt.costmodel.errors import DeltaError, ReoptError
 from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator.driver import PRUNING_MODES, load_program
-from reopt.evaluator.maintenance import _revival_reads_aggregates, layers, maintenance_plan
+from reopt.evaluator.maintenance import (
+    _revival_reads_aggregates,
+    _support_tests,
+    layers,
+    maintenance_plan,
+)
 from reopt.evaluator.python_engine import PythonEngine, Relation
 from reopt.incremental.session import Session
 from reopt.optimizers.bottomup import bottomup
@@ -499,6 +504,28 @@ def test_revival_reads_no_aggregate_of_the_shipped_program():
         embedding = replace(shape, embedded={**shape.embedded,
                                              "PlanCost": [[("BestCost", (0, 1, 2, 3))]]})
         assert _revival_reads_aggregates(program, embedding)
+
+
+def test_revival_tests_only_the_sources_that_rules_differing_in_facts_share():
+    """A relation whose rules differ only in the facts they embed (SearchSpace: Goal and one
+    method fact each) is tested against the sources they share; not when they differ in a
+    derived relation, nor when some rule of it embeds nothing (its tuples may come from
+    that rule alone, whose facts revival cannot vouch for)."""
+    goal, space = ("Goal", (0, 1, 2)), ("SearchSpace", tuple(range(10)))
+    for mode in ("all", "aggsel+refcount"):
+        program = PROGRAMS[mode]
+        shape = layers(program, maintenance_plan(program))
+        assert len(shape.embedded["SearchSpace"]) == 4
+        assert _support_tests(program, shape, "SearchSpace") == [(goal,)]
+        assert _support_tests(program, shape, "PlanCost") == [(space,)]
+        lists = [list(atoms) for atoms in shape.embedded["SearchSpace"]]
+        derived = [lists[0], lists[1], lists[2], [goal, ("BestCost", (0, 1, 2, 3))]]
+        assert _support_tests(program, replace(shape, embedded={
+            **shape.embedded, "SearchSpace": derived}), "SearchSpace") == [
+            tuple(atoms) for atoms in derived]
+        three = replace(shape, embedded={**shape.embedded, "SearchSpace": lists[:3]})
+        assert _support_tests(program, three, "SearchSpace") == [
+            tuple(atoms) for atoms in lists[:3]]
 
 
 @pytest.mark.parametrize("mode", ["all", "aggsel+refcount"])
