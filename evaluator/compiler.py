@@ -200,7 +200,8 @@ class CompiledProgram:
     """Aggregate relation → (position of the aggregated column, min|max): the value is the
     aggregate over the union of all its rules' bodies."""
     compile_seconds: float = 0.0
-    """Wall time of reading, parsing and compiling the rule files (set by the driver)."""
+    """Wall time of reading, parsing and compiling the rule files (set by the driver; rules
+    compiled before in the process are read and found compiled: :func:`.driver.load_program`)."""
     budget: Budget = field(default_factory=Budget)
     """The iterations and tuples an evaluation may take before it is stopped as having no
     fixpoint (set by the driver from ``--max-tuples``/``--max-iterations``)."""
