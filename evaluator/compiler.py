@@ -219,7 +219,9 @@ class CompiledProgram:
     derived: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)
     """Structures read off this very program object (:meth:`memoized`): not copied by
-    ``dataclasses.replace`` (a new program gets its own), not pickled."""
+    ``dataclasses.replace`` (a new program gets its own), not pickled; shared only by the
+    equal programs :func:`~reopt.evaluator.driver.load_program` hands out for the same
+    rules (change a program's fields through ``replace``, never in place)."""
 
     def memoized(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, once per program object and ``key``: what the maintained engines read

@@ -69,6 +69,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -712,6 +713,8 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
+        self._cap_reads: dict[str, tuple] = {}
+        """Per relation pruned by a ``.bound``, how :meth:`_within` reads its bounds."""
         self._unframed: set[int] = set()
         """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
@@ -922,13 +925,24 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps.get(pred)
         if not caps:
             return list(rows)
-        sel = self.live_program.features.aggsel[pred]
-        width, val = len(next(iter(caps))), sel.value
-        if width == 1:  # (one bound column, the query's: its value read, no key built)
-            col, get = sel.key[0], {k[0]: c for k, c in caps.items()}.get
-            return [r for r in rows if (c := get(r[col])) is None or not r[val] > c]
-        lead, get = key_of(tuple(sel.key[:width])), caps.get  # (one tuple per row, fast)
+        read = self._cap_reads.get(pred)
+        if read is None or read[0] is not caps:
+            read = self._cap_reads[pred] = self._cap_read(pred, caps)
+        _, lead, get, val = read
         return [r for r in rows if (c := get(lead(r))) is None or not r[val] > c]
+
+    def _cap_read(self, pred: str, caps: dict[tuple, Any]
+                  ) -> tuple[dict[tuple, Any], Callable[[tuple], Any], Callable[[Any], Any], int]:
+        """How :meth:`_within` reads ``pred``'s bounds ``caps``: (``caps``, the function
+        reading a tuple's bound key, the lookup of a key's bound, the bounded column). Made
+        once per bounds object (an update replaces the bounds, never changes them in place),
+        not once per call (a one-delta update asks about a hundred times)."""
+        sel = self.live_program.features.aggsel[pred]
+        width = len(next(iter(caps)))
+        if width == 1:  # (one bound column, the query's: its value read, no key built)
+            return caps, itemgetter(sel.key[0]), {k[0]: c for k, c in caps.items()}.get, \
+                sel.value
+        return caps, key_of(tuple(sel.key[:width])), caps.get, sel.value
 
     def _reject_above_bounds(self) -> None:
         """Delete the selected tuples that exceed their bound (see :meth:`_within`)."""
