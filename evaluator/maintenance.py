@@ -716,6 +716,9 @@ class MaintainedEngine(PythonEngine):
         self._cap_reads: dict[str, tuple] = {}
         """Per relation pruned by a ``.bound``, how :meth:`_within` reads its bounds."""
         self._unframed: set[int] = set()
+        self._how = "auto"
+        """During a re-derivation: ``REOPT_COLUMNAR`` (:func:`~.columnar.mode`), read at its
+        start (:meth:`_rederive_stale`) rather than at each variant run (:func:`_bulk`)."""
         """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
         self.later = LaterStrata(compiled, self.plan.stratum + 1,
@@ -1191,6 +1194,7 @@ class MaintainedEngine(PythonEngine):
         are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
+        self._how = columnar.mode()  # (read once, not at each of a rank's variant runs)
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
             {} if plan.reach and self._sel is not None and self.bounded else None)
         if partial is None:
@@ -1486,7 +1490,7 @@ class MaintainedEngine(PythonEngine):
         cost, give its candidates once), an unbounded one's tuple by tuple, as its Spark
         twin counts."""
         size = len(delta) + (len(picked[1]) if picked is not None else 0)
-        if size and id(v) not in self._unframed and _bulk(size):
+        if size and id(v) not in self._unframed and _bulk(size, self._how):
             types = self.program.schemas[source]
             frame = delta.frame(types)
             if picked is not None:
@@ -2074,9 +2078,9 @@ class MaintainedEngine(PythonEngine):
         return {k for k in keys if k in idx}
 
 
-def _bulk(size: int) -> bool:
-    """Whether a variant re-deriving ``size`` source tuples runs on frames (:data:`BULK_FROM`)."""
-    how = columnar.mode()
+def _bulk(size: int, how: str) -> bool:
+    """Whether a variant re-deriving ``size`` source tuples runs on frames (:data:`BULK_FROM`)
+    under ``REOPT_COLUMNAR`` = ``how`` (:func:`~.columnar.mode`)."""
     return how == "always" or (how == "auto" and size >= BULK_FROM)
 
 
