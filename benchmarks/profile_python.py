@@ -55,10 +55,10 @@ def timed_builtins(spent: dict[str, float]) -> Any:
                 spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         return timed
 
-    program.builtins = {n: dataclasses.replace(b, fn=wrap(n, b.fn),
-                                               one=b.one and wrap(n, b.one))
-                        for n, b in program.builtins.items()}
-    return program
+    # (a program of its own: replace() gives it its own structures, not the loaded rules')
+    return dataclasses.replace(program, builtins={
+        n: dataclasses.replace(b, fn=wrap(n, b.fn), one=b.one and wrap(n, b.one))
+        for n, b in program.builtins.items()})
 
 
 def split(query: str, repeat: int) -> dict[str, float]:

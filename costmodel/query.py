@@ -199,13 +199,22 @@ class Query:
         return m
 
     def aliases_of(self, mask: int) -> tuple[str, ...]:
-        """The aliases of the relations in ``mask``, in FROM order."""
-        aliases, out = self.aliases, []
-        while mask:
-            low = mask & -mask
-            out.append(aliases[low.bit_length() - 1])
-            mask ^= low
-        return tuple(out)
+        """The aliases of the relations in ``mask``, in FROM order (made once per mask: a plan
+        tree reads them for every node, after every update)."""
+        hit = self._aliases_by_mask.get(mask)
+        if hit is None:
+            aliases, out, rest = self.aliases, [], mask
+            while rest:
+                low = rest & -rest
+                out.append(aliases[low.bit_length() - 1])
+                rest ^= low
+            hit = self._aliases_by_mask[mask] = tuple(out)
+        return hit
+
+    @cached_property
+    def _aliases_by_mask(self) -> dict[int, tuple[str, ...]]:
+        """:meth:`aliases_of`'s answers so far."""
+        return {}
 
     def table_of(self, alias: str) -> str:
         return self.relations[self._positions[alias]].table

@@ -200,7 +200,8 @@ class CompiledProgram:
     """Aggregate relation → (position of the aggregated column, min|max): the value is the
     aggregate over the union of all its rules' bodies."""
     compile_seconds: float = 0.0
-    """Wall time of reading, parsing and compiling the rule files (set by the driver)."""
+    """Wall time of reading, parsing and compiling the rule files (set by the driver; rules
+    compiled before in the process are read and found compiled: :func:`.driver.load_program`)."""
     budget: Budget = field(default_factory=Budget)
     """The iterations and tuples an evaluation may take before it is stopped as having no
     fixpoint (set by the driver from ``--max-tuples``/``--max-iterations``)."""
@@ -218,7 +219,9 @@ class CompiledProgram:
     derived: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)
     """Structures read off this very program object (:meth:`memoized`): not copied by
-    ``dataclasses.replace`` (a new program gets its own), not pickled."""
+    ``dataclasses.replace`` (a new program gets its own), not pickled; shared only by the
+    equal programs :func:`~reopt.evaluator.driver.load_program` hands out for the same
+    rules (change a program's fields through ``replace``, never in place)."""
 
     def memoized(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, once per program object and ``key``: what the maintained engines read

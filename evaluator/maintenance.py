@@ -69,6 +69,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -747,7 +748,12 @@ class MaintainedEngine(PythonEngine):
         then kept) answers faster."""
         self._caps: dict[str, dict[tuple, Any]] = {}
         """Per relation pruned by a ``.bound``, its bounds (:meth:`_bound_caps`)."""
+        self._cap_reads: dict[str, tuple] = {}
+        """Per relation pruned by a ``.bound``, how :meth:`_within` reads its bounds."""
         self._unframed: set[int] = set()
+        self._how = "auto"
+        """During a re-derivation: ``REOPT_COLUMNAR`` (:func:`~.columnar.mode`), read at its
+        start (:meth:`_rederive_stale`) rather than at each variant run (:func:`_bulk`)."""
         """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
         self.later = LaterStrata(compiled, self.plan.stratum + 1,
@@ -960,13 +966,24 @@ class MaintainedEngine(PythonEngine):
         caps = self._caps.get(pred)
         if not caps:
             return list(rows)
-        sel = self.live_program.features.aggsel[pred]
-        width, val = len(next(iter(caps))), sel.value
-        if width == 1:  # (one bound column, the query's: its value read, no key built)
-            col, get = sel.key[0], {k[0]: c for k, c in caps.items()}.get
-            return [r for r in rows if (c := get(r[col])) is None or not r[val] > c]
-        lead, get = key_of(tuple(sel.key[:width])), caps.get  # (one tuple per row, fast)
+        read = self._cap_reads.get(pred)
+        if read is None or read[0] is not caps:
+            read = self._cap_reads[pred] = self._cap_read(pred, caps)
+        _, lead, get, val = read
         return [r for r in rows if (c := get(lead(r))) is None or not r[val] > c]
+
+    def _cap_read(self, pred: str, caps: dict[tuple, Any]
+                  ) -> tuple[dict[tuple, Any], Callable[[tuple], Any], Callable[[Any], Any], int]:
+        """How :meth:`_within` reads ``pred``'s bounds ``caps``: (``caps``, the function
+        reading a tuple's bound key, the lookup of a key's bound, the bounded column). Made
+        once per bounds object (an update replaces the bounds, never changes them in place),
+        not once per call (a one-delta update asks about a hundred times)."""
+        sel = self.live_program.features.aggsel[pred]
+        width = len(next(iter(caps)))
+        if width == 1:  # (one bound column, the query's: its value read, no key built)
+            return caps, itemgetter(sel.key[0]), {k[0]: c for k, c in caps.items()}.get, \
+                sel.value
+        return caps, key_of(tuple(sel.key[:width])), caps.get, sel.value
 
     def _reject_above_bounds(self) -> None:
         """Delete the selected tuples that exceed their bound (see :meth:`_within`)."""
@@ -1215,6 +1232,7 @@ class MaintainedEngine(PythonEngine):
         are compared)."""
         plan, complete = self.plan, self.complete
         self._frames = None  # updates run on tuples; frames (revival's lookups) would lag
+        self._how = columnar.mode()  # (read once, not at each of a rank's variant runs)
         partial: dict[tuple, dict[str, set[tuple]]] | None = (
             {} if plan.reach and self._sel is not None and self.bounded else None)
         if partial is None:
@@ -1510,7 +1528,7 @@ class MaintainedEngine(PythonEngine):
         cost, give its candidates once), an unbounded one's tuple by tuple, as its Spark
         twin counts."""
         size = len(delta) + (len(picked[1]) if picked is not None else 0)
-        if size and id(v) not in self._unframed and _bulk(size):
+        if size and id(v) not in self._unframed and _bulk(size, self._how):
             types = self.program.schemas[source]
             frame = delta.frame(types)
             if picked is not None:
@@ -2101,9 +2119,9 @@ class MaintainedEngine(PythonEngine):
         return {k for k in keys if k in idx}
 
 
-def _bulk(size: int) -> bool:
-    """Whether a variant re-deriving ``size`` source tuples runs on frames (:data:`BULK_FROM`)."""
-    how = columnar.mode()
+def _bulk(size: int, how: str) -> bool:
+    """Whether a variant re-deriving ``size`` source tuples runs on frames (:data:`BULK_FROM`)
+    under ``REOPT_COLUMNAR`` = ``how`` (:func:`~.columnar.mode`)."""
     return how == "always" or (how == "auto" and size >= BULK_FROM)
 
 

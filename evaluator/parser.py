@@ -290,16 +290,20 @@ def parse(text: str, file: str = "<rules>") -> Program:
     return _Parser(text, file).program()
 
 
+def read_rule_file(path: Path | str) -> str:
+    """A rule file's text, or a :class:`RuleSyntaxError` saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise RuleSyntaxError(f"{path}: cannot read rule file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise RuleSyntaxError(f"{path}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                              f"at offset {e.start})") from None
+
+
 def parse_files(paths: list[Path]) -> Program:
     prog = Program()
     for p in paths:
-        try:
-            text = Path(p).read_text(encoding="utf-8")
-        except OSError as e:
-            raise RuleSyntaxError(f"{p}: cannot read rule file: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            line = e.object[:e.start].count(b"\n") + 1
-            raise RuleSyntaxError(f"{p}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
-                                  f"at offset {e.start})") from None
-        prog.extend(parse(text, str(p)))
+        prog.extend(parse(read_rule_file(p), str(p)))
     return prog

@@ -203,6 +203,10 @@ class Relation:
                 if bucket is None:
                     continue
                 if type(bucket) is list:  # as built: an ordered set from now on
+                    if len(bucket) == 1:  # (its one tuple: the key goes, no set made)
+                        if bucket[0] == r:
+                            del idx[key]
+                        continue
                     bucket = idx[key] = dict.fromkeys(bucket)
                 if r in bucket:
                     del bucket[r]
