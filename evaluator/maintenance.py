@@ -751,10 +751,10 @@ class MaintainedEngine(PythonEngine):
         self._cap_reads: dict[str, tuple] = {}
         """Per relation pruned by a ``.bound``, how :meth:`_within` reads its bounds."""
         self._unframed: set[int] = set()
+        """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         self._how = "auto"
         """During a re-derivation: ``REOPT_COLUMNAR`` (:func:`~.columnar.mode`), read at its
         start (:meth:`_rederive_stale`) rather than at each variant run (:func:`_bulk`)."""
-        """Variants (by id) a re-derivation cannot run on frames (:class:`~.bulk.Unframed`)."""
         rank = compiled.strata[self.plan.stratum].schedule.rank  # type: ignore[union-attr]
         self.later = LaterStrata(compiled, self.plan.stratum + 1,
                                  compiled.builtins[rank].inputs, frozenset(
