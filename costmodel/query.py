@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from reopt.costmodel.joingraph import bits
+
 
 @dataclass(frozen=True, order=True)
 class ColumnRef:
@@ -203,12 +205,8 @@ class Query:
         tree reads them for every node, after every update)."""
         hit = self._aliases_by_mask.get(mask)
         if hit is None:
-            aliases, out, rest = self.aliases, [], mask
-            while rest:
-                low = rest & -rest
-                out.append(aliases[low.bit_length() - 1])
-                rest ^= low
-            hit = self._aliases_by_mask[mask] = tuple(out)
+            aliases = self.aliases
+            hit = self._aliases_by_mask[mask] = tuple(aliases[j] for j in bits(mask))
         return hit
 
     @cached_property

@@ -220,8 +220,9 @@ class CompiledProgram:
                                       compare=False)
     """Structures read off this very program object (:meth:`memoized`): not copied by
     ``dataclasses.replace`` (a new program gets its own), not pickled; shared only by the
-    equal programs :func:`~reopt.evaluator.driver.load_program` hands out for the same
-    rules (change a program's fields through ``replace``, never in place)."""
+    equal programs :func:`~reopt.evaluator.driver.load_program` and
+    :func:`~reopt.evaluator.driver.restore_program` hand out for the same rules (change a
+    program's fields through ``replace``, never in place)."""
 
     def memoized(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, once per program object and ``key``: what the maintained engines read

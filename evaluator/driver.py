@@ -77,7 +77,7 @@ def load_program(rules: str | Path | None = None, pruning: str = "none",
     """Read and compile the rule files with the features of pruning mode ``pruning``; its
     evaluations stop with an error beyond ``budget`` (default: :class:`Budget`'s).
 
-    Compiled once per process for the same rule texts and mode (:data:`_LOADED`); every call
+    Compiled once per process for the same rule texts and mode (:data:`_COMPILED`); every call
     returns a program object of its own — optimizers given the same object are evaluated as
     one batch (``optimize_batch``), those loading their rules apart are not — sharing with
     the first one its variants (so the code generated for them) and the structures read off
@@ -90,11 +90,8 @@ def load_program(rules: str | Path | None = None, pruning: str = "none",
     t0 = time.perf_counter()
     files = rule_files(rules)
     source = ProgramSource(tuple((str(f), read_rule_file(f)) for f in files), pruning)
-    first = _LOADED.get(source)
-    if first is None:
-        first = _compiled(source)
-        check_interface(first, files)
-        _LOADED[source] = first
+    first = _compiled(source)
+    check_interface(first, files)
     if budget is None:
         budget = first.budget
     prog = replace(first, budget=budget, compile_seconds=time.perf_counter() - t0)
@@ -104,12 +101,15 @@ def load_program(rules: str | Path | None = None, pruning: str = "none",
 
 
 def _compiled(source: ProgramSource) -> CompiledProgram:
-    """The program of ``source``, compiled."""
-    parsed = Program()
-    for name, text in source.files:
-        parsed.extend(parse(text, name))
-    prog = compile_program(parsed, BUILTINS, INPUTS, PRUNING_MODES[source.pruning])
-    prog.source = source
+    """The program of ``source``, compiled once per process (:data:`_COMPILED`)."""
+    prog = _COMPILED.get(source)
+    if prog is None:
+        parsed = Program()
+        for name, text in source.files:
+            parsed.extend(parse(text, name))
+        prog = compile_program(parsed, BUILTINS, INPUTS, PRUNING_MODES[source.pruning])
+        prog.source = source
+        _COMPILED[source] = prog
     return prog
 
 
@@ -122,20 +122,15 @@ class ProgramSource:
     pruning: str
 
 
-_RESTORED: dict[ProgramSource, CompiledProgram] = {}
-"""Programs compiled from a source in this process (a worker restores many states of one
-program: it compiles it once)."""
-
-_LOADED: dict[ProgramSource, CompiledProgram] = {}
-"""The first program :func:`load_program` compiled from each source in this process (never
-handed out itself: each call gets a copy)."""
+_COMPILED: dict[ProgramSource, CompiledProgram] = {}
+"""Programs compiled from a source in this process: :func:`restore_program` hands them out
+(a worker restores many states of one program: it compiles it once), :func:`load_program`
+copies sharing their compilation."""
 
 
 def restore_program(source: ProgramSource, budget: Budget) -> CompiledProgram:
     """The program compiled from ``source``, with ``budget`` (how a program unpickles)."""
-    prog = _RESTORED.get(source)
-    if prog is None:
-        prog = _RESTORED[source] = _compiled(source)
+    prog = _compiled(source)
     return prog if prog.budget == budget else replace(prog, budget=budget)
 
 
