@@ -697,10 +697,7 @@ class ColumnarStratum:
             hit = np.zeros(b.height, dtype=bool)
             hit[li] = True
             return b.filter(~hit)
-        out = b.take(li)
-        for j, x in binds:
-            out = out.with_column(var_column(x), rel.cols[f"c{j}"][ri], rel.types[f"c{j}"])
-        return out
+        return _joined_rows(b, li, rel, ri, binds)
 
     @staticmethod
     def _const(value: Any, kind: str) -> Any:
@@ -710,7 +707,9 @@ class ColumnarStratum:
         fn = self.program.builtins[op.name]
         args = [self._input(b, t) for t in op.inputs]
         row, *outs = fn.batch(self.ctx, *args)
-        b = b.take(np.asarray(row, dtype=np.int64))
+        row = np.asarray(row, dtype=np.int64)
+        if not _every_row(row, b.height):  # (most built-ins answer each row once, in order)
+            b = b.take(row)
         checks, binds = match_terms(op.outputs, {c[1:] for c in b.cols})
         made: dict[tuple[int, str], np.ndarray] = {}  # a column a built-in gives twice: once
         values = [made.get((id(col), ty)) for col, ty in zip(outs, fn.outputs, strict=True)]
@@ -729,14 +728,44 @@ class ColumnarStratum:
             if not keep.all():
                 b = b.filter(keep)
                 values = [v[keep] for v in values]
+        if not binds:
+            return b
+        cols, types = dict(b.cols), dict(b.types)
         for j, x in binds:
-            b = b.with_column(var_column(x), values[j], fn.outputs[j])
-        return b
+            cols[var_column(x)], types[var_column(x)] = values[j], fn.outputs[j]
+        return Frame(cols, types, b.height)
 
     def _input(self, b: Frame, t: Any) -> Any:
         """One input column of a built-in: numbers as numpy, strings as ``object``."""
         col, kind = self._term(b, t)
         return STRINGS.decode(col) if kind == STRING else col
+
+
+def _joined_rows(b: Frame, li: np.ndarray, rel: Frame, ri: np.ndarray,
+                 binds: Iterable[tuple[int, str]]) -> Frame:
+    """The bindings' rows ``li`` of ``b``, each with the variables ``binds`` (column of
+    ``rel``, variable) read off the row ``ri`` of ``rel`` it met: one frame built, not one
+    per variable."""
+    cols = {c: a[li] for c, a in b.cols.items()}
+    types = dict(b.types)
+    for j, x in binds:
+        cols[var_column(x)], types[var_column(x)] = rel.cols[f"c{j}"][ri], rel.types[f"c{j}"]
+    return Frame(cols, types, len(li))
+
+
+def _every_row(row: np.ndarray, n: int) -> bool:
+    """Whether a built-in's ``row`` output names each of the ``n`` input rows once, in
+    order (then the bindings need no gather)."""
+    global _ROWS
+    if len(row) != n:
+        return False
+    if len(_ROWS) < n:
+        _ROWS = np.arange(max(n, 2 * len(_ROWS)), dtype=np.int64)
+    return bool(np.array_equal(row, _ROWS[:n]))
+
+
+_ROWS = np.arange(1024, dtype=np.int64)
+"""0, 1, 2, …: compared against, never written (grown by :func:`_every_row`)."""
 
 
 class Maintained(ColumnarStratum):

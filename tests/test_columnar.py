@@ -816,3 +816,21 @@ def test_a_stratum_a_bound_prunes_needs_more_tuples_read_to_start_on_frames(
     monkeypatch.setattr(columnar, "BOUNDED_READS", 1.25)
     monkeypatch.setenv("REOPT_COLUMNAR", "auto")
     assert columnar.wanted(engine, stratum) is want
+
+
+def test_every_row_only_for_each_row_once_in_order() -> None:
+    """A built-in's row output lets the bindings go ungathered only when it is 0, 1, …,
+    n - 1 (h67): a repeated, skipped or reordered row, or a row count other than the
+    bindings', is gathered; beyond the kept range of row numbers the range grows."""
+    from reopt.evaluator.columnar import _every_row
+
+    assert _every_row(np.arange(5, dtype=np.int64), 5)
+    assert _every_row(np.empty(0, dtype=np.int64), 0)
+    assert not _every_row(np.array([0, 0, 2]), 3)
+    assert not _every_row(np.array([1, 0, 2]), 3)
+    assert not _every_row(np.arange(4, dtype=np.int64), 5)
+    big = 5 * 1024 + 3
+    assert _every_row(np.arange(big, dtype=np.int64), big)
+    row = np.arange(big, dtype=np.int64)
+    row[-1] = 0
+    assert not _every_row(row, big)
