@@ -815,11 +815,11 @@ BATCHED_DELTA = 40
 """``auto``: a delta variant of a stratum on tuples runs on frames, its built-ins called once
 for the delta instead of once per tuple (:func:`batched`), from a delta of this many tuples
 on. chain-12-s0-15 under ``io``: the enumeration's splits of 46 ``Goal`` tuples, 688
-``SearchSpace`` tuples, were 2,032 ``join_alternatives`` calls node by node and one
-``joins_batch`` call here — 15.5 → 13.2 ms from scratch (warm, in process, 7 rounds). With
-32, tree-11-s0-8 under ``cout`` (32 ``Goal`` tuples) ran 9% slower: a small batch pays the
-model's arrays of the join graph (``halves_arrays``, ``_SplitClasses``) that the tuple
-engine's few nodes never need."""
+``SearchSpace`` tuples, were about 1,760 ``join_alternatives`` calls node by node (2,032 →
+272 an optimization) and are one ``joins_batch`` call here — 15.5 → 13.2 ms from scratch
+(warm, in process, 7 rounds). With 32, tree-11-s0-8 under ``cout`` (32 ``Goal`` tuples)
+ran 9% slower: a small batch pays the model's arrays of the join graph (``halves_arrays``,
+``_SplitClasses``) that the tuple engine's few nodes never need."""
 BATCHED_YIELD = 16.0
 """``auto``: … when the variant's last run derived at least this many tuples per delta tuple
 (the first ``Goal``, the whole query, splits into many): with any yield, chain-12-s0-15
