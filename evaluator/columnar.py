@@ -833,9 +833,10 @@ more than the calls save)."""
 
 def batched(engine: PythonEngine, v: Variant, n: int, last: float) -> bool:
     """Whether the tuple engine runs the delta variant ``v`` on frames for one iteration
-    (``auto``): its delta holds at least :data:`BATCHED_DELTA` tuples, it calls a built-in
-    with a batch form of its own (called once for the delta instead of once per tuple), and
-    every other relation it scans — the whole relation, no older version — holds at most
+    (``auto``): its delta holds ``n`` ≥ :data:`BATCHED_DELTA` tuples, its last run derived
+    ``last`` ≥ :data:`BATCHED_YIELD` tuples per delta tuple, every built-in it calls has a
+    batch form of its own (called once for the delta instead of once per tuple), and every
+    other relation it scans — the whole relation, no older version — holds at most
     :data:`SMALL_READ` tuples (their frames and indexes are made for this one run)."""
     if mode() != "auto" or n < BATCHED_DELTA or last < BATCHED_YIELD:
         return False
