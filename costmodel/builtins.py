@@ -60,6 +60,11 @@ class Builtin:
             object.__setattr__(self, "batch", _rowwise(self.fn, self.outputs))
 
     @property
+    def native(self) -> bool:
+        """Whether the batch form is its own, not the tuple form applied row by row."""
+        return not getattr(self.batch, "rowwise", False)
+
+    @property
     def arity(self) -> int:
         return len(self.inputs) + len(self.outputs)
 
@@ -251,6 +256,7 @@ def _rowwise(fn: Callable, outputs: tuple[str, ...]) -> Callable:
                 for j, v in enumerate(t):
                     out[j].append(v)
         return (np.asarray(rows, dtype=np.int64), *_columns(outputs, out))
+    batch.rowwise = True  # type: ignore[attr-defined]  # (Builtin.native reads it)
     return batch
 
 

@@ -661,7 +661,21 @@ class PythonEngine:
             pending = {p: [] for p in stratum.preds}
             for v in stratum.deltas:
                 if delta[v.delta_pred]:  # type: ignore[index]
-                    pending[v.head_pred].extend(self.run_variant(v, self.full, delta))
+                    pending[v.head_pred].extend(self._run_delta(v, delta, yields))
+
+    def _run_delta(self, v: Variant, delta: Mapping[str, Relation], yields: columnar.Yields
+                   ) -> list[tuple]:
+        """The tuples the delta variant ``v`` derives from ``delta`` (a bag): on frames when
+        :func:`.columnar.batched` says its built-ins are better called once for the whole
+        delta than once per tuple (``yields``: what its earlier runs derived), else tuple at a
+        time."""
+        n = len(delta[v.delta_pred])  # type: ignore[index]
+        if columnar.batched(self, v, n, yields.of_variant(v)):
+            out = columnar.run_batched(self, v, delta)
+        else:
+            out = self.run_variant(v, self.full, delta)
+        yields.ran(v, n, len(out))
+        return out
 
     def _run_scheduled(self, stratum: Stratum) -> None:
         """Release the stratum's tuples one rank at a time (see :mod:`.features`), each rank

@@ -38,6 +38,7 @@ from reopt.costmodel.models import cost_model
 from reopt.costmodel.space import PlanSpace
 from reopt.evaluator import columnar, frames, maintenance, sourcerows
 from reopt.evaluator.bulk import RankFrames
+from reopt.evaluator.compiler import Call, Scan, Variant
 from reopt.evaluator.driver import PRUNING_MODES, evaluate, load_program
 from reopt.evaluator.frames import Frame, Index
 from reopt.evaluator.maintenance import MaintainedEngine, UpdateStats
@@ -816,3 +817,100 @@ def test_a_stratum_a_bound_prunes_needs_more_tuples_read_to_start_on_frames(
     monkeypatch.setattr(columnar, "BOUNDED_READS", 1.25)
     monkeypatch.setenv("REOPT_COLUMNAR", "auto")
     assert columnar.wanted(engine, stratum) is want
+
+
+def test_every_row_only_for_each_row_once_in_order() -> None:
+    """A built-in's row output lets the bindings go ungathered only when it is 0, 1, …,
+    n - 1 (h67): a repeated, skipped or reordered row, or a row count other than the
+    bindings', is gathered; beyond the kept range of row numbers the range grows."""
+    from reopt.evaluator.columnar import _every_row
+
+    assert _every_row(np.arange(5, dtype=np.int64), 5)
+    assert _every_row(np.empty(0, dtype=np.int64), 0)
+    assert not _every_row(np.array([0, 0, 2]), 3)
+    assert not _every_row(np.array([1, 0, 2]), 3)
+    assert not _every_row(np.arange(4, dtype=np.int64), 5)
+    big = 5 * 1024 + 3
+    assert _every_row(np.arange(big, dtype=np.int64), big)
+    row = np.arange(big, dtype=np.int64)
+    row[-1] = 0
+    assert not _every_row(row, big)
+
+
+# -- a delta variant of a stratum on tuples run on frames (columnar.batched) --------------------
+@contextmanager
+def batching() -> Iterator[list[int]]:
+    """Strata stay on tuples, and every delta variant whose built-ins all have a batch form of
+    their own runs on frames (:func:`columnar.batched`), whatever its delta, its last yield
+    and the size of what else it reads; yields the deltas' sizes it ran on."""
+    ran: list[int] = []
+    real = columnar.run_batched
+
+    def spy(engine, v, delta):
+        ran.append(len(delta[v.delta_pred]))
+        return real(engine, v, delta)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, {"REOPT_COLUMNAR": "auto"}))
+        for name in ("MIN_TUPLES", "MIN_DELTA", "MIN_SELECTED", "EXPECTED", "SMALL_READ"):
+            stack.enter_context(mock.patch.object(columnar, name, 10**12))
+        stack.enter_context(mock.patch.object(columnar, "BATCHED_DELTA", 1))
+        stack.enter_context(mock.patch.object(columnar, "BATCHED_YIELD", 0.0))
+        stack.enter_context(mock.patch.object(columnar, "run_batched", spy))
+        yield ran
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
+       model=st.sampled_from(["io", "cout"]), mode=st.sampled_from(list(PRUNING_MODES)))
+def test_delta_variants_run_on_frames_derive_what_tuples_do(shape, n, seed, model, mode):
+    """A delta variant the tuple engine runs on frames for one iteration derives the same bag
+    as its generated loop: the same relations, iterations and counts of tuples produced and
+    derived as on tuples only (h67: the enumeration's splits of a delta of OR nodes, one
+    batch call of ``Fn_split`` instead of one per node)."""
+    if mode == "none" and model == "io" and n > 4:
+        n = 4  # without pruning the io space holds a tuple per distinct plan cost
+    q, cat = make_query(shape, n, seed)
+    spaces = [PlanSpace(q, cat, cost_model(model))]
+    want = relations(spaces, mode, "tuples")
+    with batching() as ran:
+        ev = evaluate(spaces, "python", program=PROGRAMS[mode])
+    assert ran  # (the enumeration's splits at least)
+    got = ({p: ev.rows(p) for p in ev.relations},
+           (ev.stats.iterations, ev.stats.derived, ev.stats.produced, ev.stats.deleted))
+    assert got == want
+
+
+def test_which_delta_variants_run_on_frames(monkeypatch):
+    """columnar.batched: a delta of BATCHED_DELTA tuples on, from a variant whose last run
+    derived BATCHED_YIELD tuples per delta tuple, whose built-ins all have a batch form of
+    their own, and that reads nothing else larger than SMALL_READ tuples nor an older
+    version of a relation."""
+    program = PROGRAMS["all"]
+    enumeration = next(s for s in program.strata if "SearchSpace" in s.preds)
+    costing = next(s for s in program.strata if "PlanCost" in s.preds)
+    q, cat = make_query("chain", 3, 1)
+    engine = PythonEngine(program, {0: PlanSpace(q, cat, cost_model("io"))})
+    engine.start({})
+    monkeypatch.setenv("REOPT_COLUMNAR", "auto")
+
+    def by_calls(names: set[str]) -> Variant:
+        return next(v for v in enumeration.deltas
+                    if {op.name for op in v.ops if isinstance(op, Call)} == names)
+
+    split = by_calls({"Fn_isleaf", "Fn_split"})
+    phyop = by_calls({"Fn_isleaf", "Fn_phyop"})  # Fn_phyop: its tuple form row by row
+    at = columnar.BATCHED_DELTA
+    yld = columnar.BATCHED_YIELD
+    assert columnar.batched(engine, split, at, yld)
+    assert not columnar.batched(engine, split, at - 1, yld)
+    assert not columnar.batched(engine, split, at, yld / 2)
+    assert not columnar.batched(engine, phyop, at, yld)
+    monkeypatch.setattr(columnar, "SMALL_READ", 0)  # JoinMethod now too large to read
+    assert not columnar.batched(engine, split, at, yld)
+    monkeypatch.setattr(columnar, "SMALL_READ", 10**12)
+    old = next(v for v in costing.deltas
+               if any(isinstance(op, Scan) and op.version == "old" for op in v.ops))
+    assert not columnar.batched(engine, old, at, yld)
+    monkeypatch.setenv("REOPT_COLUMNAR", "never")
+    assert not columnar.batched(engine, split, at, yld)
