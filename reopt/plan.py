@@ -235,9 +235,12 @@ def _taken(old: dict[tuple[int, str], tuple[Any, PlanNode]],
     hit = old.get(node)
     if hit is None or hit[0] != chosen or unchanged is None or not unchanged(node[0]):
         return None
-    for below in hit[1].walk():
+    todo = [hit[1]]  # (a stack, not walk()'s nested generators: a subtree may be most of
+    while todo:      # the plan)
+        below = todo.pop()
         key = (below.alt.expr, below.alt.prop)
         new[key] = old[key]
+        todo += below.children
     return hit[1]
 
 
