@@ -207,66 +207,50 @@ class _Reusing(_Winners):
     """:class:`_Winners` that takes a last plan's subtree where :class:`PlanCache` may, and
     records every node of the new plan (``new``)."""
 
-    def __init__(self, space: PlanSpace, winner: Callable[[tuple[int, str]], int],
-                 old: dict[tuple[int, str], tuple[int, PlanNode]],
-                 unchanged: Callable[[int], bool] | None):
-        super().__init__(space, winner)
-        self.old = old
-        self.unchanged = unchanged
-        self.new: dict[tuple[int, str], tuple[int, PlanNode]] = {}
-
-    def __call__(self, node: tuple[int, str]) -> PlanNode:
-        i = self.winner(node)
-        out = _taken(self.old, self.new, self.unchanged, node, i)
-        if out is None:
-            out = _winner_node(self.space, node, i, self)
-            self.new[node] = (i, out)
-        return out
-
-
-def _taken(old: dict[tuple[int, str], tuple[Any, PlanNode]],
-           new: dict[tuple[int, str], tuple[Any, PlanNode]],
-           unchanged: Callable[[int], bool] | None, node: tuple[int, str], chosen: Any
-           ) -> PlanNode | None:
-    """The last plan's subtree at ``node`` (from ``old``), every node of it recorded in
-    ``new``, when :class:`PlanCache` may take it: ``node`` had the alternative ``chosen``
-    now (an index, or the alternative itself) and its expression is ``unchanged``; else
-    None."""
-    hit = old.get(node)
-    if hit is None or hit[0] != chosen or unchanged is None or not unchanged(node[0]):
-        return None
-    todo = [hit[1]]  # (a stack, not walk()'s nested generators: a subtree may be most of
-    while todo:      # the plan)
-        below = todo.pop()
-        key = (below.alt.expr, below.alt.prop)
-        new[key] = old[key]
-        todo += below.children
-    return hit[1]
-
-
-class _ReusingChosen:
-    """The node of an OR node from its chosen alternative, built with its children's nodes
-    or, where :meth:`PlanCache.build_chosen` may, the last plan's subtree; records every
-    node of the new plan (``new``). (A callable object: a recursive closure is a reference
-    cycle.)"""
-
-    def __init__(self, space: PlanSpace, choose: Callable[[tuple[int, str]], Alt],
+    def __init__(self, space: PlanSpace, winner: Callable[[tuple[int, str]], Any],
                  old: dict[tuple[int, str], tuple[Any, PlanNode]],
                  unchanged: Callable[[int], bool] | None):
-        self.space = space
-        self.choose = choose
+        super().__init__(space, winner)
         self.old = old
         self.unchanged = unchanged
         self.new: dict[tuple[int, str], tuple[Any, PlanNode]] = {}
 
     def __call__(self, node: tuple[int, str]) -> PlanNode:
-        alt = self.choose(node)
-        out = _taken(self.old, self.new, self.unchanged, node, alt)
+        chosen = self.winner(node)
+        out = self._taken(node, chosen)
         if out is None:
-            space = self.space
-            children = [self(child) for child in alt.children]
-            local = space.local_cost(alt)
-            out = PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local,
-                           plan_cost(local, *(c.cost for c in children)), children)
-            self.new[node] = (alt, out)
+            out = self._made(node, chosen)
+            self.new[node] = (chosen, out)
         return out
+
+    def _made(self, node: tuple[int, str], i: Any) -> PlanNode:
+        """The plan node of ``node`` with its winner ``i``, its children made by this."""
+        return _winner_node(self.space, node, i, self)
+
+    def _taken(self, node: tuple[int, str], chosen: Any) -> PlanNode | None:
+        """The last plan's subtree at ``node``, every node of it recorded in ``new``, when
+        :class:`PlanCache` may take it: ``node`` had the winner ``chosen`` then too and its
+        expression is ``unchanged``; else None."""
+        hit, old = self.old.get(node), self.old
+        if hit is None or hit[0] != chosen or self.unchanged is None \
+                or not self.unchanged(node[0]):
+            return None
+        todo = [hit[1]]  # (a stack, not walk()'s nested generators: a subtree may be most
+        while todo:      # of the plan)
+            below = todo.pop()
+            key = (below.alt.expr, below.alt.prop)
+            self.new[key] = old[key]
+            todo += below.children
+        return hit[1]
+
+
+class _ReusingChosen(_Reusing):
+    """:class:`_Reusing` whose ``winner`` gives an OR node's chosen alternative itself
+    (:meth:`PlanCache.build_chosen`), not its index."""
+
+    def _made(self, node: tuple[int, str], alt: Alt) -> PlanNode:
+        space = self.space
+        children = [self(child) for child in alt.children]
+        local = space.local_cost(alt)
+        return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local,
+                        plan_cost(local, *(c.cost for c in children)), children)
