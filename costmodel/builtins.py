@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -383,6 +384,11 @@ def keys_by_query(keys: Iterable[tuple]) -> dict[int, Nodes]:
     """OR nodes ``(q, expr, prop)`` as query → its ``(expr, prop)`` (each key once) and
     their expressions: the form :func:`stale_of_queries` reads, which a caller asking about
     the same keys on every update keeps instead of grouping them again."""
+    if isinstance(keys, (set, frozenset)):  # (distinct: one query's need no grouping)
+        queries = set(map(itemgetter(0), keys))
+        if len(queries) == 1:  # (a session of one query, the usual)
+            return {queries.pop(): ([k[1:] for k in keys],
+                                    np.fromiter(map(itemgetter(1), keys), np.int64, len(keys)))}
     by_query: dict[int, dict[tuple[int, str], None]] = {}
     for k in keys:
         by_query.setdefault(k[0], {})[k[1:]] = None

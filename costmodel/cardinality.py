@@ -824,11 +824,14 @@ class Estimator:
         # Adjustments.replace keeps the mappings a delta did not touch: skip those
         if (adj.table_rows is not was.table_rows or adj.alias_factors is not was.alias_factors
                 or adj.stream_rates is not was.stream_rates or adj.windows is not was.windows):
-            # (a window also enters the rate model's costs beyond the rows it holds)
-            out += [1 << i for i, r in enumerate(q.relations)
-                    if old.base_rows(r.alias) != self.base_rows(r.alias)
-                    or old.window(r.alias) != self.window(r.alias)
-                    or old.arrival_rate(r.alias) != self.arrival_rate(r.alias)]
+            # (a window also enters the rate model's costs beyond the rows it holds; a stored
+            # table's is infinite and its arrival rate 0 under any adjustments; ``_base`` is
+            # each estimator's base_rows, read when it was made)
+            out += [1 << i for i, (r, was, now) in enumerate(
+                        zip(q.relations, old._base, self._base, strict=True))
+                    if was != now or self.is_stream(r.alias) and (
+                        old.window(r.alias) != self.window(r.alias)
+                        or old.arrival_rate(r.alias) != self.arrival_rate(r.alias))]
         if adj.selectivities is not was.selectivities:  # (the only input of _preds' values)
             out += [both for (both, sel), (_, before) in zip(self._preds, old._preds, strict=True)
                     if sel != before]

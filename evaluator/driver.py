@@ -26,7 +26,7 @@ from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
 from reopt.evaluator.parser import parse, read_rule_file
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats
-from reopt.plan import PlanNode, build_plan
+from reopt.plan import PlanCache, PlanNode
 
 INPUTS = {"Expr": (LONG, LONG, STRING)}
 RESULT_RELATIONS = ("SearchSpace", "PlanCost", "BestCost", "BestPlan", "Bound")
@@ -165,6 +165,9 @@ class Evaluation:
     """:meth:`held` per query, computed at most once (on Spark it costs jobs). A session
     makes a new evaluation after every update (the python engine changes its relations in
     place), except after one that changed nothing, which hands this cache on."""
+    plans: dict[int, PlanCache] = field(default_factory=dict, repr=False)
+    """Per query, the last plan read (:meth:`best_plan`) and its nodes, which the next read
+    reuses where nothing moved: a session hands it from each evaluation to the next."""
 
     def rows(self, pred: str) -> set[tuple]:
         return self.relations[pred].rows
@@ -222,7 +225,7 @@ class Evaluation:
                                  "rules derived none")
             return tuple.__new__(Alt, r[1:10])
 
-        return build_plan(space, choose)
+        return self.plans.setdefault(q, PlanCache()).build_chosen(space, choose)
 
     def sizes(self) -> dict[str, int]:
         """Tuples per relation at the fixpoint, as the engine counted them (no extra pass

@@ -201,7 +201,7 @@ class Session:
         assert self.evaluation is not None
         held = self.evaluation.held_cache
         self.evaluation = Evaluation(self.program, self.ctx, rels, self.engine.stats,
-                                     self.evaluation.input_sizes)
+                                     self.evaluation.input_sizes, plans=self.evaluation.plans)
         changes = getattr(self.engine, "live_changes", None)  # (the python engine's)
         if held and changes is not None:  # the metrics follow the changes, no recount
             self.evaluation.follow_held(held, changes)
@@ -216,7 +216,7 @@ class Session:
         assert ev is not None
         stats = RunStats(held=ev.sizes())
         self.evaluation = Evaluation(self.program, self.ctx, ev.relations, stats,
-                                     ev.input_sizes, held_cache=ev.held_cache)
+                                     ev.input_sizes, held_cache=ev.held_cache, plans=ev.plans)
         zero = {q: {"or_nodes": 0, "and_nodes": 0} for q in self.ctx}
         seconds = time.perf_counter() - t0
         up = UpdateStats(seconds=seconds) if self.engine is not None else None

@@ -701,3 +701,28 @@ def test_a_dropped_optimizer_leaves_no_cyclic_garbage(read):
         gc.garbage.clear()
         if was:
             gc.enable()
+
+
+@pytest.mark.parametrize("mode", PRUNED)
+@pytest.mark.parametrize("model", ["io", "cout"])
+@SETTINGS
+@given(shape=st.sampled_from(SHAPES), n=st.integers(2, 6), seed=st.integers(0, 2**31),
+       k=st.integers(1, 12))
+def test_plans_read_after_updates_equal_fresh_plans(mode, model, shape, n, seed, k):
+    """The plan tree read after a sequence of deltas (which takes the last plan read's
+    subtrees over expressions no delta moved since: ``PlanCache.build_chosen``) is a fresh
+    evaluation's under the same statistics, node for node — operators, tie-breaks, rows and
+    costs to the bit — whether the plan was read after every step or only after some (the
+    last plan read then several updates old), and after cost-factor deltas (nothing taken)."""
+    q, cat = make_query(shape, n, seed)
+    m, program = cost_model(model), PROGRAMS[mode]
+    rng = random.Random(seed)
+    session = Session(program, [PlanSpace(q, cat, m)], "python")
+    session.optimize().best_plan(0)
+    adj = session.ctx[0].adjustments
+    for i, d in enumerate(random_deltas(q, rng, k, m.operators)):
+        adj = apply_deltas(parse_deltas(d), q, cat, adj, m.operators)
+        ev = session.update({0: adj}).evaluation
+        if rng.random() < 0.6 or i == k - 1:
+            fresh = Session(program, [PlanSpace(q, cat, m, adj)], "python").optimize()
+            assert ev.best_plan(0).to_json() == fresh.best_plan(0).to_json(), d
