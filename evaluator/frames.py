@@ -563,12 +563,44 @@ def runs_by(f: Frame, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     cols = [_num(f.cols[c]) for c in by]
     if not n or not cols:
         return np.arange(n, dtype=np.int64), np.zeros(min(n, 1), dtype=np.int64)
+    ordered = _runs_ordered(cols, n)
+    if ordered is not None:
+        return ordered
     order = np.lexsort(cols[::-1])  # (by the first column, then the next, …)
     change = np.zeros(n - 1, dtype=bool)
     for c in cols:
         ordered = c[order]
         change |= ordered[1:] != ordered[:-1]
     return order, np.flatnonzero(np.concatenate(([True], change)))
+
+
+def _runs_ordered(cols: Sequence[np.ndarray], n: int
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`runs_by` of rows mostly grouped already (as an evaluation leaves a relation
+    derived group by group): the runs of equal keys in row order are ordered, not the rows
+    — a stable sort of the runs' keys packed into one number (:func:`_pack`), the rows
+    then laid out run after run (large-tree-18's 42,000 SearchSpace tuples, 4,200 runs:
+    0.6 → 0.3 ms). None where the columns do not pack or the rows are hardly grouped
+    (more runs than :data:`RUNS_ORDERED_UPTO` of them: sorting the rows is as cheap)."""
+    ranges = _ranges(cols, 1 << 62)
+    if ranges is None:
+        return None
+    key = _pack(cols, ranges[0], ranges[1], n)
+    head = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    if len(head) > RUNS_ORDERED_UPTO * n:
+        return None
+    run_key = key[head]
+    by_key = np.argsort(run_key, kind="stable")  # (runs of one key stay in row order)
+    length = np.diff(np.append(head, n))[by_key]
+    at = np.cumsum(length) - length  # (where each run lands)
+    order = np.repeat(head[by_key] - at, length) + np.arange(n, dtype=np.int64)
+    ordered = run_key[by_key]
+    return order, at[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+RUNS_ORDERED_UPTO = 0.25
+"""The share of rows starting a run of equal keys up to which :func:`_runs_ordered` orders
+the runs instead of the rows."""
 
 
 # -- hashing and indexes ------------------------------------------------------------------------

@@ -106,30 +106,23 @@ class SourceRows:
         self._spanned: tuple[Sequence[tuple], np.ndarray, np.ndarray] | None = None
         """The last groups asked about and their runs' starts and counts (:meth:`_spans`):
         a rank's variants pick from the same groups one after the other."""
-        key_hash = row_hash([col[j] for j in key], n)
-        self.hash_of = dict(zip(self.run, key_hash[order[starts]].tolist()))  # noqa: B905
-        """Group → the hash of its key (the groups a held test can find: the source's)."""
+        firsts = order[starts]
+        self._group_hash: list[int] = row_hash([col[j][firsts] for j in key],
+                                               len(firsts)).tolist()
+        """Per run, the hash of its group's key (the groups a held test can find: the
+        source's), hashed on the runs' first tuples only."""
         self.held_count: dict[int, int] = {}
         self._held: np.ndarray | None = None
         self.hold(held)
-        hashes: dict[tuple[int, ...], np.ndarray] = {key: key_hash}
-        self.masks: dict[int, np.ndarray | None] = {}
-        self.held_by: dict[int, list[np.ndarray]] = {}
-        for v, ts in tests.items():
-            mask = None
-            for kind, what, sides in ts:
-                if kind == "held":
-                    if len(what) == len(key) and all(
-                            col[a].dtype == col[b].dtype and kinds[a] == kinds[b]
-                            for a, b in zip(what, key)):  # noqa: B905
-                        if what not in hashes:
-                            hashes[what] = row_hash([col[j] for j in what], n)
-                        self.held_by.setdefault(v, []).append(hashes[what])
-                    continue  # (columns of other types: left to the loop)
-                m = _compare(what, sides, col, kinds, n)
-                if m is not None:
-                    mask = m if mask is None else mask & m
-            self.masks[v] = mask
+        self._key, self._tests = key, tests
+        self._hashes: dict[tuple[int, ...], np.ndarray] = {}
+        """Columns → the hash of every tuple's values there (:meth:`_held_hashes`)."""
+        self._compared: dict[Any, np.ndarray | None] = {}
+        """A comparison (its function and sides) → its mask (:meth:`_variant_tests`)."""
+        self._variant: dict[int, tuple[np.ndarray | None, list[np.ndarray]]] = {}
+        """Variant → its comparisons' mask and the hashes its held tests read, made when it
+        first picks (a session's first update picks for a few of them) from masks and
+        hashes made once for every variant (a rule and its cut test the same)."""
 
     def hold(self, held: Iterable[tuple]) -> None:
         """The groups the maintained relation holds are now ``held`` (all of them: after it
@@ -140,7 +133,7 @@ class SourceRows:
 
     def set_held(self, g: tuple, held: bool) -> None:
         """Group ``g`` of the maintained relation is now held (or no longer)."""
-        h = self.hash_of.get(g)
+        h = self.hash_of(g)
         if h is None:
             return  # (no source tuple joins a group that has no source tuples)
         n = self.held_count.get(h, 0) + (1 if held else -1)
@@ -149,6 +142,52 @@ class SourceRows:
         else:
             del self.held_count[h]
         self._held = None
+
+    def hash_of(self, g: tuple) -> int | None:
+        """The hash of group ``g``'s key, None where no source tuple names it."""
+        at = self.run.get(g)
+        return None if at is None else self._group_hash[at]
+
+    def _variant_tests(self, v: int) -> tuple[np.ndarray | None, list[np.ndarray]]:
+        """Variant ``v``'s comparisons evaluated here as one mask (None: none is), and per
+        held test the hash of the group each tuple joins with (tests on columns of other
+        types than the key's are left to the loop)."""
+        made = self._variant.get(v)
+        if made is not None:
+            return made
+        ts = self._tests.get(v, ())
+        mask, held = None, []
+        col, kinds, key = self._col, self._kinds, self._key
+        for kind, what, sides in ts:
+            if kind == "held":
+                if len(what) == len(key) and all(
+                        col[a].dtype == col[b].dtype and kinds[a] == kinds[b]
+                        for a, b in zip(what, key)):  # noqa: B905
+                    held.append(self._held_hashes(what))
+                continue
+            m = self._comparison(what, sides)
+            if m is not None:
+                mask = m if mask is None else mask & m
+        made = self._variant[v] = (mask, held)
+        return made
+
+    def _comparison(self, compare: Any, sides: tuple) -> np.ndarray | None:
+        """:func:`_compare` on these columns, made once per comparison."""
+        try:
+            return self._compared[compare, sides]
+        except KeyError:
+            m = self._compared[compare, sides] = _compare(compare, sides, self._col,
+                                                          self._kinds, self.height)
+            return m
+        except TypeError:  # (a constant that does not hash: not kept)
+            return _compare(compare, sides, self._col, self._kinds, self.height)
+
+    def _held_hashes(self, cols: tuple[int, ...]) -> np.ndarray:
+        """The hash of every tuple's values in ``cols`` (:func:`~.frames.row_hash`)."""
+        h = self._hashes.get(cols)
+        if h is None:
+            h = self._hashes[cols] = row_hash([self._col[j] for j in cols], self.height)
+        return h
 
     def _spans(self, groups: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """The starts and counts of the runs of those of ``groups`` that have source tuples,
@@ -219,9 +258,8 @@ class SourceRows:
         total = len(pos)
         if not total:
             return pos
-        mask = self.masks.get(v)
+        mask, tests = self._variant_tests(v)
         keep = mask[pos] if mask is not None else np.ones(total, dtype=bool)
-        tests = self.held_by.get(v, ())
         if tests:
             held = self._held
             if held is None:  # (sorted, for binary searches; made again after changes)
