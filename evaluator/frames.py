@@ -706,35 +706,88 @@ class KeyIndex:
     @staticmethod
     def of(columns: Sequence[np.ndarray], n: int) -> KeyIndex | None:
         """The index of ``n`` rows by ``columns``, or None when they do not pack."""
+        packed = PackedKeys.of(columns, n)
+        return None if packed is None else packed.index()
+
+    def probe(self, values: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every (probe row, row id) pair with equal keys (exact: no comparison needed)."""
+        return _pairs(*runs(self.keys, _probe_key(values, self.lows, self.widths, n)), n,
+                      self.rids)
+
+
+class PackedKeys:
+    """Rows' key columns packed into one exact number (:func:`_pack`) in row order, not
+    sorted yet: a few probes are answered by a scan (:meth:`scan`: a fraction of what
+    sorting the keys costs), many by the :class:`KeyIndex` it sorts into (:meth:`index`)."""
+
+    __slots__ = ("lows", "widths", "span", "keys", "scans")
+
+    def __init__(self, lows: list[int], widths: list[int], span: int, keys: np.ndarray):
+        self.lows, self.widths, self.span, self.keys = lows, widths, span, keys
+        self.scans = 0
+        """How many scans it answered (for its owner's rent-or-buy)."""
+
+    @staticmethod
+    def of(columns: Sequence[np.ndarray], n: int) -> PackedKeys | None:
+        """The keys of ``n`` rows of ``columns``, or None when they do not pack."""
         if not n:
             return None
         ranges = _ranges(columns, 1 << 62)
         if ranges is None:
             return None
         lows, widths, span = ranges
-        key = _pack(columns, lows, widths, n)
-        order = _key_order(key, span)
-        return KeyIndex(lows, widths, key[order], order)
+        return PackedKeys(lows, widths, span, _pack(columns, lows, widths, n))
 
-    def probe(self, values: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every (probe row, row id) pair with equal keys (exact: no comparison needed)."""
-        key = outside = None
-        for col, low, width in zip(values, self.lows, self.widths, strict=True):
-            if col.dtype.kind in "iub":
-                x = col.astype(np.int64, copy=False) - low
-            else:  # a value no integer equals (2.5, nan, inf: cast to garbage): no key
-                with np.errstate(invalid="ignore"):
-                    x = col.astype(np.int64) - low
-                x[col != x + low] = -1
-            # (the few numpy calls a column: a probe is often of a hundred keys, where
-            # each call's fixed cost is the time; negative x, as unsigned, is past width)
-            out = x.view(np.uint64) >= np.uint64(width)
-            outside = out if outside is None else outside | out
-            key = x if key is None else key * width + x
-        if key is None:
-            key, outside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-        key[outside] = -1  # below every key held
-        return _pairs(*runs(self.keys, key), n, self.rids)
+    def index(self) -> KeyIndex:
+        """The keys sorted, for binary searches."""
+        order = _key_order(self.keys, self.span)
+        return KeyIndex(self.lows, self.widths, self.keys[order], order)
+
+    def scan(self, values: Sequence[np.ndarray], n: int) -> np.ndarray:
+        """The rows (ascending) whose key equals one of the ``n`` probes ``values``: the
+        keys compared with each probe's (a few probes), or searched among the probes'
+        sorted keys."""
+        self.scans += 1
+        probe = np.unique(_probe_key(values, self.lows, self.widths, n))
+        probe = probe[probe >= 0].tolist()
+        if not probe:
+            return np.empty(0, dtype=np.int64)
+        if len(probe) > COMPARED_UPTO:
+            ordered = np.asarray(probe, dtype=np.int64)
+            at = np.minimum(np.searchsorted(ordered, self.keys), len(probe) - 1)
+            return np.flatnonzero(ordered[at] == self.keys)
+        found = self.keys == probe[0]
+        for p in probe[1:]:
+            found |= self.keys == p
+        return np.flatnonzero(found)
+
+
+COMPARED_UPTO = 32
+"""Probes up to which :meth:`PackedKeys.scan` compares every key with each (about 7 µs a
+probe on 42,000 keys; a search among the probes costs 0.2-1 ms)."""
+
+
+def _probe_key(values: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int
+               ) -> np.ndarray:
+    """The ``n`` probes ``values`` packed as keys of these ranges are (:func:`_pack`); -1,
+    below every key, for a probe outside them."""
+    key = outside = None
+    for col, low, width in zip(values, lows, widths, strict=True):
+        if col.dtype.kind in "iub":
+            x = col.astype(np.int64, copy=False) - low
+        else:  # a value no integer equals (2.5, nan, inf: cast to garbage): no key
+            with np.errstate(invalid="ignore"):
+                x = col.astype(np.int64) - low
+            x[col != x + low] = -1
+        # (the few numpy calls a column: a probe is often of a hundred keys, where
+        # each call's fixed cost is the time; negative x, as unsigned, is past width)
+        out = x.view(np.uint64) >= np.uint64(width)
+        outside = out if outside is None else outside | out
+        key = x if key is None else key * width + x
+    if key is None:
+        key, outside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    key[outside] = -1
+    return key
 
 
 def _key_order(key: np.ndarray, span: int) -> np.ndarray:

@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 
 from reopt.costmodel.builtins import STRING
-from reopt.evaluator.frames import STRINGS, Frame, Index, KeyIndex, row_hash, runs_by
+from reopt.evaluator.frames import (
+    STRINGS,
+    Frame,
+    Index,
+    KeyIndex,
+    PackedKeys,
+    row_hash,
+    runs_by,
+)
 
 PICK_FROM = 256
 """Source tuples from which a source relation's, and a batch's, are picked on arrays (below,
@@ -46,6 +54,12 @@ Since a rank's re-derivation reads large batches on frames (:mod:`.bulk`), tuple
 only for small batches and the parents' reach: at a quarter (before), an adaptive round after
 a rebuild paid the build for a few thousand tuples (large-clique-14's round 2: 291-298 →
 208-232 ms at 2)."""
+
+
+SCANS_BEFORE_INDEX = 8
+"""Lookups of some columns answered by scanning their packed values before they are sorted
+(:meth:`SourceRows._index`): on large-tree-18's 42,000 SearchSpace tuples a scan for a few
+keys costs a tenth of the sort or less (0.02-0.04 ms against 0.4)."""
 
 
 class SourceRows:
@@ -287,12 +301,10 @@ class SourceRows:
             return None
         if not keys:
             return []
-        idx = self._hashed.get(cols)
-        if idx is None:
-            n, columns = self.height, [self._col[j] for j in cols]
-            idx = self._hashed[cols] = KeyIndex.of(columns, n) or Index(
-                row_hash(columns, n), np.arange(n, dtype=np.int64))
-        if isinstance(idx, KeyIndex):  # (exact keys: nothing to confirm)
+        idx = self._index(cols)
+        if isinstance(idx, PackedKeys):  # (exact keys: nothing to confirm)
+            return self._tuples(idx.scan(values, len(keys)))
+        if isinstance(idx, KeyIndex):
             return self._tuples(idx.probe(values, len(keys))[1])
         which, pos = idx.probe(row_hash(values, len(keys)))  # (the key probed, the tuple)
         if not len(pos):
@@ -301,6 +313,21 @@ class SourceRows:
         for j, v in zip(cols, values):  # noqa: B905
             same &= self._col[j][pos] == v[which]
         return self._tuples(pos[same])
+
+    def _index(self, cols: tuple[int, ...]) -> PackedKeys | KeyIndex | Index:
+        """What :meth:`readers` looks ``cols`` up in: their values packed, scanned for the
+        first :data:`SCANS_BEFORE_INDEX` calls (a session's first update probes a key or
+        two) and sorted into a :class:`~.frames.KeyIndex` after (the rent-or-buy rule:
+        the sort costs about as much as that many scans); where they do not pack, an index
+        of their hashes."""
+        idx = self._hashed.get(cols)
+        if idx is None:
+            n, columns = self.height, [self._col[j] for j in cols]
+            idx = self._hashed[cols] = PackedKeys.of(columns, n) or Index(
+                row_hash(columns, n), np.arange(n, dtype=np.int64))
+        if isinstance(idx, PackedKeys) and idx.scans >= SCANS_BEFORE_INDEX:
+            idx = self._hashed[cols] = idx.index()
+        return idx
 
     def _probe(self, cols: tuple[int, ...], keys: Collection[tuple]) -> list[np.ndarray] | None:
         """The values of ``keys`` per column, as the columns ``cols`` hold them (string

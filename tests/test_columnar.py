@@ -435,7 +435,7 @@ def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, coll
     hashing = (mock.patch.object(sourcerows, "row_hash",
                                  lambda cs, n: np.zeros(n, np.uint64))
                if colliding else mock.patch.object(sourcerows, "row_hash", frames.row_hash))
-    packing = (mock.patch.object(sourcerows.KeyIndex, "of", lambda cs, n: None)
+    packing = (mock.patch.object(sourcerows.PackedKeys, "of", lambda cs, n: None)
                if colliding else mock.patch.object(sourcerows, "KeyIndex", frames.KeyIndex))
     with hashing, packing:
         picker = sourcerows.SourceRows.of(None if from_columns else built, frame, (0,), {},
@@ -444,7 +444,10 @@ def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, coll
         keys = {tuple(r[c] for c in cols) for r in rows[::2]}
         keys |= {tuple(e[i % 2] for i in range(len(cols))) for e in extra}
         got = picker.readers(cols, keys)
+        again = [picker.readers(cols, keys)  # (scanned, then from the sorted index)
+                 for _ in range(sourcerows.SCANS_BEFORE_INDEX + 1)]
     want = [r for r in rows if tuple(r[c] for c in cols) in keys]
+    assert all(a is None if got is None else Counter(a) == Counter(got) for a in again)
     if got is None:  # (only for a value the columns cannot hold as it is)
         assert any(type(k[i]) is not (str if c == 1 else int)
                    for k in keys for i, c in enumerate(cols))
