@@ -56,10 +56,14 @@ a rebuild paid the build for a few thousand tuples (large-clique-14's round 2: 2
 208-232 ms at 2)."""
 
 
-SCANS_BEFORE_INDEX = 8
-"""Lookups of some columns answered by scanning their packed values before they are sorted
-(:meth:`SourceRows._index`): on large-tree-18's 42,000 SearchSpace tuples a scan for a few
-keys costs a tenth of the sort or less (0.02-0.04 ms against 0.4)."""
+COMPARED_BEFORE_INDEX = 16
+"""Probes of some columns answered by comparing their packed values with each
+(:meth:`SourceRows._index`) before those are sorted instead: on large-tree-18's 42,000
+SearchSpace tuples a pass costs about 7 µs and the sort about 0.4 ms, some 57 passes, so a
+session that keeps probing pays at most about 1.3 sorts, and one that probes a key or two
+(a first update) none. (Counting scans instead, whatever their probes, cost
+large-clique-17's first update, which probes dozens of keys a call, 5-20 ms more in
+short A/B runs.)"""
 
 
 class SourceRows:
@@ -301,7 +305,7 @@ class SourceRows:
             return None
         if not keys:
             return []
-        idx = self._index(cols)
+        idx = self._index(cols, len(keys))
         if isinstance(idx, PackedKeys):  # (exact keys: nothing to confirm)
             return self._tuples(idx.scan(values, len(keys)))
         if isinstance(idx, KeyIndex):
@@ -314,18 +318,18 @@ class SourceRows:
             same &= self._col[j][pos] == v[which]
         return self._tuples(pos[same])
 
-    def _index(self, cols: tuple[int, ...]) -> PackedKeys | KeyIndex | Index:
-        """What :meth:`readers` looks ``cols`` up in: their values packed, scanned for the
-        first :data:`SCANS_BEFORE_INDEX` calls (a session's first update probes a key or
-        two) and sorted into a :class:`~.frames.KeyIndex` after (the rent-or-buy rule:
-        the sort costs about as much as that many scans); where they do not pack, an index
-        of their hashes."""
+    def _index(self, cols: tuple[int, ...], probes: int) -> PackedKeys | KeyIndex | Index:
+        """What :meth:`readers` looks ``probes`` keys of ``cols`` up in: their values
+        packed and compared with each key while the keys so compared stay within
+        :data:`COMPARED_BEFORE_INDEX` (a session's first update probes a key or two), else
+        sorted into a :class:`~.frames.KeyIndex` (the rent-or-buy rule); where they do not
+        pack, an index of their hashes."""
         idx = self._hashed.get(cols)
         if idx is None:
             n, columns = self.height, [self._col[j] for j in cols]
             idx = self._hashed[cols] = PackedKeys.of(columns, n) or Index(
                 row_hash(columns, n), np.arange(n, dtype=np.int64))
-        if isinstance(idx, PackedKeys) and idx.scans >= SCANS_BEFORE_INDEX:
+        if isinstance(idx, PackedKeys) and idx.compared + probes > COMPARED_BEFORE_INDEX:
             idx = self._hashed[cols] = idx.index()
         return idx
 

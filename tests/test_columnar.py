@@ -445,7 +445,7 @@ def test_readers_are_the_tuples_whose_columns_hold_a_key(rows, cols, extra, coll
         keys |= {tuple(e[i % 2] for i in range(len(cols))) for e in extra}
         got = picker.readers(cols, keys)
         again = [picker.readers(cols, keys)  # (scanned, then from the sorted index)
-                 for _ in range(sourcerows.SCANS_BEFORE_INDEX + 1)]
+                 for _ in range(sourcerows.COMPARED_BEFORE_INDEX + 1)]
     want = [r for r in rows if tuple(r[c] for c in cols) in keys]
     assert all(a is None if got is None else Counter(a) == Counter(got) for a in again)
     if got is None:  # (only for a value the columns cannot hold as it is)
