@@ -332,6 +332,25 @@ def test_an_index_cut_from_a_frames_runs_groups_as_python_does(rows, cols, extra
     assert {k: set(b) for k, b in rel.index(other).items()} == python_index(rel.rows, other)
 
 
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.integers(4, 8)),
+                     min_size=1, max_size=12),
+       scattered=st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2)), max_size=4))
+def test_runs_by_on_grouped_rows_is_a_stable_sort_by_key(runs, scattered):
+    """:func:`frames.runs_by` on rows mostly grouped already (runs of equal keys, the path
+    that orders the runs, not the rows) and on a few scattered ones: the order is Python's
+    stable sort of the row numbers by key, and a run starts where the key changes."""
+    keys = [(a, b) for a, b, length in runs for _ in range(length)] + scattered
+    f = Frame({"a": np.asarray([k[0] for k in keys], dtype=np.int64),
+               "b": np.asarray([k[1] for k in keys], dtype=np.int64)},
+              {"a": LONG, "b": LONG}, len(keys))
+    order, starts = frames.runs_by(f, ["a", "b"])
+    want = sorted(range(len(keys)), key=lambda i: keys[i])
+    assert order.tolist() == want
+    assert starts.tolist() == [i for i, r in enumerate(want)
+                               if i == 0 or keys[r] != keys[want[i - 1]]]
+
+
 def test_strings_keep_their_order_in_comparisons():
     """Strings are codes inside frames; ``<`` must still compare the strings themselves."""
     f = frame_of([("b",), ("a",), ("c",)], ["$s"], (STRING,))
