@@ -848,12 +848,20 @@ def batched(engine: PythonEngine, v: Variant, n: int, last: float) -> bool:
                for op in v.ops if isinstance(op, Scan))
 
 
+class _OneRun(ColumnarStratum):
+    """Frames of the relations ``reads`` a delta variant scans besides its delta, for one run
+    of it on frames (:func:`run_batched`): no stratum around it, as :class:`Maintained`
+    holds frames without one."""
+
+    def __init__(self, engine: PythonEngine, reads: Iterable[str]):
+        self._frames_of(engine, engine.full, reads)
+
+
 def run_batched(engine: PythonEngine, v: Variant, delta: Mapping[str, Any]) -> list[tuple]:
     """The tuples ``v`` derives from ``delta`` (relation → tuples), run on frames (a bag:
     the tuple engine's tuples, as many times each)."""
-    reads = {op.pred for op in v.ops if isinstance(op, Scan) and op.version != DELTA}
-    once = ColumnarStratum.__new__(ColumnarStratum)
-    once._frames_of(engine, engine.full, reads)
+    once = _OneRun(engine, {op.pred for op in v.ops
+                            if isinstance(op, Scan) and op.version != DELTA})
     p = v.delta_pred
     got = once.run_variant(v, {p: once._frame_of(delta[p].rows, p)})
     return got.rows(names(len(got.cols)))

@@ -75,10 +75,15 @@ def build_plan(
     every OR node; costs are recomputed with the shared cost functions."""
     pick = choose.__getitem__ if isinstance(choose, Mapping) else choose
     alt = pick(node or space.root)
-    children = [build_plan(space, pick, child) for child in alt.children]
+    return _chosen_node(space, alt, [build_plan(space, pick, child) for child in alt.children])
+
+
+def _chosen_node(space: PlanSpace, alt: Alt, children: list[PlanNode]) -> PlanNode:
+    """The plan node of the chosen alternative ``alt`` over its ``children``' plans: its
+    local cost computed again, the costs added as :func:`plan_cost` adds them."""
     local = space.local_cost(alt)
-    cost = plan_cost(local, *(c.cost for c in children))
-    return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local, cost, children)
+    return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local,
+                    plan_cost(local, *(c.cost for c in children)), children)
 
 
 def plan_of_winners(space: PlanSpace, winner: Callable[[tuple[int, str]], int],
@@ -249,8 +254,4 @@ class _ReusingChosen(_Reusing):
     (:meth:`PlanCache.build_chosen`), not its index."""
 
     def _made(self, node: tuple[int, str], alt: Alt) -> PlanNode:
-        space = self.space
-        children = [self(child) for child in alt.children]
-        local = space.local_cost(alt)
-        return PlanNode(alt, space.relations(alt.expr), space.summary(alt.expr), local,
-                        plan_cost(local, *(c.cost for c in children)), children)
+        return _chosen_node(self.space, alt, [self(child) for child in alt.children])
