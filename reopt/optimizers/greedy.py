@@ -65,32 +65,34 @@ def greedy_tree(space: PlanSpace) -> list[tuple[int, int]]:
     estimates instead of O(n³) — the seed bound computes this tree on every evaluation —
     with the same joins in the same order."""
     card, neighbors = space.estimator.card, space.neighbors
-
-    def key(a: int, b: int) -> tuple[float, int, int]:
-        return (card(a | b), min(a, b), max(a, b))
-
     plans = [1 << i for i in range(space.query.n)]
     # (connectedness is symmetric: some relation of b is a neighbor of a, or not; each
     # relation's neighbors read once and its later neighbors picked off their bits: no pass
-    # over all n² / 2 pairs of a sparse graph)
-    heap = [key(a, 1 << j) for a in plans for j in bits(neighbors(a) & ~(2 * a - 1))]
+    # over all n² / 2 pairs of a sparse graph. A pair's key is built in place, lower set
+    # first: a key function per pair cost a third of the tree.)
+    heap = [(card(a | 1 << j), a, 1 << j)
+            for a in plans for j in bits(neighbors(a) & ~(2 * a - 1))]  # (a < 1 << j)
     heapq.heapify(heap)
     alive = set(plans)
     joins: list[tuple[int, int]] = []
+    pop, push = heapq.heappop, heapq.heappush
     while len(alive) > 1:
         while heap and not (heap[0][1] in alive and heap[0][2] in alive):
-            heapq.heappop(heap)  # a pair of a sub-plan joined since
+            pop(heap)  # a pair of a sub-plan joined since
         if heap:
-            _, a, b = heapq.heappop(heap)
+            _, a, b = pop(heap)
         else:  # no two sub-plans connected: the least cross product
             ordered = sorted(alive)
-            _, a, b = min(key(x, y) for i, x in enumerate(ordered) for y in ordered[i + 1:])
-        alive -= {a, b}
-        near = neighbors(a | b)
+            _, a, b = min((card(x | y), x, y) for i, x in enumerate(ordered)
+                          for y in ordered[i + 1:])
+        alive.discard(a)
+        alive.discard(b)
+        u = a | b
+        near = neighbors(u)
         for p in alive:
             if near & p:
-                heapq.heappush(heap, key(a | b, p))
-        alive.add(a | b)
+                push(heap, (card(u | p), u, p) if u < p else (card(u | p), p, u))
+        alive.add(u)
         joins.append((a, b))
     return joins
 
@@ -119,22 +121,30 @@ class Greedy:
         splits.update((a | b, (a, b)) for a, b in self.joins)
         return Settled(splits, self.best)
 
-    def _carry(self, expr: int, split: Split, carried: set[int]) -> bool:
-        """Take ``expr``'s best plans from ``before`` when it did not move and its subtree is
-        the one settled there (same split, both sides carried); whether it did."""
+    def _carried(self, order: list[tuple[int, Split]]) -> set[int]:
+        """The expressions of the tree (``order``: children first) whose best plans are
+        taken from ``before``, entered in :attr:`best`: those that did not move, settled
+        there over the same split, with both sides carried (so over the same subtree); none
+        without ``before``. Taking them all before settling the others gives the same
+        plans as taking them in turn: a node's settling reads only its children's, which
+        come before it, and which expressions are taken depends on ``before`` alone. (One
+        pass, not a method call per expression: the tree is settled on every update.)"""
+        carried: set[int] = set()
         if self.before is None:
-            return False
+            return carried
         was, moved = self.before
-        if expr not in was.splits or was.splits[expr] != split or moved(expr):
-            return False
-        if split is not None and not (split[0] in carried and split[1] in carried):
-            return False
-        for prop in self.space.interesting_props(expr):
-            got = was.best.get((expr, prop))
-            if got is not None:  # (a node settled without a plan stays without one)
-                self.best[(expr, prop)] = got
-        carried.add(expr)
-        return True
+        splits, was_best, best = was.splits, was.best, self.best
+        props = self.space.interesting_props
+        for expr, split in order:
+            if splits.get(expr, 0) != split or moved(expr) or (
+                    split is not None and not (split[0] in carried and split[1] in carried)):
+                continue  # (0: no expression's split; a leaf's is None)
+            for prop in props(expr):
+                got = was_best.get((expr, prop))
+                if got is not None:  # (a node settled without a plan stays without one)
+                    best[(expr, prop)] = got
+            carried.add(expr)
+        return carried
 
     def alternatives(self, expr: int, prop: str, split: tuple[int, int] | None) -> list[Alt]:
         """The space's alternatives of OR node ``(expr, prop)`` that use only the greedy
@@ -189,12 +199,11 @@ class Greedy:
         order: list[tuple[int, tuple[int, int] | None]] = [
             (1 << i, None) for i in range(space.query.n)]
         order += [(a | b, (a, b)) for a, b in self.joins]
-        carried: set[int] = set()
+        carried = self._carried(order)
         for expr, split in order:  # children before parents; 'any' before sort orders
-            if self._carry(expr, split, carried):
-                continue
-            for prop in space.interesting_props(expr):
-                self.settle(expr, prop, split)
+            if expr not in carried:
+                for prop in space.interesting_props(expr):
+                    self.settle(expr, prop, split)
         if space.root[0] == space.top:
             self.settle(space.top, ANY, None)
         if space.root not in self.best:
