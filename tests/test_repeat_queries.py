@@ -14,7 +14,7 @@ import itertools
 
 import networkx as nx
 import pytest
-from test_join_queries import join_graph
+from test_join_queries import assert_answers_as_spark_sql, join_graph
 
 from reopt.api import Optimizer, load_catalog
 from reopt.combine import combiner
@@ -101,14 +101,6 @@ def test_month_of_orders_is_overestimated_over_ten_times(tpch_dir) -> None:
 
 @pytest.mark.spark
 def test_repeat_queries_answer_as_spark_sql(spark, tpch_dir) -> None:
-    """reopt's catalog plan of each query, run by reopt.execute, digests as Spark SQL's answer
-    to the same text; every answer is non-empty, so equal means something."""
-    from reopt.execute import answer_digest, execute, spark_sql_answer
-
-    catalog = load_catalog(None, 0.01)
-    for name in REPEAT_QUERIES:
-        o = Optimizer(f"tpch:{name}", catalog, optimizer="topdown")
-        run = execute(o.optimize().plan, o.query, tpch_dir, spark)
-        answer = spark_sql_answer(o.query, tpch_dir, spark)
-        assert answer, name
-        assert run.digest == answer_digest(answer), name
+    """reopt's plan of each query, run by reopt.execute, digests as Spark SQL's answer to the
+    same text; every answer is non-empty, so equal means something."""
+    assert_answers_as_spark_sql(REPEAT_QUERIES, spark, tpch_dir)
