@@ -1,8 +1,9 @@
 """The adaptive loop split by split: which plan each strategy runs, and what adaptive observes.
 
 Run: ``.venv/bin/python benchmarks/looptrace.py --data DIR --query q9join [--splits 8]
-[--split-by hash|range] [--split-column COL] [--cost-model dist]
-[--strategies adaptive,hindsight]`` (DIR as ``reopt data tpch`` writes it;
+[--split-by hash|range] [--split-column COL] [--cost-model dist] [--dist-profile local]
+[--strategies adaptive,hindsight]`` (DIR as ``reopt data tpch`` writes it; ``--query`` a
+built-in name or a ``.sql`` file, so a candidate query can be screened before it is added;
 the built-in catalog at its scale factor). After a warm-up ``static`` run (not printed), per
 strategy and split: execution wall and JVM CPU seconds, whether the plan changed, the plan,
 and every scan's and join's estimated and observed rows; then the batches of deltas the
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--split-by", default="hash", choices=("hash", "range"))
     ap.add_argument("--split-column", help="with --split-by range, e.g. l_shipdate")
     ap.add_argument("--cost-model", default="dist")
+    ap.add_argument("--dist-profile", help="the dist model's constants (default or local)")
     ap.add_argument("--strategies", default="adaptive,hindsight")
     ap.add_argument("--warm", action="store_true")
     args = ap.parse_args(argv)
@@ -47,8 +49,9 @@ def main(argv: list[str]) -> int:
     catalog = load_catalog(None, _data_scale_factor(args.data))
 
     def make() -> Optimizer:
-        return Optimizer(f"tpch:{args.query}", catalog, cost_model=args.cost_model,
-                         optimizer="topdown-inc")
+        query = args.query if args.query.endswith(".sql") else f"tpch:{args.query}"
+        return Optimizer(query, catalog, cost_model=args.cost_model,
+                         optimizer="topdown-inc", dist_profile=args.dist_profile)
 
     loop = Loop(make, args.data, args.splits, get_spark(), by=args.split_by,
                 column=args.split_column)

@@ -94,6 +94,28 @@ supplier-nation-region), ``psegment`` (by customer segment and nation; lineitem 
 orders, part and supplier, customer and its nation off orders) and ``pnations`` (by the
 supplier's and the customer's nation, customers outside one region; Q8's graph without
 part; on ``reopt data tpch --correlate`` data only its 20 same-nation groups are left).
+
+Repeat customers
+----------------
+:data:`REPEAT_QUERIES` (``rcregion``, ``rcsupp``, ``rcpart``, ``rcoffers``, ``rcchain``,
+``rcnations``; 5-8 relations) pair the late lines of one month's orders (``o1``: March 1995,
+lines shipped from 1995-07-15, more than 106 days after the order) with every urgent open
+1995 order (``o2``) of the same customer: ``orders`` twice, joined many-to-many through
+``customer``. Three estimates go wrong, each for a reason real data has:
+
+* ``o1``'s two bounds on ``o_orderdate`` are estimated independently (0.55 x 0.47 of the
+  orders, about 384,000 at SF 1, against the 19,000 of one month);
+* ``o2``'s status and date are correlated (an order is ``'O'`` only when all its lines ship
+  after 1995-06-17), and its estimate multiplies them;
+* on ``reopt data tpch --skew Z`` data a year's orders come mostly from a few hot customers,
+  so ``o1 ⋈ customer ⋈ o2`` is far above ``|o1| |o2| / distinct(o_custkey)``: at SF 1 with
+  ``--skew 1`` about 4 million pairs against 85,000 estimated (on uniform data it is below
+  the estimate).
+
+So the plan made from the catalog builds the pairs as a broadcast table, on every split of
+lineitem, to probe with the few late lines; a plan made from observed rows joins the late
+lines to ``o1`` first and never forms the pairs (``BENCHMARKS.md``, "A setting where the
+catalog's plan is wrong").
 """
 
 from __future__ import annotations
@@ -107,7 +129,10 @@ from reopt.costmodel.catalog import TEXT_OVERHEAD, Catalog
 from reopt.costmodel.errors import CatalogError, QueryError
 from reopt.costmodel.numeric import MAX_ROWS, compact, is_finite_number
 
-__all__ = ["JOIN_QUERIES", "QUERIES", "builtin_query_names", "builtin_sql", "tpch_catalog"]
+__all__ = [
+    "JOIN_QUERIES", "QUERIES", "REPEAT_QUERIES", "builtin_query_names", "builtin_sql",
+    "tpch_catalog",
+]
 
 # --- catalog ----------------------------------------------------------------------------------
 
@@ -485,15 +510,69 @@ WHERE s_suppkey = l_suppkey and o_orderkey = l_orderkey and c_custkey = o_custke
 GROUP BY n1.n_name, n2.n_name""",
 }
 
-BUILTIN: dict[str, str] = {**QUERIES, **JOIN_QUERIES}
-"""Every built-in query: the paper's workload, then the loop's own join queries."""
+_REPEAT_CUSTOMERS = """\
+l_orderkey = o1.o_orderkey and o1.o_custkey = c_custkey and o2.o_custkey = c_custkey
+  and o1.o_orderdate >= '1995-03-01' and o1.o_orderdate < '1995-04-01'
+  and l_shipdate >= '1995-07-15'
+  and o2.o_orderdate >= '1995-01-01' and o2.o_orderdate < '1996-01-01'
+  and o2.o_orderpriority = '1-URGENT' and o2.o_orderstatus = 'O'"""
+"""The predicates :data:`REPEAT_QUERIES` share: late lines (shipped from 1995-07-15) of March
+1995 orders (``o1``), each paired with every urgent open 1995 order (``o2``) of the same
+customer."""
+
+REPEAT_QUERIES: dict[str, str] = {
+    "rcregion": f"""\
+SELECT r_name, count(*) as pairs, sum(l_extendedprice * (1 - l_discount)) as revenue
+FROM lineitem, orders o1, customer, orders o2, nation, region
+WHERE {_REPEAT_CUSTOMERS}
+  and c_nationkey = n_nationkey and n_regionkey = r_regionkey
+GROUP BY r_name""",
+    "rcsupp": f"""\
+SELECT n_name, count(*) as pairs, sum(l_extendedprice * (1 - l_discount)) as revenue
+FROM lineitem, orders o1, customer, orders o2, supplier, nation
+WHERE {_REPEAT_CUSTOMERS}
+  and l_suppkey = s_suppkey and s_nationkey = n_nationkey
+GROUP BY n_name""",
+    "rcpart": f"""\
+SELECT p_container, n_name, count(*) as pairs, max(l_discount) as max_discount
+FROM lineitem, orders o1, customer, orders o2, part, nation
+WHERE {_REPEAT_CUSTOMERS}
+  and l_partkey = p_partkey and c_nationkey = n_nationkey and p_size <= 25
+GROUP BY p_container, n_name""",
+    "rcoffers": f"""\
+SELECT c_mktsegment, count(*) as offers, min(ps_supplycost) as min_cost
+FROM lineitem, orders o1, customer, orders o2, partsupp
+WHERE {_REPEAT_CUSTOMERS}
+  and ps_partkey = l_partkey
+GROUP BY c_mktsegment""",
+    "rcchain": f"""\
+SELECT r_name, count(*) as pairs, sum(l_quantity) as quantity
+FROM lineitem, orders o1, customer, orders o2, supplier, nation, region
+WHERE {_REPEAT_CUSTOMERS}
+  and l_suppkey = s_suppkey and s_nationkey = n_nationkey and n_regionkey = r_regionkey
+GROUP BY r_name""",
+    "rcnations": f"""\
+SELECT n1.n_name as supp_nation, r_name, count(*) as pairs,
+       sum(l_extendedprice * (1 - l_discount)) as revenue
+FROM lineitem, orders o1, customer, orders o2, supplier, nation n1, nation n2, region
+WHERE {_REPEAT_CUSTOMERS}
+  and l_suppkey = s_suppkey and s_nationkey = n1.n_nationkey
+  and c_nationkey = n2.n_nationkey and n2.n_regionkey = r_regionkey
+GROUP BY n1.n_name, r_name""",
+}
+"""Six queries (5-8 relations) on which the plan made from the catalog is wrong on skewed
+data (module doc, "Repeat customers")."""
+
+BUILTIN: dict[str, str] = {**QUERIES, **JOIN_QUERIES, **REPEAT_QUERIES}
+"""Every built-in query: the paper's workload, then the loop's own join queries, then the
+repeat-customer queries."""
 
 _PREFIX = "tpch:"
 
 
 def builtin_query_names() -> list[str]:
     """The built-in query names (``q1`` ...): the paper's, in its order, then
-    :data:`JOIN_QUERIES`; ``tpch:q1`` works as well."""
+    :data:`JOIN_QUERIES` and :data:`REPEAT_QUERIES`; ``tpch:q1`` works as well."""
     return list(BUILTIN)
 
 

@@ -14,6 +14,7 @@ from reopt.costmodel.tpch import (
     JOIN_QUERIES,
     PRIMARY_KEY,
     QUERIES,
+    REPEAT_QUERIES,
     builtin_query_names,
     builtin_sql,
     tpch_catalog,
@@ -188,9 +189,10 @@ def test_builtin_names() -> None:
     assert builtin_query_names() == [
         "q1", "q3", "q5", "q5s", "q6", "q10", "q8join", "q8joins",
         "q2join", "q7join", "q8", "q9join", "chain6", "star6", "pclerk", "psegment", "pnations",
+        "rcregion", "rcsupp", "rcpart", "rcoffers", "rcchain", "rcnations",
     ]
     for name in builtin_query_names():
-        sql = QUERIES.get(name) or JOIN_QUERIES[name]
+        sql = QUERIES.get(name) or JOIN_QUERIES.get(name) or REPEAT_QUERIES[name]
         assert builtin_sql(name) == sql
         assert builtin_sql(f"tpch:{name}") == sql
         assert builtin_sql(f"TPCH:{name.upper()}") == sql
