@@ -57,6 +57,7 @@ from reopt.evaluator.frames import (
     NUMPY,
     STRINGS,
     Frame,
+    Gathered,
     Index,
     KeyIndex,
     aggregate,
@@ -740,10 +741,8 @@ class ColumnarStratum:
                 values = [v[keep] for v in values]
         if not binds:
             return b
-        cols, types = dict(b.cols), dict(b.types)
-        for j, x in binds:
-            cols[var_column(x)], types[var_column(x)] = values[j], fn.outputs[j]
-        return Frame(cols, types, b.height)
+        return b.with_columns({var_column(x): values[j] for j, x in binds},
+                              {var_column(x): fn.outputs[j] for j, x in binds})
 
     def _input(self, b: Frame, t: Any) -> Any:
         """One input column of a built-in: numbers as numpy, strings as ``object``."""
@@ -755,12 +754,13 @@ def _joined_rows(b: Frame, li: np.ndarray, rel: Frame, ri: np.ndarray,
                  binds: Iterable[tuple[int, str]]) -> Frame:
     """The bindings' rows ``li`` of ``b``, each with the variables ``binds`` (column of
     ``rel``, variable) read off the row ``ri`` of ``rel`` it met: one frame built, not one
-    per variable."""
-    cols = {c: a[li] for c, a in b.cols.items()}
+    per variable, its columns gathered when read (:class:`~.frames.Gathered`: the next
+    steps often keep a few of the rows)."""
+    named = {var_column(x): rel.cols[f"c{j}"] for j, x in binds}
     types = dict(b.types)
     for j, x in binds:
-        cols[var_column(x)], types[var_column(x)] = rel.cols[f"c{j}"][ri], rel.types[f"c{j}"]
-    return Frame(cols, types, len(li))
+        types[var_column(x)] = rel.types[f"c{j}"]
+    return Frame(Gathered((*Gathered.of(b.cols, li), (named, ri))), types, len(li))
 
 
 def _every_row(row: np.ndarray, n: int) -> bool:
