@@ -71,6 +71,7 @@ from reopt.evaluator.frames import (
     lookup,
     row_hash,
     runs_by,
+    stacked,
 )
 
 if TYPE_CHECKING:
@@ -366,7 +367,7 @@ class ColumnarStratum:
             fresh = rel.rows
             old = self._frame_of([r for r in self.engine.full[p].rows if r not in fresh], p) \
                 if fresh else self.full[p]
-            self.before[p], self.full[p] = old, concat([old, new])
+            self.before[p], self.full[p] = old, stacked([old, new])
         self._seminaive(frames)
         self._hand_back()
 
@@ -505,7 +506,7 @@ class ColumnarStratum:
         if not rows.height:
             return
         have = self.full[pred]
-        self.full[pred] = concat([have, rows])
+        self.full[pred] = stacked([have, rows])
         for (p, cols), idx in self.indexes.items():
             if p != pred:
                 continue

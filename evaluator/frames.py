@@ -144,6 +144,48 @@ class Gathered(Mapping[str, np.ndarray]):
         return name in self.where
 
 
+class Stacked(Mapping[str, np.ndarray]):
+    """Columns of frames appended one after another, each concatenated when first read: a
+    relation that grows release by release and is read in few of its columns in between
+    (large-clique-14's SearchSpace: 7 appends of up to 115,000 rows of 10 columns, none read
+    until the costing) is copied once for the columns read, not at every append for all."""
+
+    __slots__ = ("parts", "made")
+
+    def __init__(self, parts: dict[str, list[np.ndarray]]):
+        self.parts = parts
+        self.made: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def of(frames: Sequence[Frame]) -> Stacked:
+        """The columns of ``frames`` (alike in names), one after another."""
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in frames[0].cols}
+        for f in frames:
+            cols = f.cols
+            for c, got in parts.items():
+                if type(cols) is Stacked and c not in cols.made:
+                    got.extend(cols.parts[c])
+                else:
+                    got.append(cols[c])
+        return Stacked(parts)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        got = self.made.get(name)
+        if got is None:
+            parts = self.parts[name]
+            got = self.made[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.parts)
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.parts
+
+
 class Frame:
     """A bag of tuples: named columns of one length, each with a column type (``cols``: a
     dict, or :class:`Gathered` columns read when first asked for)."""
@@ -575,6 +617,15 @@ def concat(frames: Sequence[Frame]) -> Frame:
     first = frames[0]
     cols = {c: np.concatenate([f.cols[c] for f in frames]) for c in first.cols}
     return Frame(cols, dict(first.types), sum(f.height for f in frames))
+
+
+def stacked(frames: Sequence[Frame]) -> Frame:
+    """:func:`concat`, each column concatenated when first read (:class:`Stacked`): for a
+    relation that grows by appends."""
+    frames = [f for f in frames if f.height] or list(frames[:1])
+    if len(frames) == 1:
+        return frames[0]
+    return Frame(Stacked.of(frames), dict(frames[0].types), sum(f.height for f in frames))
 
 
 def group_best(f: Frame, by: Sequence[str], value: str, func: str) -> tuple[np.ndarray,

@@ -101,6 +101,22 @@ def test_gathered_columns_read_the_rows_a_nested_loop_reads(left, right, data):
     assert got.height == len(want) and set(got.cols) == {"a", "b", "x", "y", "z", "w"}
 
 
+@settings(max_examples=100, deadline=None)
+@given(chunks=st.lists(rows_of(TYPES), min_size=1, max_size=5), reads=st.lists(st.booleans()))
+def test_frames_appended_one_after_another_hold_the_rows_in_order(chunks, reads):
+    """A relation grown by appends whose columns are concatenated when first read
+    (:func:`~.frames.stacked`) holds the rows of its appends in order, whichever of its
+    columns were read (and so concatenated) between the appends."""
+    names = ["a", "b", "x"]
+    grown = frame_of(chunks[0], names, TYPES)
+    for k, rows in enumerate(chunks[1:]):
+        if k < len(reads) and reads[k]:
+            grown.cols["b"]  # noqa: B018 - read: concatenated before the next append
+        grown = frames.stacked([grown, frame_of(rows, names, TYPES)])
+    assert grown.rows(names) == [t for rows in chunks for t in rows]
+    assert grown.height == sum(map(len, chunks)) and list(grown.cols) == names
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=rows_of(TYPES), other=rows_of(TYPES), by=st.integers(0, 2),
        func=st.sampled_from(["min", "max"]))
