@@ -298,6 +298,10 @@ class ColumnarStratum:
         self.growing = frozenset(growing)
         """The relations releases append to (the stratum's own)."""
         self._bounds: dict[str, tuple[Frame, list[str], Frame]] = {}
+        self._probed: dict[tuple[str, tuple[int, ...], int | None],
+                           tuple[Frame, list[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
+        """(relation, columns, below) → the last probe's frame, values and answer
+        (:meth:`_probe`)."""
         """Bound relation → (its frame, key names, :meth:`_tightest`'s answer for them)."""
 
     def _index(self, pred: str, cols: tuple[int, ...]) -> Index | KeyIndex:
@@ -633,7 +637,25 @@ class ColumnarStratum:
                ) -> tuple[np.ndarray, np.ndarray]:
         """The (row of ``values``, row of ``pred``) pairs equal on ``cols`` — by hash through
         the index, then value by value — among the first ``below`` rows of ``pred``;
-        ``sorted_hashes``: the rows' hashes ascending and the row of each, known already."""
+        ``sorted_hashes``: the rows' hashes ascending and the row of each, known already.
+        The last answer per (relation, columns, ``below``) is kept and given again for the
+        same arrays of ``values`` while the relation's frame is the same: the delta
+        variants of one release that scan the delta first and then probe one relation by
+        the same delta columns (R7 and R8 by a new plan's expression, to find its parents
+        in SearchSpace) probe once."""
+        rel = self.full[pred]
+        memo = self._probed.get((pred, cols, below))
+        if (memo is not None and memo[0] is rel and len(memo[1]) == len(values)
+                and all(a is b for a, b in zip(memo[1], values, strict=True))):
+            return memo[2]
+        got = self._probe_once(pred, cols, values, below, sorted_hashes)
+        self._probed[(pred, cols, below)] = (rel, values, got)
+        return got
+
+    def _probe_once(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
+                    below: int | None,
+                    sorted_hashes: tuple[np.ndarray, np.ndarray] | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
         rel, idx = self.full[pred], self._index(pred, cols)
         n = len(values[0]) if values else 0
         if isinstance(idx, KeyIndex):  # exact keys: nothing to compare

@@ -387,6 +387,8 @@ def _joined(left: Frame, right: Frame, on: Sequence[str], li: np.ndarray,
 
 
 def cross(left: Frame, right: Frame) -> Frame:
+    if left.height == 1 and not left.cols:  # a rule's first atom: its rows as they are
+        return right
     li = np.repeat(np.arange(left.height, dtype=np.int64), right.height)
     ri = np.tile(np.arange(right.height, dtype=np.int64), left.height)
     return _joined(left, right, (), li, ri)
