@@ -101,7 +101,36 @@ FEW_FROM = 64
 STRINGS = Strings()
 
 
-class Gathered(Mapping[str, np.ndarray]):
+class Deferred(Mapping[str, np.ndarray]):
+    """Columns made when first read (each once): :class:`Gathered`, :class:`Stacked`.
+    ``names``: the column names (a dict's keys), ``_make``: one column."""
+
+    __slots__ = ("names", "made")
+
+    def __init__(self, names: Mapping[str, Any]):
+        self.names = names
+        self.made: dict[str, np.ndarray] = {}
+
+    def _make(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        got = self.made.get(name)
+        if got is None:
+            got = self.made[name] = self._make(name)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+
+class Gathered(Deferred):
     """Columns read off rows of their sources when first asked for: a join's bindings whose
     next steps drop most of them (R8's scan of its SearchSpace parents meets 444,000 rows
     a large-clique-14 optimization, of which the next scan's probe keeps 28,000) gather
@@ -110,12 +139,11 @@ class Gathered(Mapping[str, np.ndarray]):
     ``columns[c][rows]`` (``rows`` None: the columns as they are); taking rows composes
     each part's rows (one gather a part, not one a column)."""
 
-    __slots__ = ("parts", "where", "made")
+    __slots__ = ("parts",)
 
     def __init__(self, parts: Sequence[tuple[Mapping[str, np.ndarray], np.ndarray | None]]):
         self.parts = tuple(parts)
-        self.where = {c: i for i, (cols, _) in enumerate(self.parts) for c in cols}
-        self.made: dict[str, np.ndarray] = {}
+        super().__init__({c: i for i, (cols, _) in enumerate(self.parts) for c in cols})
 
     @staticmethod
     def of(cols: Mapping[str, np.ndarray], rows: np.ndarray | None
@@ -127,34 +155,22 @@ class Gathered(Mapping[str, np.ndarray]):
             return tuple((c, rows if at is None else at[rows]) for c, at in cols.parts)
         return ((cols, rows),)
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        got = self.made.get(name)
-        if got is None:
-            cols, rows = self.parts[self.where[name]]
-            got = self.made[name] = cols[name] if rows is None else cols[name][rows]
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.where)
-
-    def __len__(self) -> int:
-        return len(self.where)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.where
+    def _make(self, name: str) -> np.ndarray:
+        cols, rows = self.parts[self.names[name]]
+        return cols[name] if rows is None else cols[name][rows]
 
 
-class Stacked(Mapping[str, np.ndarray]):
+class Stacked(Deferred):
     """Columns of frames appended one after another, each concatenated when first read: a
     relation that grows release by release and is read in few of its columns in between
     (large-clique-14's SearchSpace: 7 appends of up to 115,000 rows of 10 columns, none read
     until the costing) is copied once for the columns read, not at every append for all."""
 
-    __slots__ = ("parts", "made")
+    __slots__ = ("parts",)
 
     def __init__(self, parts: dict[str, list[np.ndarray]]):
         self.parts = parts
-        self.made: dict[str, np.ndarray] = {}
+        super().__init__(parts)
 
     @staticmethod
     def of(frames: Sequence[Frame]) -> Stacked:
@@ -169,21 +185,11 @@ class Stacked(Mapping[str, np.ndarray]):
                     got.append(cols[c])
         return Stacked(parts)
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        got = self.made.get(name)
-        if got is None:
-            parts = self.parts[name]
-            got = self.made[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.parts)
-
-    def __len__(self) -> int:
-        return len(self.parts)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.parts
+    def _make(self, name: str) -> np.ndarray:
+        parts = self.parts[name]
+        made = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.parts[name] = [made]  # (the appended arrays freed: not held twice)
+        return made
 
 
 class Frame:
