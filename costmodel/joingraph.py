@@ -309,17 +309,15 @@ class JoinGraph:
         from reopt.costmodel import ccp
 
         budget = (self._budget - self.examined) if self._budget is not None else 2**62
-        found, left, right, examined, over = ccp.enumerate_pairs(
+        found, unions, bounds, ordered, examined, over = ccp.enumerate_pairs(
             np.asarray(self.neighbors, dtype=np.int64), budget)
         self.examined += int(examined)
         if over:
             raise _OverBudget
         self._csgs = found.tolist()
-        if not len(left):
+        if not len(ordered):
             return 0
-        union, ordered = _by_union(left | right, left, self.n)
-        starts = np.flatnonzero(np.diff(union, prepend=-1))
-        self._flat = (union[starts], np.append(starts, len(ordered)).astype(np.int64), ordered)
+        self._flat = (unions, bounds, ordered)
         return len(ordered)
 
     def flat_halves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

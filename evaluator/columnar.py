@@ -57,6 +57,7 @@ from reopt.evaluator.frames import (
     NUMPY,
     STRINGS,
     Frame,
+    Gathered,
     Index,
     KeyIndex,
     aggregate,
@@ -70,6 +71,7 @@ from reopt.evaluator.frames import (
     lookup,
     row_hash,
     runs_by,
+    stacked,
 )
 
 if TYPE_CHECKING:
@@ -296,6 +298,10 @@ class ColumnarStratum:
         self.growing = frozenset(growing)
         """The relations releases append to (the stratum's own)."""
         self._bounds: dict[str, tuple[Frame, list[str], Frame]] = {}
+        self._probed: dict[tuple[str, tuple[int, ...], int | None],
+                           tuple[Frame, list[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
+        """(relation, columns, below) → the last probe's frame, values and answer
+        (:meth:`_probe`)."""
         """Bound relation → (its frame, key names, :meth:`_tightest`'s answer for them)."""
 
     def _index(self, pred: str, cols: tuple[int, ...]) -> Index | KeyIndex:
@@ -365,7 +371,7 @@ class ColumnarStratum:
             fresh = rel.rows
             old = self._frame_of([r for r in self.engine.full[p].rows if r not in fresh], p) \
                 if fresh else self.full[p]
-            self.before[p], self.full[p] = old, concat([old, new])
+            self.before[p], self.full[p] = old, stacked([old, new])
         self._seminaive(frames)
         self._hand_back()
 
@@ -504,7 +510,7 @@ class ColumnarStratum:
         if not rows.height:
             return
         have = self.full[pred]
-        self.full[pred] = concat([have, rows])
+        self.full[pred] = stacked([have, rows])
         for (p, cols), idx in self.indexes.items():
             if p != pred:
                 continue
@@ -631,7 +637,25 @@ class ColumnarStratum:
                ) -> tuple[np.ndarray, np.ndarray]:
         """The (row of ``values``, row of ``pred``) pairs equal on ``cols`` — by hash through
         the index, then value by value — among the first ``below`` rows of ``pred``;
-        ``sorted_hashes``: the rows' hashes ascending and the row of each, known already."""
+        ``sorted_hashes``: the rows' hashes ascending and the row of each, known already.
+        The last answer per (relation, columns, ``below``) is kept and given again for the
+        same arrays of ``values`` while the relation's frame is the same: the delta
+        variants of one release that scan the delta first and then probe one relation by
+        the same delta columns (R7 and R8 by a new plan's expression, to find its parents
+        in SearchSpace) probe once."""
+        rel = self.full[pred]
+        memo = self._probed.get((pred, cols, below))
+        if (memo is not None and memo[0] is rel and len(memo[1]) == len(values)
+                and all(a is b for a, b in zip(memo[1], values, strict=True))):
+            return memo[2]
+        got = self._probe_once(pred, cols, values, below, sorted_hashes)
+        self._probed[(pred, cols, below)] = (rel, values, got)
+        return got
+
+    def _probe_once(self, pred: str, cols: tuple[int, ...], values: list[np.ndarray],
+                    below: int | None,
+                    sorted_hashes: tuple[np.ndarray, np.ndarray] | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
         rel, idx = self.full[pred], self._index(pred, cols)
         n = len(values[0]) if values else 0
         if isinstance(idx, KeyIndex):  # exact keys: nothing to compare
@@ -740,10 +764,8 @@ class ColumnarStratum:
                 values = [v[keep] for v in values]
         if not binds:
             return b
-        cols, types = dict(b.cols), dict(b.types)
-        for j, x in binds:
-            cols[var_column(x)], types[var_column(x)] = values[j], fn.outputs[j]
-        return Frame(cols, types, b.height)
+        return b.with_columns({var_column(x): values[j] for j, x in binds},
+                              {var_column(x): fn.outputs[j] for j, x in binds})
 
     def _input(self, b: Frame, t: Any) -> Any:
         """One input column of a built-in: numbers as numpy, strings as ``object``."""
@@ -755,12 +777,13 @@ def _joined_rows(b: Frame, li: np.ndarray, rel: Frame, ri: np.ndarray,
                  binds: Iterable[tuple[int, str]]) -> Frame:
     """The bindings' rows ``li`` of ``b``, each with the variables ``binds`` (column of
     ``rel``, variable) read off the row ``ri`` of ``rel`` it met: one frame built, not one
-    per variable."""
-    cols = {c: a[li] for c, a in b.cols.items()}
+    per variable, its columns gathered when read (:class:`~.frames.Gathered`: the next
+    steps often keep a few of the rows)."""
+    named = {var_column(x): rel.cols[f"c{j}"] for j, x in binds}
     types = dict(b.types)
     for j, x in binds:
-        cols[var_column(x)], types[var_column(x)] = rel.cols[f"c{j}"][ri], rel.types[f"c{j}"]
-    return Frame(cols, types, len(li))
+        types[var_column(x)] = rel.types[f"c{j}"]
+    return Frame(Gathered((*Gathered.of(b.cols, li), (named, ri))), types, len(li))
 
 
 def _every_row(row: np.ndarray, n: int) -> bool:

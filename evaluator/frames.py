@@ -16,7 +16,7 @@ join a few µs; on 35,000-pair queries Polars made the stratum slower than the t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,12 +101,104 @@ FEW_FROM = 64
 STRINGS = Strings()
 
 
+class Deferred(Mapping[str, np.ndarray]):
+    """Columns made when first read (each once): :class:`Gathered`, :class:`Stacked`.
+    ``names``: the column names (a dict's keys), ``_make``: one column."""
+
+    __slots__ = ("names", "made")
+
+    def __init__(self, names: Mapping[str, Any]):
+        self.names = names
+        self.made: dict[str, np.ndarray] = {}
+
+    def _make(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        got = self.made.get(name)
+        if got is None:
+            got = self.made[name] = self._make(name)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+
+class Gathered(Deferred):
+    """Columns read off rows of their sources when first asked for: a join's bindings whose
+    next steps drop most of them (R8's scan of its SearchSpace parents meets 444,000 rows
+    a large-clique-14 optimization, of which the next scan's probe keeps 28,000) gather
+    the few columns those steps read at full height, and the rest only for the rows that
+    are left. Each part is ``(columns by name, rows)``: column ``c`` of the part is
+    ``columns[c][rows]`` (``rows`` None: the columns as they are); taking rows composes
+    each part's rows (one gather a part, not one a column)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: Sequence[tuple[Mapping[str, np.ndarray], np.ndarray | None]]):
+        self.parts = tuple(parts)
+        super().__init__({c: i for i, (cols, _) in enumerate(self.parts) for c in cols})
+
+    @staticmethod
+    def of(cols: Mapping[str, np.ndarray], rows: np.ndarray | None
+           ) -> tuple[tuple[Mapping[str, np.ndarray], np.ndarray | None], ...]:
+        """The parts of the columns ``cols`` taken at ``rows`` (None: all, in order)."""
+        if type(cols) is Gathered:
+            if rows is None:
+                return cols.parts
+            return tuple((c, rows if at is None else at[rows]) for c, at in cols.parts)
+        return ((cols, rows),)
+
+    def _make(self, name: str) -> np.ndarray:
+        cols, rows = self.parts[self.names[name]]
+        return cols[name] if rows is None else cols[name][rows]
+
+
+class Stacked(Deferred):
+    """Columns of frames appended one after another, each concatenated when first read: a
+    relation that grows release by release and is read in few of its columns in between
+    (large-clique-14's SearchSpace: 7 appends of up to 115,000 rows of 10 columns, none read
+    until the costing) is copied once for the columns read, not at every append for all."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: dict[str, list[np.ndarray]]):
+        self.parts = parts
+        super().__init__(parts)
+
+    @staticmethod
+    def of(frames: Sequence[Frame]) -> Stacked:
+        """The columns of ``frames`` (alike in names), one after another."""
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in frames[0].cols}
+        for f in frames:
+            cols = f.cols
+            for c, got in parts.items():
+                if type(cols) is Stacked and c not in cols.made:
+                    got.extend(cols.parts[c])
+                else:
+                    got.append(cols[c])
+        return Stacked(parts)
+
+    def _make(self, name: str) -> np.ndarray:
+        parts = self.parts[name]
+        made = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.parts[name] = [made]  # (the appended arrays freed: not held twice)
+        return made
+
+
 class Frame:
-    """A bag of tuples: named columns of one length, each with a column type."""
+    """A bag of tuples: named columns of one length, each with a column type (``cols``: a
+    dict, or :class:`Gathered` columns read when first asked for)."""
 
     __slots__ = ("cols", "types", "height")
 
-    def __init__(self, cols: dict[str, np.ndarray], types: dict[str, str], height: int):
+    def __init__(self, cols: Mapping[str, np.ndarray], types: dict[str, str], height: int):
         self.cols, self.types, self.height = cols, types, height
 
     # -- building and reading ------------------------------------------------------------------
@@ -155,18 +247,28 @@ class Frame:
 
     # -- row and column primitives -------------------------------------------------------------
     def take(self, idx: np.ndarray) -> Frame:
+        if type(self.cols) is Gathered:
+            return Frame(Gathered(Gathered.of(self.cols, idx)), self.types, len(idx))
         return Frame({c: a[idx] for c, a in self.cols.items()}, self.types, len(idx))
 
     def filter(self, mask: np.ndarray) -> Frame:
         if mask.all():
             return self
+        if type(self.cols) is Gathered:
+            return self.take(np.flatnonzero(mask))
         return Frame({c: a[mask] for c, a in self.cols.items()}, self.types,
                      int(np.count_nonzero(mask)))
 
     def with_column(self, name: str, values: np.ndarray, kind: str) -> Frame:
-        cols = dict(self.cols)
-        cols[name] = values
-        return Frame(cols, {**self.types, name: kind}, self.height)
+        return self.with_columns({name: values}, {name: kind})
+
+    def with_columns(self, values: dict[str, np.ndarray], kinds: dict[str, str]) -> Frame:
+        """The frame with the columns ``values`` (of the types ``kinds``) added."""
+        if type(self.cols) is Gathered:
+            cols: Mapping[str, np.ndarray] = Gathered((*self.cols.parts, (values, None)))
+        else:
+            cols = {**self.cols, **values}
+        return Frame(cols, {**self.types, **kinds}, self.height)
 
     def select(self, mapping: Sequence[tuple[str, str]]) -> Frame:
         """Columns ``old → new`` in order (a column may appear under several names)."""
@@ -280,16 +382,19 @@ def join(left: Frame, right: Frame, on: Sequence[str]) -> Frame:
 
 def _joined(left: Frame, right: Frame, on: Sequence[str], li: np.ndarray,
             ri: np.ndarray) -> Frame:
-    cols = {c: a[li] for c, a in left.cols.items()}
+    """The left rows ``li`` beside the right rows ``ri`` (but the right columns ``on``),
+    gathered when read (:class:`Gathered`: a rule's whole-relation scan is often filtered
+    down to a few rows next)."""
     types = dict(left.types)
-    for c, a in right.cols.items():
-        if c not in on:
-            cols[c] = a[ri]
-            types[c] = right.types[c]
-    return Frame(cols, types, len(li))
+    named = {c: a for c, a in right.cols.items() if c not in on}
+    for c in named:
+        types[c] = right.types[c]
+    return Frame(Gathered((*Gathered.of(left.cols, li), (named, ri))), types, len(li))
 
 
 def cross(left: Frame, right: Frame) -> Frame:
+    if left.height == 1 and not left.cols:  # a rule's first atom: its rows as they are
+        return right
     li = np.repeat(np.arange(left.height, dtype=np.int64), right.height)
     ri = np.tile(np.arange(right.height, dtype=np.int64), left.height)
     return _joined(left, right, (), li, ri)
@@ -520,6 +625,15 @@ def concat(frames: Sequence[Frame]) -> Frame:
     first = frames[0]
     cols = {c: np.concatenate([f.cols[c] for f in frames]) for c in first.cols}
     return Frame(cols, dict(first.types), sum(f.height for f in frames))
+
+
+def stacked(frames: Sequence[Frame]) -> Frame:
+    """:func:`concat`, each column concatenated when first read (:class:`Stacked`): for a
+    relation that grows by appends."""
+    frames = [f for f in frames if f.height] or list(frames[:1])
+    if len(frames) == 1:
+        return frames[0]
+    return Frame(Stacked.of(frames), dict(frames[0].types), sum(f.height for f in frames))
 
 
 def group_best(f: Frame, by: Sequence[str], value: str, func: str) -> tuple[np.ndarray,

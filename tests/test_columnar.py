@@ -76,6 +76,48 @@ def test_join_and_anti_equal_nested_loops(left, right, on):
 
 
 @settings(max_examples=200, deadline=None)
+@given(left=rows_of(TYPES), right=rows_of(TYPES[:2]), data=st.data())
+def test_gathered_columns_read_the_rows_a_nested_loop_reads(left, right, data):
+    """Bindings gathered when read (:class:`~.frames.Gathered`: a join's rows, then some
+    of them taken, filtered, a column added) hold, column by column, what the tuples
+    paired in a nested loop hold after the same steps."""
+    lf = frame_of(left, ["a", "b", "x"], TYPES)
+    rf = frame_of(right, ["y", "z"], TYPES[:2])
+    pairs = [(i, j) for i in range(len(left)) for j in range(len(right))]
+    li = np.asarray([i for i, _ in pairs], dtype=np.int64)
+    ri = np.asarray([j for _, j in pairs], dtype=np.int64)
+    got = Frame(frames.Gathered((*frames.Gathered.of(lf.cols, li), (rf.cols, ri))),
+                {**lf.types, **rf.types}, len(pairs))
+    want = [left[i] + right[j] for i, j in pairs]
+    if want:
+        picks = data.draw(st.lists(st.integers(0, len(want) - 1), max_size=20))
+        got = got.take(np.asarray(picks, dtype=np.int64))
+        want = [want[k] for k in picks]
+    mask = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(want),
+                                         max_size=len(want))), dtype=bool)
+    got = got.filter(mask).with_column("w", np.arange(int(mask.sum()), dtype=np.int64), LONG)
+    want = [t + (k,) for k, t in enumerate(t for t, m in zip(want, mask, strict=True) if m)]
+    assert got.rows(["a", "b", "x", "y", "z", "w"]) == want
+    assert got.height == len(want) and set(got.cols) == {"a", "b", "x", "y", "z", "w"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunks=st.lists(rows_of(TYPES), min_size=1, max_size=5), reads=st.lists(st.booleans()))
+def test_frames_appended_one_after_another_hold_the_rows_in_order(chunks, reads):
+    """A relation grown by appends whose columns are concatenated when first read
+    (:func:`~.frames.stacked`) holds the rows of its appends in order, whichever of its
+    columns were read (and so concatenated) between the appends."""
+    names = ["a", "b", "x"]
+    grown = frame_of(chunks[0], names, TYPES)
+    for k, rows in enumerate(chunks[1:]):
+        if k < len(reads) and reads[k]:
+            grown.cols["b"]  # noqa: B018 - read: concatenated before the next append
+        grown = frames.stacked([grown, frame_of(rows, names, TYPES)])
+    assert grown.rows(names) == [t for rows in chunks for t in rows]
+    assert grown.height == sum(map(len, chunks)) and list(grown.cols) == names
+
+
+@settings(max_examples=200, deadline=None)
 @given(rows=rows_of(TYPES), other=rows_of(TYPES), by=st.integers(0, 2),
        func=st.sampled_from(["min", "max"]))
 def test_sets_and_groups_equal_python(rows, other, by, func):

@@ -240,11 +240,38 @@ def test_pair_arrays_are_the_splits_as_columns():
 
 
 @settings(max_examples=100, deadline=None)
+@given(n=st.sampled_from([2, 7, 17, 31]), dense=st.booleans(), data=st.data())
+def test_compiled_pairs_are_grouped_by_union_in_the_order_they_came(n, dense, data):
+    """The compiled enumeration groups its pairs by union with a counting sort over the
+    csgs (a union's rank read from a table, or found by binary search): the unions
+    ascending, each one's left sides in the order they were found — checked against
+    Python's stable sort by union."""
+    import numpy as np
+
+    from reopt.costmodel import ccp
+
+    if not ccp.AVAILABLE:  # pragma: no cover
+        pytest.fail("numba is a dependency: the compiled enumeration must be there")
+    sets = st.integers(1, 2**n - 1)
+    csgs = sorted(data.draw(st.sets(sets, min_size=1, max_size=30)))
+    pairs = data.draw(st.lists(st.tuples(st.sampled_from(csgs), sets), max_size=80))
+    unions, bounds, lefts = ccp._grouped(np.asarray(csgs, dtype=np.int64),
+                                         np.asarray([u for u, _ in pairs], dtype=np.int64),
+                                         np.asarray([x for _, x in pairs], dtype=np.int64),
+                                         n, dense and n <= 17)
+    cuts = bounds.tolist()
+    got = [(u, x) for i, u in enumerate(unions.tolist())
+           for x in lefts[cuts[i]:cuts[i + 1]].tolist()]
+    assert got == sorted(pairs, key=lambda p: p[0])
+    assert len(cuts) == len(set(unions.tolist())) + 1 == len({u for u, _ in pairs}) + 1
+
+
+@settings(max_examples=100, deadline=None)
 @given(n=st.sampled_from([2, 7, 17, 31, 32, 45]), data=st.data())
 def test_pairs_are_ordered_by_union_then_left_as_a_lexsort_orders_them(n, data):
-    """The compiled enumeration's pairs are grouped by union with one sort of the pair packed
-    into one number where both fit (2n bits), else by a lexsort: the same order either way,
-    checked against Python's sort of the (union, left) pairs."""
+    """Splits in both orders (:meth:`JoinGraph.flat_lefts`) are grouped by union with one
+    sort of the pair packed into one number where both fit (2n bits), else by a lexsort: the
+    same order either way, checked against Python's sort of the (union, left) pairs."""
     import numpy as np
 
     from reopt.costmodel.joingraph import _by_union
