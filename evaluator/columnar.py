@@ -303,6 +303,10 @@ class ColumnarStratum:
         """(relation, columns, below) → the last probe's frame, values and answer
         (:meth:`_probe`)."""
         """Bound relation → (its frame, key names, :meth:`_tightest`'s answer for them)."""
+        self._growing_key_index: dict[tuple[str, tuple[int, ...]],
+                                      tuple[Frame, KeyIndex | None]] = {}
+        """(growing relation, columns) → its frame and its rows by those columns' packed key
+        (:meth:`_growing_keys`)."""
 
     def _index(self, pred: str, cols: tuple[int, ...]) -> Index | KeyIndex:
         """``pred``'s rows by ``cols``: of a relation that does not grow here (read from a
@@ -656,8 +660,10 @@ class ColumnarStratum:
                     below: int | None,
                     sorted_hashes: tuple[np.ndarray, np.ndarray] | None
                     ) -> tuple[np.ndarray, np.ndarray]:
-        rel, idx = self.full[pred], self._index(pred, cols)
         n = len(values[0]) if values else 0
+        rel = self.full[pred]
+        idx = (self._growing_keys(pred, cols, n) if sorted_hashes is None else None
+               ) or self._index(pred, cols)
         if isinstance(idx, KeyIndex):  # exact keys: nothing to compare
             li, ri = idx.probe(values, n)
             return (li, ri) if below is None else (li[ri < below], ri[ri < below])
@@ -674,6 +680,22 @@ class ColumnarStratum:
         for v, j in zip(values, cols, strict=True):
             eq &= v[li] == rel.cols[f"c{j}"][ri]
         return li[eq], ri[eq]
+
+    def _growing_keys(self, pred: str, cols: tuple[int, ...], n: int) -> KeyIndex | None:
+        """For ``n`` probes of a relation releases append to, at most as many rows as probes:
+        its rows by their packed key, made for its frame as it is now (kept while that frame
+        is, as a probe of the same release by other delta columns reads it too) — a pass
+        over its rows and a sort of their keys, instead of hashing and sorting the probes
+        for its hash index; None otherwise, or when the columns do not pack."""
+        rel = self.full[pred]
+        if pred not in self.growing or not n or rel.height > n:
+            return None
+        hit = self._growing_key_index.get((pred, cols))
+        if hit is not None and hit[0] is rel:
+            return hit[1]
+        idx = KeyIndex.of([rel.cols[f"c{j}"] for j in cols], rel.height)
+        self._growing_key_index[(pred, cols)] = (rel, idx)
+        return idx
 
     def _scan(self, b: Frame, op: Scan, delta: Mapping[str, Frame]) -> Frame:
         if op.version != DELTA:

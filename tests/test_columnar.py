@@ -275,6 +275,40 @@ def test_key_index_finds_the_rows_with_equal_columns(rows, probe, cols):
     assert frames.KeyIndex.of([np.asarray([0.5] * len(rows))], len(rows)) is None
 
 
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-3, 300), st.booleans(), st.integers(0, 40)),
+                     min_size=1, max_size=30),
+       probe=st.lists(st.tuples(st.integers(-5, 305), st.booleans(), st.integers(-2, 42)),
+                      max_size=12),
+       cols=st.sampled_from([(0,), (1,), (0, 1), (2, 0), (0, 1, 2)]))
+def test_key_index_read_off_its_table_pairs_as_its_binary_search(rows, probe, cols):
+    """Many probes of a key index of a small span are read off a table of the span
+    (``KeyIndex._dense_runs``): the same pairs in the same order as the binary searches
+    give (probes in order, each key's rows ascending), the nested loop's pairs, probe
+    values outside the rows' ranges included (fails when a run's bounds are off by one or
+    an outside probe reads the last key's run)."""
+    rows += [rows[0]]
+    probe += [rows[-1], (-9, True, 99)]
+
+    def columns(tuples: list[tuple]) -> list[np.ndarray]:
+        dtypes = (np.int64, np.bool_, np.int64)
+        return [np.asarray([t[c] for t in tuples], dtype=dtypes[c]) for c in cols]
+
+    def probed(sorted_from: int) -> list[tuple[int, int]]:
+        idx = frames.KeyIndex.of(columns(rows), len(rows))
+        assert idx is not None
+        with mock.patch.object(frames, "SORTED_PROBES", sorted_from), \
+                mock.patch.object(frames, "DENSE_SPAN", 1 << 20):
+            li, ri = idx.probe(columns(probe), len(probe))
+        return list(zip(li.tolist(), ri.tolist(), strict=True))
+
+    by_table, by_search = probed(1), probed(len(probe) + 1)
+    assert by_table == by_search
+    want = Counter((i, j) for i, p in enumerate(probe) for j, r in enumerate(rows)
+                   if all(p[c] == r[c] for c in cols))
+    assert Counter(by_table) == want
+
+
 def test_key_index_probed_with_floats_matches_equal_values_only():
     """Probe values of a float column match the integer keys they equal (3.0 is 3, as a
     lookup of tuples finds it) and nothing else (2.5, nan, and values past int64)."""
