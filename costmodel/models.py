@@ -259,19 +259,16 @@ class CostModel:
         return None
 
 
-_ANYS = np.empty(0, dtype=object)
+_ANY = np.array([ANY], dtype=object)
 
 
 def _anys(n: int) -> np.ndarray:
-    """``n`` times ``ANY`` as a read-only ``object`` array: a view of one kept array, grown
-    by doubling, so a batch of joins does not fill (and reference-count) a new array of
-    hundreds of thousands of the same string — on large-clique-17 12 ms an optimization."""
-    global _ANYS
-    if len(_ANYS) < n:
-        grown = np.full(max(n, 2 * len(_ANYS)), ANY, dtype=object)
-        grown.flags.writeable = False
-        _ANYS = grown
-    return _ANYS[:n]
+    """``n`` times ``ANY`` as a read-only ``object`` array: one element seen ``n`` times (a
+    broadcast view, stride 0), so a batch of joins does not fill (and reference-count) a new
+    array of hundreds of thousands of the same string — on large-clique-17 12 ms an
+    optimization — and its encoding as a column reads the one string once
+    (:meth:`~reopt.evaluator.frames.Strings.encode`)."""
+    return np.broadcast_to(_ANY, (n,))
 
 
 class CoutModel(CostModel):

@@ -309,6 +309,19 @@ def test_key_index_read_off_its_table_pairs_as_its_binary_search(rows, probe, co
     assert Counter(by_table) == want
 
 
+def test_strings_of_one_value_broadcast_get_the_codes_of_the_values_written_out():
+    """An ``object`` column of one string broadcast (stride 0, not compared row by row)
+    gets the codes the same strings written out get, a new string its next code."""
+    by_view, by_copy = frames.Strings(), frames.Strings()
+    for strings in (by_view, by_copy):
+        strings.encode(["x", "any"])
+    for value in ("any", "new"):
+        view = np.broadcast_to(np.array([value], dtype=object), (frames.FEW_FROM + 5,))
+        assert view.strides == (0,)
+        assert by_view.encode(view).tolist() == by_copy.encode(view.copy()).tolist()
+    assert by_view.text == by_copy.text == ["x", "any", "new"]
+
+
 def test_key_index_probed_with_floats_matches_equal_values_only():
     """Probe values of a float column match the integer keys they equal (3.0 is 3, as a
     lookup of tuples finds it) and nothing else (2.5, nan, and values past int64)."""
