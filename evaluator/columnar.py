@@ -487,10 +487,12 @@ class ColumnarStratum:
             rows = self._select(sel, rows)
         # hashed and sorted once: for distinct, the probe of the relation, its index's add
         whole = tuple(range(len(cols)))
-        new, hashes, at = distinct_hashed(rows, row_hash([rows.cols[c] for c in cols],
-                                                         rows.height))
+        looked_up = pred not in self.unseen
+        new, hashes, at = distinct_hashed(rows, cols, looked_up or (pred, whole) in
+                                          self.indexes)
         have = self.before[pred] = self.full[pred]
-        if have.height and new.height and pred not in self.unseen:
+        if have.height and new.height and looked_up:
+            assert hashes is not None and at is not None  # (ordered: looked up)
             li, ri = self._probe(pred, whole, [new.cols[c] for c in cols], sorted_hashes=(
                 hashes, at))
             seen = np.zeros(new.height, dtype=bool)
@@ -501,7 +503,7 @@ class ColumnarStratum:
                 at = (np.cumsum(fresh) - 1)[at[keep]]
                 hashes = hashes[keep]
                 new = new.filter(fresh)
-        self.append(pred, new, {whole: (hashes, at)})
+        self.append(pred, new, None if hashes is None else {whole: (hashes, at)})
         stats.derived[pred] = stats.derived.get(pred, 0) + new.height
         return new
 

@@ -125,12 +125,15 @@ def test_sets_and_groups_equal_python(rows, other, by, func):
     f, g = frame_of(rows, names, TYPES), frame_of(other, names, TYPES)
     assert sorted(frames.distinct(f).rows(names), key=repr) == sorted(set(rows), key=repr)
     # the one-sort form: the same rows in the same order, each hash ascending with its row
-    h = frames.row_hash(list(f.cols.values()), f.height)
-    new, hashes, at = frames.distinct_hashed(f, h)
+    new, hashes, at = frames.distinct_hashed(f, names)
     assert new.rows(names) == list(dict.fromkeys(rows))
     assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
         range(new.height))
     assert hashes.tolist() == frames.row_hash(list(new.cols.values()), new.height)[at].tolist()
+    # unordered: the same rows; no hashes only where every row differs (nothing dropped)
+    new, hashes, at = frames.distinct_hashed(f, names, ordered=False)
+    assert new.rows(names) == list(dict.fromkeys(rows))
+    assert hashes is not None or len(set(rows)) == len(rows)
     assert Counter(frames.minus(f, g).rows(names)) == Counter(r for r in rows if r not in other)
     assert Counter(frames.concat([f, g]).rows(names)) == Counter(rows) + Counter(other)
     best: dict[tuple, float] = {}
@@ -156,8 +159,7 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
     with pytest.MonkeyPatch.context() as mp:
         if not packed:
             mp.setattr(frames, "_packed", lambda cols, n, limit: None)
-        new, hashes, at = frames.distinct_hashed(f, frames.row_hash(list(f.cols.values()),
-                                                                    f.height))
+        new, hashes, at = frames.distinct_hashed(f, names)
     assert new.rows(names) == list(dict.fromkeys(rows))
     assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
         range(new.height))
@@ -165,23 +167,30 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]), table=st.booleans())
-def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets, table):
+@given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]), table=st.booleans(),
+       ordered=st.booleans())
+def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets, table, ordered):
     """Rows of any columns (not packed: a float column) deduplicated by the sort, or by the
     table of first rows (``table``), give each distinct row once, first occurrence first,
     its hash ascending with its row; with hashes taken modulo ``buckets`` (unequal rows
-    hashing alike) the answer is still exact."""
+    hashing alike) the answer is still exact, asked for the hashes or not (``ordered``)."""
     names = ["a", "b", "x"]
     f = frame_of(rows, names, TYPES)
-    h = frames.row_hash(list(f.cols.values()), f.height)
+    hashed = frames.row_hash
+    h = hashed(list(f.cols.values()), f.height)
     if buckets:
         h %= np.uint64(buckets)
     with pytest.MonkeyPatch.context() as mp:
+        if buckets:
+            mp.setattr(frames, "row_hash", lambda cols, n: hashed(cols, n) % np.uint64(buckets))
         if table:
             mp.setattr(frames, "TABLE_FROM", 2)
             mp.setattr(frames, "_repeats", lambda h: True)
-        new, hashes, at = frames.distinct_hashed(f, h)
+        new, hashes, at = frames.distinct_hashed(f, names, ordered)
     assert new.rows(names) == list(dict.fromkeys(rows))
+    if hashes is None:
+        assert not ordered and len(set(rows)) == len(rows)
+        return
     assert hashes.tolist() == sorted(hashes.tolist()) and sorted(at.tolist()) == list(
         range(new.height))
     if not buckets:
