@@ -298,11 +298,11 @@ class ColumnarStratum:
         self.growing = frozenset(growing)
         """The relations releases append to (the stratum's own)."""
         self._bounds: dict[str, tuple[Frame, list[str], Frame]] = {}
+        """Bound relation → (its frame, key names, :meth:`_tightest`'s answer for them)."""
         self._probed: dict[tuple[str, tuple[int, ...], int | None],
                            tuple[Frame, list[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
         """(relation, columns, below) → the last probe's frame, values and answer
         (:meth:`_probe`)."""
-        """Bound relation → (its frame, key names, :meth:`_tightest`'s answer for them)."""
         self._growing_key_index: dict[tuple[str, tuple[int, ...]],
                                       tuple[Frame, KeyIndex | None]] = {}
         """(growing relation, columns) → its frame and its rows by those columns' packed key
