@@ -604,12 +604,23 @@ def _packed(columns: Sequence[np.ndarray], n: int, limit: int
 
 def _pack(columns: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int
           ) -> np.ndarray:
-    """The ``n`` rows of ``columns`` packed by their ranges (:func:`_ranges`)."""
-    key = np.zeros(n, dtype=np.int64)
+    """The ``n`` rows of ``columns`` packed by their ranges (:func:`_ranges`): the first
+    column that varies less its low, then per column a multiply and adds in place. (Not
+    a zeroed key with each column's ``col - low`` added: the zeroed array's pages and the
+    temporaries cost about 1 ms on SearchSpace's 115,000 rows, against 0.08.)"""
+    key = None
     for col, low, width in zip(columns, lows, widths, strict=True):
+        if width == 1:  # one value: a digit that is always 0
+            continue
+        x = col.astype(np.int64, copy=False)
+        if key is None:
+            key = x - low
+            continue
         key *= width
-        key += col.astype(np.int64, copy=False) - low
-    return key
+        key += x
+        if low:
+            key -= low
+    return np.zeros(n, dtype=np.int64) if key is None else key
 
 
 def _ranges(columns: Sequence[np.ndarray], limit: int

@@ -167,6 +167,28 @@ def test_distinct_rows_of_integer_keys_are_the_first_of_each(rows, width, packed
 
 
 @settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-5, 5), st.sampled_from([7, 7, 9]), st.booleans(),
+                               st.integers(2**40, 2**40 + 3)), min_size=1, max_size=30),
+       order=st.permutations(range(4)), width=st.integers(1, 4))
+def test_packed_keys_number_rows_by_their_ranges(rows, order, width):
+    """Integer columns (negative lows, a column of one value, booleans, lows far from 0)
+    packed into one key: each row's digits (its value less its column's low) read in the
+    mixed radix of the columns' widths, as a plain loop over the rows computes it."""
+    columns = [np.array([r[j] for r in rows]) for j in order[:width]]
+    lows = [min(c.tolist()) for c in columns]
+    widths = [max(c.tolist()) - low + 1 for c, low in zip(columns, lows, strict=True)]
+    want = []
+    for i in range(len(rows)):
+        key = 0
+        for c, low, w in zip(columns, lows, widths, strict=True):
+            key = key * w + int(c[i]) - low
+        want.append(key)
+    packed = frames._packed(columns, len(rows), 1 << 62)
+    assert packed is not None
+    assert packed[0].tolist() == want and packed[1] == math.prod(widths)
+
+
+@settings(max_examples=200, deadline=None)
 @given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]), table=st.booleans(),
        ordered=st.booleans())
 def test_distinct_rows_of_colliding_hashes_are_each_row_once(rows, buckets, table, ordered):
