@@ -606,8 +606,8 @@ def _pack(columns: Sequence[np.ndarray], lows: list[int], widths: list[int], n: 
           ) -> np.ndarray:
     """The ``n`` rows of ``columns`` packed by their ranges (:func:`_ranges`): the first
     column that varies less its low, then per column a multiply and adds in place. (Not
-    a zeroed key with each column's ``col - low`` added: the zeroed array's pages and the
-    temporaries cost about 1 ms on SearchSpace's 115,000 rows, against 0.08.)"""
+    a zeroed key with each column's ``col - low`` added: the zeroed array and the
+    temporaries made the 76 packings of a large-clique-14 optimization 1.9 ms, not 0.7.)"""
     key = None
     for col, low, width in zip(columns, lows, widths, strict=True):
         if width == 1:  # one value: a digit that is always 0
