@@ -35,9 +35,7 @@ about 60 ns a pair (large-clique-14: 7 ms of 115,343 pairs); larger ones search.
 @njit(cache=True)
 def _push(buf: np.ndarray, k: int, x: int) -> np.ndarray:
     if k == buf.shape[0]:
-        grown = np.empty(2 * buf.shape[0], dtype=np.int64)
-        grown[:k] = buf[:k]
-        buf = grown
+        buf = _grown(buf, k, 2 * k)
     buf[k] = x
     return buf
 

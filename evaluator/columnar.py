@@ -57,11 +57,11 @@ from reopt.evaluator.frames import (
     NUMPY,
     STRINGS,
     Frame,
-    Gathered,
     Index,
     KeyIndex,
     aggregate,
     anti,
+    beside,
     column,
     concat,
     distinct,
@@ -803,11 +803,9 @@ def _joined_rows(b: Frame, li: np.ndarray, rel: Frame, ri: np.ndarray,
     ``rel``, variable) read off the row ``ri`` of ``rel`` it met: one frame built, not one
     per variable, its columns gathered when read (:class:`~.frames.Gathered`: the next
     steps often keep a few of the rows)."""
-    named = {var_column(x): rel.cols[f"c{j}"] for j, x in binds}
-    types = dict(b.types)
-    for j, x in binds:
-        types[var_column(x)] = rel.types[f"c{j}"]
-    return Frame(Gathered((*Gathered.of(b.cols, li), (named, ri))), types, len(li))
+    binds = list(binds)
+    return beside(b, li, {var_column(x): rel.cols[f"c{j}"] for j, x in binds},
+                  {var_column(x): rel.types[f"c{j}"] for j, x in binds}, ri)
 
 
 def _every_row(row: np.ndarray, n: int) -> bool:

@@ -387,14 +387,18 @@ def join(left: Frame, right: Frame, on: Sequence[str]) -> Frame:
 
 def _joined(left: Frame, right: Frame, on: Sequence[str], li: np.ndarray,
             ri: np.ndarray) -> Frame:
-    """The left rows ``li`` beside the right rows ``ri`` (but the right columns ``on``),
-    gathered when read (:class:`Gathered`: a rule's whole-relation scan is often filtered
-    down to a few rows next)."""
-    types = dict(left.types)
+    """The left rows ``li`` beside the right rows ``ri`` (but the right columns ``on``)."""
     named = {c: a for c, a in right.cols.items() if c not in on}
-    for c in named:
-        types[c] = right.types[c]
-    return Frame(Gathered((*Gathered.of(left.cols, li), (named, ri))), types, len(li))
+    return beside(left, li, named, {c: right.types[c] for c in named}, ri)
+
+
+def beside(left: Frame, li: np.ndarray, named: Mapping[str, np.ndarray],
+           kinds: Mapping[str, str], ri: np.ndarray) -> Frame:
+    """The rows ``li`` of ``left``, each beside the row ``ri`` of the columns ``named`` (of
+    the types ``kinds``), gathered when read (:class:`Gathered`: a join's output is often
+    filtered down to a few rows next, a rule's whole-relation scan among them)."""
+    return Frame(Gathered((*Gathered.of(left.cols, li), (named, ri))),
+                 {**left.types, **kinds}, len(li))
 
 
 def cross(left: Frame, right: Frame) -> Frame:
