@@ -340,6 +340,39 @@ def test_key_index_read_off_its_table_pairs_as_its_binary_search(rows, probe, co
     assert Counter(by_table) == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.integers(0, 5000), min_size=1, max_size=40),
+       probe=st.lists(st.integers(-3, 5003), min_size=1, max_size=300),
+       later=st.lists(st.integers(-3, 5003), max_size=8))
+def test_a_wide_key_index_probed_by_many_reads_its_table_and_keeps_it(keys, probe, later):
+    """A key index whose span is above ``DENSE_SPAN`` and its key count but at most
+    ``DENSE_PER_PROBE`` times a batch's probes reads that batch off a table of the span,
+    and every later batch, however small, off the same table: the pairs the binary
+    searches give, in the same order (probes in order, each key's rows ascending), and
+    the nested loop's (fails when a batch reads a table not made for its index's keys)."""
+    keys += [0, 5000]
+    probe = (probe * (320 // len(probe) + 1))[:max(320, len(probe))]  # (5,001 keys: 16 × 320)
+
+    def pairs(idx: frames.KeyIndex, values: list[int]) -> list[tuple[int, int]]:
+        li, ri = idx.probe([np.asarray(values, dtype=np.int64)], len(values))
+        return list(zip(li.tolist(), ri.tolist(), strict=True))
+
+    column = [np.asarray(keys, dtype=np.int64)]
+    with mock.patch.object(frames, "DENSE_SPAN", 16):
+        by_table = frames.KeyIndex.of(column, len(keys))
+        by_search = frames.KeyIndex.of(column, len(keys))
+        assert by_table is not None and by_search is not None
+        with mock.patch.object(frames, "DENSE_PER_PROBE", 0):
+            searched = [pairs(by_search, probe), pairs(by_search, later)]
+        assert by_search._bounds is None
+        read = [pairs(by_table, probe), pairs(by_table, later)]
+        assert by_table._bounds is not None
+    assert read == searched
+    for values, got in zip((probe, later), read, strict=True):
+        assert Counter(got) == Counter((i, j) for i, p in enumerate(values)
+                                       for j, k in enumerate(keys) if p == k)
+
+
 def test_strings_of_one_value_broadcast_get_the_codes_of_the_values_written_out():
     """An ``object`` column of one string broadcast (stride 0, not compared row by row)
     gets the codes the same strings written out get, a new string its next code."""
