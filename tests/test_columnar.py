@@ -373,6 +373,21 @@ def test_a_wide_key_index_probed_by_many_reads_its_table_and_keeps_it(keys, prob
                                        for j, k in enumerate(keys) if p == k)
 
 
+def test_strings_read_as_one_string_broadcast_where_every_code_is_the_same():
+    """A column of one code throughout is read as its string broadcast (read-only, stride
+    0), whether the codes are written out or broadcast themselves; any other column as
+    the decoded strings, element for element."""
+    strings = frames.Strings()
+    codes = strings.encode(["any", "sort:a", "join"])
+    n = frames.FEW_FROM + 3
+    for column in (np.full(n, codes[2]), np.broadcast_to(codes[2:3], (n,))):
+        got = strings.read(column)
+        assert got.strides == (0,) and not got.flags.writeable and got.tolist() == ["join"] * n
+    mixed = np.asarray([codes[0]] * (n - 1) + [codes[1]])
+    assert strings.read(mixed).tolist() == ["any"] * (n - 1) + ["sort:a"]
+    assert strings.read(mixed[:3]).tolist() == ["any"] * 3
+
+
 def test_strings_of_one_value_broadcast_get_the_codes_of_the_values_written_out():
     """An ``object`` column of one string broadcast (stride 0, not compared row by row)
     gets the codes the same strings written out get, a new string its next code."""
