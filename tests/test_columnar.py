@@ -373,6 +373,44 @@ def test_a_wide_key_index_probed_by_many_reads_its_table_and_keeps_it(keys, prob
                                        for j, k in enumerate(keys) if p == k)
 
 
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([-7, 3, 100, 5000, 2**40]), st.booleans(),
+                               st.sampled_from([0, 10, 18])), min_size=1, max_size=40),
+       probe=st.lists(st.tuples(st.sampled_from([-8, -7, 3, 4, 100, 5001, 2**40, 2**41]),
+                                st.booleans(), st.sampled_from([-1, 0, 9, 10, 11, 18, 19])),
+                      max_size=30),
+       cols=st.sampled_from([(0,), (2,), (0, 2), (2, 1, 0), (1, 2)]))
+def test_a_key_index_packed_by_rank_pairs_as_one_packed_by_value(rows, probe, cols):
+    """A key index whose wide columns of few values are packed by their ranks (the span
+    above ``DENSE_SPAN``) gives the pairs of one packed by value, in the same order, by
+    its binary searches and by its table, and the nested loop's — probes of values no row
+    holds, inside the range and past either end, included (fails when a value outside
+    the range reads a rank, or a rank does not keep the values' order)."""
+    probe += [rows[-1]]
+
+    def columns(tuples: list[tuple]) -> list[np.ndarray]:
+        dtypes = (np.int64, np.bool_, np.int64)
+        return [np.asarray([t[c] for t in tuples], dtype=dtypes[c]) for c in cols]
+
+    def pairs(idx: frames.KeyIndex, sorted_from: int) -> list[tuple[int, int]]:
+        with mock.patch.object(frames, "SORTED_PROBES", sorted_from):
+            idx._bounds = None
+            li, ri = idx.probe(columns(probe), len(probe))
+        return list(zip(li.tolist(), ri.tolist(), strict=True))
+
+    with mock.patch.object(frames, "DENSE_SPAN", 2):
+        ranked = frames.KeyIndex.of(columns(rows), len(rows))
+    by_value = frames.PackedKeys.of(columns(rows), len(rows)).index()
+    assert ranked is not None and by_value.ranks is None
+    assert ranked.ranks is not None or ranked.span == by_value.span
+    assert ranked.rids.tolist() == by_value.rids.tolist()
+    want = pairs(by_value, len(probe) + 1)
+    assert pairs(ranked, 1) == pairs(ranked, len(probe) + 1) == want
+    assert Counter(want) == Counter((i, j) for i, p in enumerate(probe)
+                                    for j, r in enumerate(rows)
+                                    if all(p[c] == r[c] for c in cols))
+
+
 def test_strings_read_as_one_string_broadcast_where_every_code_is_the_same():
     """A column of one code throughout is read as its string broadcast (read-only, stride
     0), whether the codes are written out or broadcast themselves; any other column as
