@@ -158,12 +158,12 @@ class Adjustments:
 
 
 NO_ADJUSTMENTS = Adjustments()
+"""No delta: the catalog's statistics as they are (immutable, so one instance serves every
+estimator and plan space built without adjustments)."""
 
 TABLED_SETS = 1 << 20
 """Relation sets (bitsets) below this are looked up in a table indexed by set, 8 MB at
 most (:meth:`Estimator._tabled`): every query of up to 20 relations."""
-"""No delta: the catalog's statistics as they are (immutable, so one instance serves every
-estimator and plan space built without adjustments)."""
 
 
 def changed_factors(a: Mapping[Any, float], b: Mapping[Any, float]) -> set:

@@ -349,7 +349,8 @@ def test_a_wide_key_index_probed_by_many_reads_its_table_and_keeps_it(keys, prob
     ``DENSE_PER_PROBE`` times a batch's probes reads that batch off a table of the span,
     and every later batch, however small, off the same table: the pairs the binary
     searches give, in the same order (probes in order, each key's rows ascending), and
-    the nested loop's (fails when a batch reads a table not made for its index's keys)."""
+    the nested loop's (fails when no table is made for such a batch, or a small batch's
+    probes outside the keys read a run off it)."""
     keys += [0, 5000]
     probe = (probe * (320 // len(probe) + 1))[:max(320, len(probe))]  # (5,001 keys: 16 × 320)
 
