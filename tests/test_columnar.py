@@ -485,11 +485,49 @@ def test_radix_key_order_is_the_stable_sort(span):
 def test_runs_of_many_probes_are_the_equal_keys(keys, probes):
     """Probes searched in sorted order (many of them) get each its own run of equal keys."""
     sorted_keys = np.asarray(sorted(keys), dtype=np.uint64)
-    lo, hi = frames.runs(sorted_keys, np.asarray(probes, dtype=np.uint64))
-    for p, a, b in zip(probes, lo.tolist(), hi.tolist(), strict=True):
-        equal = [i for i, k in enumerate(sorted(keys)) if k == p]
-        assert (a, b - a) == ((equal[0], len(equal)) if equal else (a, 0))
-        assert sorted(keys)[:a] == [k for k in sorted(keys) if k < p]
+    for sorted_from in (1, frames.SORTED_KEYS):  # (probes sorted first, and searched as they come)
+        with mock.patch.object(frames, "SORTED_KEYS", sorted_from):
+            lo, hi = frames.runs(sorted_keys, np.asarray(probes, dtype=np.uint64))
+        for p, a, b in zip(probes, lo.tolist(), hi.tolist(), strict=True):
+            equal = [i for i, k in enumerate(sorted(keys)) if k == p]
+            assert (a, b - a) == ((equal[0], len(equal)) if equal else (a, 0))
+            assert sorted(keys)[:a] == [k for k in sorted(keys) if k < p]
+
+
+def _key_frame(rows: list[tuple[int, int, float]]) -> frames.Frame:
+    return frames.Frame.from_rows(rows, ["a", "b", "v"], ["long", "long", "double"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(right=st.dictionaries(st.tuples(st.integers(0, 5), st.integers(-3, 30)),
+                             st.floats(-5, 5), min_size=1, max_size=40),
+       left=st.lists(st.tuples(st.integers(0, 6), st.integers(-4, 31)),
+                     min_size=frames.SORTED_PROBES - 5, max_size=frames.SORTED_PROBES + 30))
+def test_lookup_finds_each_rows_one_right_value(right, left):
+    """A lookup in unique right keys gives each left row its key's value or not found, with
+    the probes searched as they come and sorted first."""
+    rf = _key_frame([(a, b, v) for (a, b), v in right.items()])
+    lf = _key_frame([(a, b, 0.0) for a, b in left])
+    for sorted_from in (1, frames.SORTED_KEYS):
+        with mock.patch.object(frames, "SORTED_KEYS", sorted_from):
+            out, found = frames.lookup(lf, rf, ["a", "b"], "v")
+        assert found.tolist() == [k in right for k in left]
+        assert [o for o, f in zip(out.tolist(), found.tolist(), strict=True) if f] == [
+            right[k] for k in left if k in right]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 9), st.floats(-9, 9)),
+                     max_size=80),
+       func=st.sampled_from(["min", "max"]))
+def test_group_best_numbers_groups_in_key_order_and_finds_their_best(rows, func):
+    """Each row's group id is its key's rank among the keys, and each group's best its
+    values' min or max."""
+    ids, best = frames.group_best(_key_frame(rows), ["a", "b"], "v", func)
+    ranks = {k: i for i, k in enumerate(sorted({(a, b) for a, b, _ in rows}))}
+    assert ids.tolist() == [ranks[(a, b)] for a, b, _ in rows]
+    pick = min if func == "min" else max
+    assert best.tolist() == [pick(v for a, b, v in rows if (a, b) == k) for k in ranks]
 
 
 def test_a_relation_from_a_frame_makes_its_tuples_once_and_only_when_read():
