@@ -84,12 +84,14 @@ OVERSIZE_GRID = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0)
 
 def join_records(plan: PlanNode, run: Execution, opt: Optimizer) -> list[dict[str, Any]]:
     """Every join of ``plan`` as the run saw it: operator, observed rows of its inputs and
-    output, whether it has an equi-join predicate, the bytes of one right row."""
+    output, whether it has an equi-join predicate, the bytes of one right row. A join Spark
+    never ran in full (its output or an input not observed) is left out: no work to price."""
     space = opt.space()
     seen = {n.relations: n.observed for n in run.nodes}
     out = []
     for node in plan.walk():
-        if node.alt.log_op != "join":
+        if node.alt.log_op != "join" or any(
+                seen[tuple(n.relations)] is None for n in (node, *node.children)):
             continue
         left, right = node.children
         lmask, rmask = (opt.query.mask(c.relations) for c in (left, right))

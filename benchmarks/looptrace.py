@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
                 for n in s.nodes:
                     if n.logical in ("scan", "join"):
                         print(f"      {n.op:9s} {','.join(n.relations):45s} "
-                              f"estimated {n.estimated:12.0f} observed {n.observed:10d}")
+                              f"estimated {n.estimated:12.0f} observed "
+                              f"{'not run' if n.observed is None else n.observed:>10}")
             for session in run.sessions:
                 for i, deltas in session.updates:
                     print(f"  pushed after split {i}: {'; '.join(deltas)}")

@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr, flush=True)
         off = max((max(max(n.estimated, 1) / max(n.observed, 1),
                        max(n.observed, 1) / max(n.estimated, 1))
-                   for x in warm.splits for n in x.nodes if n.logical in ("scan", "join")),
+                   for x in warm.splits for n in x.nodes
+                   if n.logical in ("scan", "join") and n.observed is not None),
                   default=math.nan)  # nan when spark alone ran: it observes no plan nodes
         totals = {}
         for strategy, *_ in runs:

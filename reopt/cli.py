@@ -383,6 +383,9 @@ def execute_main(args: argparse.Namespace) -> int:
     for n, d in zip(run.nodes, depths, strict=True):
         label = n.op + (f" {{{', '.join(n.relations)}}}" if n.logical == "join" else
                         f" {n.relations[0]}" if n.logical == "scan" else "")
+        if n.observed is None:  # cut off above an empty input (reopt.sparkplan)
+            print(f"{'  ' * d}{label}  estimated={n.estimated:.6g} not run")
+            continue
         ratio = max(n.estimated, 1) / max(n.observed, 1)
         scanned = f" (of {n.scanned} scanned)" if n.scanned is not None else ""
         print(f"{'  ' * d}{label}  estimated={n.estimated:.6g} observed={n.observed}"
@@ -505,7 +508,8 @@ def run_main(args: argparse.Namespace) -> int:
                 for n in split.nodes:
                     if n.logical in ("scan", "join"):
                         bar.write(f"            {{{', '.join(n.relations)}}} estimated="
-                                  f"{n.estimated:.6g} observed={n.observed}")
+                                  f"{n.estimated:.6g} observed="
+                                  f"{'not run' if n.observed is None else n.observed}")
 
             runs.append(loop.run(strategy, report))
     digests = {r.answer_digest for r in runs}

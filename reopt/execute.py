@@ -38,7 +38,10 @@ reopt operator                  Spark
 Conditions: every conjunct of WHERE and ON that names one relation filters that relation's
 scan; one that names several is the join condition of the lowest join holding them all; one
 that names none filters the joined rows. The plan's order is kept: Spark's join reordering is
-off for the run (:func:`reopt.spark.execution_settings`).
+off for the run (:func:`reopt.spark.execution_settings`). Its adaptive execution is on, limited
+to cutting the plan short: a join whose input stage ran empty is replaced by an empty relation
+with every join above it, and the scans only they needed are never run; those nodes observe
+nothing (``NodeRun.observed`` None, no delta), the joins found empty observe 0 rows.
 
 The digest (:func:`answer_digest`) is the SHA-256 of the sorted result rows, each value
 normalized (numbers to 12 significant digits, dates in ISO form), so two plans of one query
@@ -67,7 +70,7 @@ from sqlglot import exp
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.query import Query
 from reopt.plan import PlanNode
-from reopt.sparkplan import node_counts
+from reopt.sparkplan import final_plan, node_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,9 +101,15 @@ class NodeRun:
     logical: str
     relations: tuple[str, ...]
     estimated: float
-    observed: int
+    observed: int | None
+    """None: Spark never ran the node (adaptive execution cut the plan short above an empty
+    input, :mod:`reopt.sparkplan`), so nothing was observed."""
     scanned: int | None = None
-    """For a scan with filters, the rows read before them (``observed`` is after them)."""
+    """For a scan with filters, the rows read before them (``observed`` is after them); None
+    also when Spark ran the scan but its count before the filters was lost with the part of
+    the plan adaptive execution replaced (``filtered`` tells the two apart)."""
+    filtered: bool = False
+    """A scan with filters: ``observed`` is a set's rows, not the table's."""
 
     def to_json(self) -> dict[str, Any]:
         out = {"op": self.op, "logical": self.logical, "relations": list(self.relations),
@@ -166,13 +175,17 @@ class Execution:
 def observed_rows(nodes: Iterable[NodeRun]
                   ) -> tuple[dict[str, int], dict[tuple[str, ...], int]]:
     """What a run's nodes observed: each scanned relation's rows before its filters, and the
-    output rows of every filtered scan and join (by relation set)."""
+    output rows of every filtered scan and join (by relation set). Nodes Spark never ran
+    observed nothing."""
     bases: dict[str, int] = {}
     sets: dict[tuple[str, ...], int] = {}
     for n in nodes:
+        if n.observed is None:
+            continue
         if n.logical == "scan":
-            bases[n.relations[0]] = n.observed if n.scanned is None else n.scanned
-            if n.scanned is None:
+            if n.scanned is not None or not n.filtered:
+                bases[n.relations[0]] = n.observed if n.scanned is None else n.scanned
+            if n.scanned is None and not n.filtered:
                 continue
         if n.logical in ("scan", "join"):
             sets[n.relations] = n.observed
@@ -564,28 +577,36 @@ def execute(plan: PlanNode, query: Query, data_dir: str | Path,
             if keep:
                 kept_rows = metrics.pop(counted)
             physical = answer._jdf.queryExecution().executedPlan()
-            spark_plan = physical.toString()
+            spark_plan = final_plan(physical).toString()
         finally:
             spark.catalog.dropTempView(view)
         seconds, cpu = time.perf_counter() - t0, jvm_cpu_seconds(spark) - cpu0
     counts = node_counts(plan, physical)
     result_rows = len(rows) if kept_rows is None else kept_rows
 
-    def observed(n: PlanNode) -> int:
-        """A scan's or join's count; a sort's, its input's; the final's, the answer's."""
+    def observed(n: PlanNode) -> int | None:
+        """A scan's or join's count (None: never run); a sort's, its input's; the final's,
+        the answer's."""
         while n.alt.log_op == "sort":
             n = n.children[0]
-        return counts[id(n)][0] if id(n) in counts else result_rows
+        if n.alt.log_op not in ("scan", "join"):
+            return result_rows
+        return counts[id(n)][0] if id(n) in counts else None
+
+    def filtered(n: PlanNode) -> bool:
+        return n.alt.log_op == "scan" and bool(prepared.filters.get(query.index(n.relations[0])))
 
     def scanned(n: PlanNode) -> int | None:
-        """A filtered scan's rows before its filters (a restricted one's: its split's)."""
-        if n.alt.log_op != "scan" or not prepared.filters.get(query.index(n.relations[0])):
+        """A filtered scan's rows before its filters (a restricted one's: its split's, counted
+        by an observation Spark loses with a replaced part of the plan); None for a scan
+        never run."""
+        if not filtered(n) or id(n) not in counts:
             return None
         name = builder.scanned.get(id(n))
-        return metrics[name] if name is not None else counts[id(n)][1]
+        return metrics.get(name) if name is not None else counts[id(n)][1]
 
     nodes = [NodeRun(n.op, n.alt.log_op, tuple(n.relations), float(n.rows), observed(n),
-                     scanned(n)) for n in plan.walk()]
+                     scanned(n), filtered(n)) for n in plan.walk()]
     return Execution(columns, rows, "" if keep else answer_digest(rows), seconds, nodes,
                      spark_plan, cpu, frame, kept_rows)
 

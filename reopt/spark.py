@@ -679,7 +679,9 @@ def get_spark(
 
 EXECUTION_SETTINGS = {
     "spark.sql.cbo.joinReorder.enabled": "false",
-    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.adaptive.skewJoin.enabled": "false",
     "spark.sql.codegen.wholeStage": "true",
     "spark.sql.constraintPropagation.enabled": "false",
     "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
@@ -691,6 +693,8 @@ EXECUTION_SETTINGS = {
 """Spark SQL settings while :mod:`reopt.execute` runs a plan, restored after (see
 :func:`execution_settings`)."""
 REORDER_JOIN = "org.apache.spark.sql.catalyst.optimizer.ReorderJoin"
+DYNAMIC_JOIN_SELECTION = "org.apache.spark.sql.execution.adaptive.DynamicJoinSelection"
+"""The adaptive optimizer's rule that hints a join side's strategy from its shuffle's sizes."""
 
 
 @contextlib.contextmanager
@@ -701,9 +705,21 @@ def execution_settings(spark: SparkSession) -> Iterator[None]:
       (``spark.sql.optimizer.excludedRules``, added to the user's list): Spark's cost-based
       and heuristic join reordering would replace the plan's order. (The observation nodes
       between joins block reordering too; this says so explicitly.)
-    * ``spark.sql.adaptive.enabled=false``: adaptive execution re-plans joins at stage
-      boundaries (a sort-merge join becomes a broadcast join when a side turns out small),
-      which would run other operators than the plan's.
+    * ``spark.sql.adaptive.enabled=true``, limited to what keeps the plan's joins: adaptive
+      execution re-optimizes the rest of the plan each time a query stage (a shuffle or a
+      broadcast) has run, and its ``AQEPropagateEmptyRelation`` replaces a join with an input
+      found empty, and every join above it that becomes empty, by an empty relation, so the
+      tables those joins would still have read are never scanned (as Spark's own plans
+      run). What would change the plan's operators is off:
+      ``spark.sql.adaptive.autoBroadcastJoinThreshold=-1`` (no join turned into a broadcast
+      join from a stage's runtime size), ``spark.sql.adaptive.skewJoin.enabled=false`` (no
+      skewed partition split into several joins) and the adaptive optimizer's
+      ``DynamicJoinSelection`` rule excluded
+      (``spark.sql.adaptive.optimizer.excludedRules``, added to the user's list: it hints a
+      join side without a hint, the left one of every reopt join, not to be broadcast or to
+      be the hash join's build side). Partition coalescing and local shuffle readers stay on:
+      they change how many tasks read a shuffle, not the join order or operator.
+      :mod:`reopt.sparkplan` reads the joins cut off as unobserved.
     * ``spark.sql.codegen.wholeStage=true``: reopt's sessions turn code generation off for
       the optimizer's thousands of tiny plans (:func:`get_spark`), but a plan over tables
       gains from it even at TPC-H SF 0.01 (Q8Join: 19 s -> 11 s on a loaded 2-core machine).
@@ -721,10 +737,11 @@ def execution_settings(spark: SparkSession) -> Iterator[None]:
     """
     conf = spark.conf
     wanted = dict(EXECUTION_SETTINGS)
-    excluded = conf.get("spark.sql.optimizer.excludedRules", None) or ""
-    if REORDER_JOIN not in excluded.split(","):
-        wanted["spark.sql.optimizer.excludedRules"] = ",".join(
-            r for r in (excluded, REORDER_JOIN) if r)
+    for key, rule in (("spark.sql.optimizer.excludedRules", REORDER_JOIN),
+                      ("spark.sql.adaptive.optimizer.excludedRules", DYNAMIC_JOIN_SELECTION)):
+        excluded = conf.get(key, None) or ""
+        if rule not in excluded.split(","):
+            wanted[key] = ",".join(r for r in (excluded, rule) if r)
     before = {k: conf.get(k, None) for k in wanted}
     for k, v in wanted.items():
         conf.set(k, v)

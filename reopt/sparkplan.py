@@ -18,6 +18,21 @@ run a plan, :func:`node_counts` walks reopt's plan tree and Spark's executed pla
 Reused exchanges and adaptive query stages are followed to the plan they stand for (the same
 operators, counted once). A shape that does not match raises :class:`ReoptError` naming the
 node: a bug, never a wrong count.
+
+**Parts of the plan Spark never ran.** The run has adaptive execution on
+(:func:`reopt.spark.execution_settings`): once a query stage (a shuffle or a broadcast) has run
+and turned out empty, Spark replaces every join it feeds by an empty relation
+(``EmptyRelationExec``, which keeps the logical plan it replaced; ``LocalTableScanExec`` in
+older versions) and never runs the rest of that part. Only what Spark really counted is read
+there:
+
+* a stage of the replaced part that had already run (a ``LogicalQueryStage`` of its logical
+  plan, materialized) is read as above;
+* a join of the replaced part with an input observed empty output 0 rows (an inner join of an
+  empty input is empty: a fact, not an estimate), and so does a join an empty
+  ``LocalTableScanExec`` stands for;
+* every other scan and join of it, and everything below a stage that had not finished, was
+  never run: it gets no count (absent from :func:`node_counts`' answer), never a guess.
 """
 
 from __future__ import annotations
@@ -34,6 +49,15 @@ WRAPPERS = {"ReusedExchangeExec": "child", "ShuffleQueryStageExec": "plan",
             "BroadcastQueryStageExec": "plan", "TableCacheQueryStageExec": "plan",
             "ResultQueryStageExec": "plan", "AdaptiveSparkPlanExec": "executedPlan"}
 """Leaves (to Spark's tree) that stand for another plan: the method giving it."""
+STAGES = frozenset(k for k in WRAPPERS if k.endswith("QueryStageExec")) - {"ResultQueryStageExec"}
+"""Adaptive query stages: what is below one was run only if the stage is materialized. (The
+result stage is the caller's action itself, run to the end before the plan is read, but not
+marked materialized when the answer is collected through Arrow.)"""
+EMPTY_REPLACED = "EmptyRelationExec"
+"""The leaf adaptive execution puts for a part of the plan found empty; ``logical()`` is the
+logical plan it replaced."""
+EMPTY_LOCAL = "LocalTableScanExec"
+"""An empty one stands for a part found empty (Spark before 4.0), without what it replaced."""
 
 
 def _name(p: Any) -> str:
@@ -41,11 +65,20 @@ def _name(p: Any) -> str:
 
 
 def _children(p: Any) -> list[Any]:
-    method = WRAPPERS.get(_name(p))
+    name = _name(p)
+    if name in STAGES and not p.isMaterialized():
+        return []  # never finished: a leaf, nothing below it is read
+    method = WRAPPERS.get(name)
     if method is not None:
         return [getattr(p, method)()]
     seq = p.children()
     return [seq.apply(i) for i in range(seq.size())]
+
+
+def final_plan(physical: Any) -> Any:
+    """The plan Spark ran: an adaptive plan's final one (its string also shows the initial
+    plan, whose joins the adaptive run may have replaced)."""
+    return physical.executedPlan() if _name(physical) == "AdaptiveSparkPlanExec" else physical
 
 
 def _rows(p: Any) -> int | None:
@@ -68,22 +101,34 @@ def _chain(p: Any) -> tuple[list[Any], list[Any]]:
 
 def node_counts(plan: PlanNode, physical: Any) -> dict[int, tuple[int, int]]:
     """``id(node)`` -> (output rows, rows read before filters) for every scan and join of
-    ``plan``, read from ``physical`` (the executed ``SparkPlan`` of the plan's run, a Py4J
-    object)."""
+    ``plan`` that Spark ran, read from ``physical`` (the executed ``SparkPlan`` of the plan's
+    run, a Py4J object); a node Spark never ran has no entry."""
     out: dict[int, tuple[int, int]] = {}
 
     def missing(node: PlanNode, what: str) -> ReoptError:
         return ReoptError(f"Spark's executed plan has no {what} for plan node {node.op} "
                           f"{{{', '.join(node.relations)}}}")
 
+    def counted(node: PlanNode) -> PlanNode:
+        """The scan or join ``node`` stands for (a sort's or the final's input)."""
+        while node.alt.log_op not in ("scan", "join"):
+            node = node.children[0]
+        return node
+
     def match(node: PlanNode, p: Any) -> None:
-        log = node.alt.log_op
-        if log not in ("scan", "join"):  # a sort enforcer or the final operator
-            match(node.children[0], p)
-            return
+        node = counted(node)
         path, kids = _chain(p)
         top = path[-1]
-        if log == "join":
+        name = _name(top)
+        if name == EMPTY_REPLACED:
+            replaced(node, top.logical())
+            return
+        if name in STAGES:  # a stage that never finished: nothing below it was counted
+            return
+        if node.alt.log_op == "join":
+            if name == EMPTY_LOCAL and _rows(top) == 0:
+                out[id(node)] = (0, 0)  # the join was found empty and not run
+                return
             if len(kids) != 2 or not _is_join(top):
                 raise missing(node, "join")
             rows = _rows(top)
@@ -106,6 +151,28 @@ def node_counts(plan: PlanNode, physical: Any) -> dict[int, tuple[int, int]]:
         if scanned is None or observed is None:
             raise missing(node, "row count")
         out[id(node)] = (observed, scanned)
+
+    def replaced(node: PlanNode, logical: Any) -> None:
+        """``node``'s part of a logical plan adaptive execution found empty and replaced:
+        its stages that ran are read; a join with an input observed empty is empty."""
+        node = counted(node)
+        path, kids = _chain(logical)
+        top = path[-1]
+        name = _name(top)
+        if name == "LogicalQueryStage":
+            match(node, top.physicalPlan())
+        elif name in ("EmptyRelation", EMPTY_REPLACED):  # replaced again, inside
+            replaced(node, top.logical())
+        elif node.alt.log_op == "join":
+            if len(kids) != 2 or name != "Join":
+                raise missing(node, "join")
+            for child, kid in zip(node.children, kids, strict=True):
+                replaced(child, kid)
+            if any(out.get(id(counted(c)), (None,))[0] == 0 for c in node.children):
+                out[id(node)] = (0, 0)
+        elif kids:
+            raise missing(node, "scan")
+        # else a scan that was never run: no count
 
     match(plan, physical)
     return out

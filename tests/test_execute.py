@@ -223,18 +223,24 @@ def test_cli_execute(spark, tpch_dir, tmp_path, capsys):
 
 def test_execution_settings_are_restored(spark):
     """The run's settings must not leak into the optimizer's engine, which wants code
-    generation and adaptive execution off."""
-    from reopt.spark import REORDER_JOIN, execution_settings
+    generation and adaptive execution off; the user's excluded rules are kept."""
+    from reopt.spark import DYNAMIC_JOIN_SELECTION, REORDER_JOIN, execution_settings
 
     conf = spark.conf
+    adaptive_excluded = "spark.sql.adaptive.optimizer.excludedRules"
     keys = ("spark.sql.codegen.wholeStage", "spark.sql.adaptive.enabled",
-            "spark.sql.cbo.joinReorder.enabled", "spark.sql.optimizer.excludedRules")
+            "spark.sql.cbo.joinReorder.enabled", "spark.sql.optimizer.excludedRules",
+            "spark.sql.adaptive.autoBroadcastJoinThreshold", "spark.sql.adaptive.skewJoin.enabled",
+            adaptive_excluded)
     conf.set("spark.sql.optimizer.excludedRules", "x.Mine")
     before = {k: conf.get(k, None) for k in keys}
     with execution_settings(spark):
         assert conf.get("spark.sql.optimizer.excludedRules") == f"x.Mine,{REORDER_JOIN}"
+        assert conf.get(adaptive_excluded) == DYNAMIC_JOIN_SELECTION
         assert conf.get("spark.sql.codegen.wholeStage") == "true"
-        assert conf.get("spark.sql.adaptive.enabled") == "false"
+        assert conf.get("spark.sql.adaptive.enabled") == "true"  # empty inputs cut plans short
+        assert conf.get("spark.sql.adaptive.autoBroadcastJoinThreshold") == "-1"
+        assert conf.get("spark.sql.adaptive.skewJoin.enabled") == "false"
         assert conf.get("spark.sql.cbo.joinReorder.enabled") == "false"
     assert {k: conf.get(k, None) for k in keys} == before
     conf.unset("spark.sql.optimizer.excludedRules")
@@ -266,3 +272,52 @@ def test_a_restricted_relation_counts_its_split(spark, tpch_dir, sub_join_rows):
         for t in ("customer", "orders", "lineitem"):
             spark.catalog.dropTempView(t)
     assert joined.observed == want < whole
+
+
+def test_an_input_found_empty_cuts_the_plan_short(spark, tpch_dir, tmp_path):
+    """Q3 planned with lineitem's filtered scan at 1 row (so the plan broadcasts it below the
+    other joins), run on a split of lineitem whose rows all fail Q3's filter on it: Spark's
+    adaptive execution replaces every join above the empty broadcast by an empty relation
+    and never scans the other tables. The answer is Spark SQL's (empty); the scan that ran
+    is observed, the joins above it as 0 rows, the scans cut off as nothing (None, no delta).
+    The same plan on a split with rows passing runs every join, each the Spark join its
+    operator maps to (no other), every count Spark SQL's."""
+    o, plan = plan_of("q3", "dist", ["card {lineitem} := 1"])
+    assert [n.op for n in plan.walk() if n.alt.log_op == "join"] == ["broadcast"] * 2
+    assert tuple(plan.children[1].children[1].relations) == ("lineitem",)  # deepest build
+    lineitem = spark.read.parquet(str(tpch_dir / "lineitem.parquet"))
+    for i, split in enumerate(("l_shipdate < '1995-01-01'",  # Q3 keeps lines after 1995-03-15
+                               "l_shipdate BETWEEN '1995-03-10' AND '1995-04-10'")):
+        lineitem.filter(split).write.parquet(str(tmp_path / f"s{i}"))
+        part = spark.read.parquet(str(tmp_path / f"s{i}"))  # a split as the loop writes it
+        run = execute(plan, o.query, tpch_dir, spark, inputs={"lineitem": part})
+        for t in ("customer", "orders"):
+            spark.read.parquet(str(tpch_dir / f"{t}.parquet")).createOrReplaceTempView(t)
+        part.createOrReplaceTempView("lineitem")
+        try:
+            assert run.digest == answer_digest(collect(spark.sql(o.query.sql)))
+            for n in run.nodes:
+                if n.observed is not None and n.logical in ("scan", "join"):
+                    conds = [c for used, c in conjuncts(o.query.sql) if used <= set(n.relations)]
+                    assert n.observed == spark.sql(
+                        f"SELECT count(*) FROM {', '.join(n.relations)} "
+                        f"WHERE {' AND '.join(conds)}").first()[0], n
+        finally:
+            for t in ("customer", "orders", "lineitem"):
+                spark.catalog.dropTempView(t)
+        assert "ShuffledHashJoin" not in run.spark_plan and "SortMergeJoin" not in run.spark_plan
+        scans = {n.relations[0]: n for n in run.nodes if n.logical == "scan"}
+        joins = [n for n in run.nodes if n.logical == "join"]
+        assert scans["lineitem"].scanned == part.count() > 0
+        if i == 0:
+            assert not run.rows and scans["lineitem"].observed == 0
+            assert [n.observed for n in joins] == [0, 0]
+            assert scans["orders"].observed is None and scans["customer"].observed is None
+            assert "BroadcastHashJoin" not in run.spark_plan  # both joins were replaced
+            deltas = run.deltas()
+            assert not any(d.startswith(("card orders", "card customer")) for d in deltas)
+            assert {"card {lineitem} := 0", f"card lineitem ={part.count()}"} <= set(deltas)
+            assert {f"card {{{','.join(n.relations)}}} := 0" for n in joins} <= set(deltas)
+        else:
+            assert run.rows and all(n.observed for n in run.nodes)
+            assert run.spark_plan.count("BroadcastHashJoin") == 2

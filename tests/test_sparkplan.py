@@ -33,20 +33,36 @@ class _Seq(list):
         return self[i]
 
 
+LEAVES = ("ReusedExchangeExec", "BroadcastQueryStageExec", "ShuffleQueryStageExec",
+          "EmptyRelationExec", "LogicalQueryStage")
+"""Kinds whose plan below is reached by a method, not as a child (as in Spark)."""
+
+
 @dataclass
 class Phys:
-    """A physical operator: its class name, output rows (None: no such metric), children."""
+    """A physical operator (or a logical one, under an ``EmptyRelationExec``): its class
+    name, output rows (None: no such metric), children; a query stage is materialized unless
+    ``ran`` is False."""
 
     kind: str
     rows: int | None = None
     kids: list[Phys] = field(default_factory=list)
+    ran: bool = True
 
     def getClass(self) -> SimpleNamespace:  # noqa: N802 (Java's)
         return SimpleNamespace(getSimpleName=lambda: self.kind)
 
     def children(self) -> _Seq:
-        return _Seq([] if self.kind in ("ReusedExchangeExec", "BroadcastQueryStageExec")
-                    else self.kids)
+        return _Seq([] if self.kind in LEAVES else self.kids)
+
+    def isMaterialized(self) -> bool:  # noqa: N802 (a query stage's)
+        return self.ran
+
+    def logical(self) -> Phys:  # EmptyRelationExec: the logical plan it replaced
+        return self.kids[0]
+
+    def physicalPlan(self) -> Phys:  # noqa: N802 (LogicalQueryStage's)
+        return self.kids[0]
 
     def metrics(self) -> SimpleNamespace:
         return SimpleNamespace(get=lambda name: _Option(self.rows if name == "numOutputRows"
@@ -118,3 +134,60 @@ def test_a_plan_that_does_not_match_is_an_error_not_a_wrong_count():
     with pytest.raises(ReoptError, match="no row count"):
         node_counts(node("join", a, b), Phys("CartesianProductExec", None,
                                              [scan_of(1), scan_of(2)]))
+
+
+def unread(table: str) -> Phys:
+    """A relation's logical scan that was never run: Project(Filter(LogicalRelation))."""
+    return Phys("Project", None, [Phys("Filter", None, [Phys("LogicalRelation")])])
+
+
+def stage(kind: str, plan: Phys, ran: bool = True) -> Phys:
+    """A logical query stage: a physical query stage of ``plan`` (materialized if ``ran``)."""
+    exchange = "BroadcastExchangeExec" if kind == "Broadcast" else "ShuffleExchangeExec"
+    return Phys("LogicalQueryStage", None, [Phys(f"{kind}QueryStageExec", None, [
+        Phys(exchange, None, [plan])], ran=ran)])
+
+
+def test_a_part_found_empty_counts_what_ran_and_nothing_else():
+    """((a ⋈ b) ⋈ c) ⋈ d where b's broadcast ran and kept no row: adaptive execution replaced
+    the joins above it by an empty relation. b's scan and the joins above it are observed (0
+    rows, a fact); a, c and d were never scanned, and d's stage never finished: no counts."""
+    a, b, c, d = (node("scan", relations=(x,)) for x in "abcd")
+    ab = node("join", a, b)
+    abc = node("join", ab, c)
+    top = node("join", abc, d)
+    replaced = Phys("Join", None, [
+        Phys("Project", None, [Phys("Join", None, [
+            Phys("Join", None, [unread("a"), stage("Broadcast", scan_of(100, 0))]),
+            unread("c")])]),
+        stage("Shuffle", scan_of(7), ran=False)])
+    physical = Phys("HashAggregateExec", 0, [Phys("EmptyRelationExec", None, [replaced])])
+    counts = node_counts(node("hashagg", top), physical)
+    assert counts == {id(b): (0, 100), id(ab): (0, 0), id(abc): (0, 0), id(top): (0, 0)}
+
+
+def test_a_stage_that_ran_inside_a_replaced_part_is_read_in_full():
+    """The replaced part's stage that ran (here the whole join, below an aggregate found
+    empty) gives every count it holds; a join with no input observed empty stays unknown."""
+    a, b, c = (node("scan", relations=(x,)) for x in "abc")
+    ab = node("join", a, b)
+    joined = Phys("BroadcastHashJoinExec", 4, [scan_of(30, 20),
+                                               Phys("BroadcastExchangeExec", None, [scan_of(9)])])
+    inside = node_counts(ab, Phys("EmptyRelationExec", None, [
+        Phys("Aggregate", None, [stage("Shuffle", Phys("HashAggregateExec", 0, [joined]))])]))
+    assert inside == {id(ab): (4, 4), id(a): (20, 30), id(b): (9, 9)}
+    abc = node("join", ab, c)
+    outside = node_counts(abc, Phys("EmptyRelationExec", None, [Phys("Join", None, [
+        stage("Shuffle", joined), stage("Broadcast", scan_of(5, 2), ran=False)])]))
+    assert outside == inside  # abc: neither input observed empty, so no count for it
+
+
+def test_an_empty_local_scan_stands_for_a_join_found_empty():
+    a, b = node("scan", relations=("a",)), node("scan", relations=("b",))
+    ab = node("join", a, b)
+    assert node_counts(ab, Phys("ProjectExec", None, [Phys("LocalTableScanExec", 0)])) == {
+        id(ab): (0, 0)}
+    with pytest.raises(ReoptError, match=r"no join for plan node join \{a, b\}"):
+        node_counts(ab, Phys("LocalTableScanExec", 3))  # rows: not a part found empty
+    with pytest.raises(ReoptError, match=r"no join for plan node join \{a, b\}"):
+        node_counts(ab, Phys("EmptyRelationExec", None, [unread("a")]))
