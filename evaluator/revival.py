@@ -41,7 +41,9 @@ import numpy as np
 from reopt.evaluator.columnar import Maintained, names
 from reopt.evaluator.compiler import DELTA, Scan, Variant
 from reopt.evaluator.frames import (
+    DENSE_SPAN,
     Frame,
+    KeyTable,
     _num,
     concat,
     group_best,
@@ -53,6 +55,11 @@ from reopt.evaluator.frames import (
 
 if TYPE_CHECKING:
     from reopt.evaluator.maintenance import MaintainedEngine
+
+TABLE_SPAN = 32
+"""A universe's rows are looked up off a table of its packed keys (:class:`~.frames.KeyTable`)
+where their span is at most this many entries per row (or :data:`~.frames.DENSE_SPAN`):
+large-clique-17's 9,451 ``Goal`` rows span 131,071 keys, 14 a row."""
 
 Link = tuple[str, tuple[int, ...]]
 """An embedded source and the columns of the embedding relation that hold its tuple."""
@@ -145,6 +152,7 @@ class SetRevival:
         self.universe: dict[str, Frame] = {}
         self.within: dict[str, np.ndarray | None] = {}
         self._links: dict[tuple[str, str, tuple[int, ...]], np.ndarray] = {}
+        self._tables: dict[str, KeyTable | None] = {}
         for p in shape.order:
             if p not in engine._suppressing:
                 self.universe[p] = frames.full[p]
@@ -204,12 +212,21 @@ class SetRevival:
 
     def _rows_of(self, p: str, values: list[np.ndarray], n: int) -> np.ndarray:
         """Per row of the columns ``values`` (``n`` rows, a whole tuple of ``p``), the row of
-        ``p``'s universe holding it (-1: none): probed through the complete layer's index
-        by every column where the universe is its frame, else by a lookup."""
-        out = np.full(n, -1, dtype=np.int64)
+        ``p``'s universe holding it (-1: none): off a table of the universe's packed keys
+        where they pack into a span of at most :data:`TABLE_SPAN` entries per row, else
+        probed through the complete layer's index by every column where the universe is its
+        frame, else by a lookup."""
         if not n:
-            return out
+            return np.full(n, -1, dtype=np.int64)
         u = self.universe[p]
+        if p not in self._tables:
+            cols = [u.cols[c] for c in names(len(u.types))]
+            self._tables[p] = KeyTable.of(cols, u.height,
+                                          max(DENSE_SPAN, TABLE_SPAN * u.height))
+        table = self._tables[p]
+        if table is not None:
+            return table.rows(values, n)
+        out = np.full(n, -1, dtype=np.int64)
         if u is self.frames.full.get(p):
             li, ri = self.frames._probe(p, tuple(range(len(values))), values)
             out[li] = ri

@@ -97,3 +97,21 @@ def test_distinct_rows_by_hash_and_by_exact_keys():
             first, inverse = revival._distinct_rows(cols, 200)
         assert sorted(first.tolist()) == want_first
         assert [rows[first[j]] for j in inverse] == rows
+
+
+def test_key_table_rows_against_a_dict_of_tuples():
+    """:class:`frames.KeyTable`: each probe's row among distinct rows (negative lows, a
+    column of one value, probes outside every range), as a dict of the tuples answers;
+    None above its span limit."""
+    rng = np.random.default_rng(11)
+    a, b = rng.integers(-40, 40, 600), rng.integers(5, 9, 600)
+    c = np.full(600, 3)
+    rows = list(dict.fromkeys(zip(a.tolist(), b.tolist(), c.tolist(), strict=True)))
+    cols = [np.array(col) for col in zip(*rows, strict=True)]
+    table = frames.KeyTable.of(cols, len(rows), 1 << 16)
+    assert table is not None
+    at = {r: i for i, r in enumerate(rows)}
+    probes = [*rows[::3], (41, 6, 3), (-41, 6, 3), (0, 9, 3), (0, 4, 3), (0, 6, 2)]
+    values = [np.array(col) for col in zip(*probes, strict=True)]
+    assert table.rows(values, len(probes)).tolist() == [at.get(p, -1) for p in probes]
+    assert frames.KeyTable.of(cols, len(rows), 100) is None
