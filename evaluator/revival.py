@@ -265,14 +265,18 @@ class SetRevival:
             for p in self.shape.order:
                 got = pending.pop(p, None)
                 if got is not None:
-                    self._wave(p, np.unique(np.concatenate(got)), pending)
+                    self._wave(p, got, pending)
         self._hand_over()
 
-    def _wave(self, p: str, rows: np.ndarray, pending: dict[str, list[np.ndarray]]) -> None:
-        """Make the supported ones of ``rows`` (universe rows of ``p``) live and queue what
-        they support."""
+    def _wave(self, p: str, got: list[np.ndarray], pending: dict[str, list[np.ndarray]]
+              ) -> None:
+        """Make the supported ones of the queued rows ``got`` (universe rows of ``p``, with
+        repeats) live and queue what they support."""
         live = self.live[p]
-        rows = rows[~live[rows]]
+        queued = np.zeros(len(live), dtype=bool)  # (each row once: a mask of the universe,
+        for rows in got:                          # not a sort of the rows)
+            queued[rows] = True
+        rows = np.flatnonzero(queued & ~live)
         rows = rows[self._supported(p, rows)]
         if not len(rows):
             return
