@@ -356,7 +356,8 @@ class SetRevival:
             else:
                 engine.full[p] = type(engine.full[p]).of_rows(
                     lambda frame=frame, cols=cols: frame.rows(cols), frame.height,
-                    lambda by, frame=frame, cols=cols: runs_by(frame, [cols[j] for j in by]))
+                    lambda by, frame=frame, cols=cols: runs_by(frame, [cols[j] for j in by]),
+                    frame)
             for agg in self.shape.grouped.get(p, ()):
                 self._aggregate(agg, frame)
 

@@ -43,8 +43,10 @@ def _live(engine: MaintainedEngine) -> tuple[dict[str, set[tuple]], dict[str, di
        model=st.sampled_from(["io", "cout"]), bounded=st.booleans(),
        mode=st.sampled_from(["all", "aggsel+refcount"]))
 def test_set_revival_equals_the_tuple_revival(shape, n, seed, model, bounded, mode):
-    """From scratch on frames, each way: every live relation and every count alike; then
-    after each of three deltas both sessions hold the same relations as each other."""
+    """From scratch on frames, each way: every live relation and every count alike, and
+    what the query holds (counted on the frames the set path hands over, before any tuple
+    of them is made); then after each of three deltas both sessions hold the same relations
+    as each other."""
     q, cat = make_query(shape, n, seed)
     m = cost_model(model)
     program = PROGRAMS[mode]
@@ -61,6 +63,8 @@ def test_set_revival_equals_the_tuple_revival(shape, n, seed, model, bounded, mo
     assert used == [True]  # (the set path ran: a layer on frames, the optimizer's rules)
     with way("frames"), mock.patch.object(revival, "plan", lambda engine: None):
         tuples = _session(program, PlanSpace(q, cat, m), bounded)
+    assert sets.engine.live["SearchSpace"].unbuilt_frame() is not None
+    assert sets.evaluation.held(0) == tuples.evaluation.held(0)
     assert _live(sets.engine) == _live(tuples.engine)
     adj = sets.ctx[0].adjustments
     for d in random_deltas(q, random.Random(seed), 3, m.operators):
@@ -69,6 +73,22 @@ def test_set_revival_equals_the_tuple_revival(shape, n, seed, model, bounded, mo
             sets.update({0: adj})
             tuples.update({0: adj})
         assert _live(sets.engine) == _live(tuples.engine)
+
+
+def test_a_batch_holds_per_query_what_the_tuple_revival_counts():
+    """Two queries in one session, revived set at a time: per query, the OR nodes, AND
+    nodes and bytes held, counted on the handed-over frames (each query's rows of them),
+    equal those counted on the tuples of the tuple path."""
+    spaces = [PlanSpace(*make_query(shape, 5, 3), cost_model("io"))
+              for shape in ("clique", "chain")]
+    held = []
+    for plan in (revival.plan, lambda engine: None):
+        with way("frames"), mock.patch.object(revival, "plan", plan):
+            session = Session(PROGRAMS["all"], spaces, "python")
+            session.optimize()
+        held.append([session.evaluation.held(q) for q in (0, 1)])
+    assert held[0] == held[1]
+    assert held[0][0] != held[0][1]
 
 
 def test_small_layers_revive_tuple_at_a_time():
