@@ -2042,18 +2042,27 @@ class MaintainedEngine(PythonEngine):
         the whole source relation by group, or probed its arrays wave by wave (clique-14-s0-9:
         14 probes, 5 ms of a 60 ms optimization), for the few groups revival reaches; an
         update that needs that index builds it then."""
-        prog, out = self.program, {}
+        out: dict[str, dict[tuple, Bucket]] = {}
         for source, pruned in self._suppressing.items():
-            lead = self._suppressed_key[source]
-            rules = self._embeds.get(pruned, [])
-            if (pruned in prog.inputs or prog.facts.get(pruned)
-                    or len(rules) != self._rules_of.get(pruned)
-                    or not all((source, lead) in atoms for atoms in rules)):
+            if not self.keeps_whole(source):
                 return None
             out[source] = by_source = {}
-            index_rows(key_of(lead), by_source,
+            index_rows(key_of(self._suppressed_key[source]), by_source,
                        self._within(pruned, self.complete[pruned].rows))
         return out
+
+    def keeps_whole(self, source: str) -> bool:
+        """Whether the suppressed ``source``'s tuples that can be live are the leading
+        columns of the suppressing relation's tuples: every rule deriving that relation
+        embeds the source there (and it is no input or fact), so a revival from scratch
+        takes its candidates from the suppressing side (:meth:`_suppression_keeps`,
+        :mod:`.revival`)."""
+        prog, pruned = self.program, self._suppressing[source]
+        rules = self._embeds.get(pruned, [])
+        return not (pruned in prog.inputs or prog.facts.get(pruned)
+                    or len(rules) != self._rules_of.get(pruned)
+                    or not all((source, self._suppressed_key[source]) in atoms
+                               for atoms in rules))
 
     def _candidates(self, pred: str, cols: tuple[int, ...], keys: list[tuple]) -> list[tuple]:
         """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of

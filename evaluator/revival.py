@@ -128,17 +128,12 @@ def plan(engine: MaintainedEngine) -> RevivalPlan | None:
 
 def _keeps_whole(engine: MaintainedEngine) -> bool:
     """Whether every suppressed source's candidates are the leading columns of the
-    suppressing relation's tuples, which is on frames (as
-    :meth:`MaintainedEngine._suppression_keeps` requires)."""
-    prog = engine.program
-    for source, pruned in engine._suppressing.items():
-        lead = engine._suppressed_key[source]
-        rules = engine._embeds.get(pruned, [])
-        if (pruned in prog.inputs or prog.facts.get(pruned) or pruned not in engine._frames.full
-                or len(rules) != engine._rules_of.get(pruned)
-                or not all((source, lead) in atoms for atoms in rules)):
-            return False
-    return True
+    suppressing relation's tuples (:meth:`MaintainedEngine.keeps_whole`), which is on
+    frames."""
+    frames = engine._frames
+    assert frames is not None
+    return all(engine.keeps_whole(source) and pruned in frames.full
+               for source, pruned in engine._suppressing.items())
 
 
 class SetRevival:
