@@ -264,8 +264,8 @@ class Evaluation:
         def mine(rows: set[tuple]) -> Any:
             return rows if alone else [r for r in rows if r[0] == q]
 
-        def framed(rel: Relation) -> Frame | None:  # (its tuples not made: counted on it)
-            f = rel.unbuilt_frame()
+        def framed(rel: Relation) -> Frame | None:  # (a frame of its tuples: counted on it)
+            f = rel.as_frame()
             return f if f is None or alone else f.filter(f.cols["c0"] == q)
 
         state = 0

@@ -94,7 +94,7 @@ class Relation:
 
     @classmethod
     def of_rows(cls, make: Callable[[], Iterable[tuple]], size: int,
-                grouped: Grouping | None = None, frame: Any = None) -> Relation:
+                grouped: Grouping | None = None) -> Relation:
         """A relation of ``size`` distinct tuples that ``make`` builds on first use of
         :attr:`rows` (then it is an ordinary relation): a stratum evaluated on frames hands
         its relations back this way, so a relation no one reads as tuples — a large
@@ -104,15 +104,11 @@ class Relation:
         ``grouped`` (key columns → the positions of ``make``'s tuples ordered by those
         columns, and where each key's run starts) lets an index
         asked for before the relation changes be built by slicing runs rather than tuple by
-        tuple (:meth:`index`): an update's first lookups of a large frame-built relation.
-
-        ``frame``: the frame ``make`` reads (:class:`~.frames.Frame`), for readers that can
-        count on it while the tuples are not made (:meth:`unbuilt_frame`)."""
+        tuple (:meth:`index`): an update's first lookups of a large frame-built relation."""
         kind = Relation if cls is _Unbuilt else cls  # (handed back over an unbuilt one)
         rel = kind()
         del rel.rows  # read through _Unbuilt.__getattr__ until built
         rel._make, rel._size, rel._kind, rel._grouping = make, size, kind, grouped
-        rel._frame = frame
         rel.__class__ = _Unbuilt
         return rel
 
@@ -136,10 +132,17 @@ class Relation:
         read)."""
         return True
 
-    def unbuilt_frame(self) -> Any:
-        """The frame of a relation of :meth:`of_rows` given one, while its tuples are not
-        made (then reading it costs no tuples); else None."""
-        return None
+    def keep_frame(self, frame: Any) -> None:
+        """Keep ``frame`` (a :class:`~.frames.Frame` of these very tuples) beside them while
+        the relation is unchanged (:meth:`as_frame`), for readers that count or scan all of
+        it: a column pass instead of a loop over the tuples."""
+        self._as_frame = (self.version, frame)
+
+    def as_frame(self) -> Any:
+        """The frame :meth:`keep_frame` kept, while the relation is as it was then; else
+        None."""
+        kept = self.__dict__.get("_as_frame")
+        return kept[1] if kept is not None and kept[0] == self.version else None
 
     def has_index(self, cols: tuple[int, ...]) -> bool:
         """Whether the index on ``cols`` is built already."""
@@ -278,7 +281,6 @@ class _Unbuilt(Relation):
             raise AttributeError(name)
         state = self.__dict__
         make, kind = state.pop("_make"), state.pop("_kind")
-        del state["_frame"]
         grouping = state.pop("_grouping")
         del state["_size"]
         rows = make()
@@ -293,9 +295,6 @@ class _Unbuilt(Relation):
 
     def built(self) -> bool:
         return False
-
-    def unbuilt_frame(self) -> Any:
-        return self.__dict__["_frame"]
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickled as the relation it becomes (built first)."""

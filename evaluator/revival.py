@@ -50,7 +50,6 @@ from reopt.evaluator.frames import (
     keys,
     lookup,
     row_hash,
-    runs_by,
 )
 
 if TYPE_CHECKING:
@@ -330,31 +329,33 @@ class SetRevival:
             pending.setdefault(h, []).append(rose)
 
     def _hand_over(self) -> None:
-        """The live tuples into the engine's live layer, the counts into its counts, and the
-        aggregate groups the live tuples touch recomputed. A relation whose tuples nothing
-        here reads goes in as one built from its frame when first read
-        (:meth:`Relation.of_rows`, with the grouping that cuts its indexes from runs), as
-        the frames engine hands its relations back: the aggregate's groups read its index
-        by group, and a from-scratch optimization may read no more of it."""
+        """The live tuples into the engine's live layer (each relation keeping its frame
+        beside its tuples, for what counts it: :meth:`Relation.keep_frame`), the counts
+        into its counts, and the aggregate groups the live tuples touch computed on the
+        frames. The tuples are made here, as the tuple path makes them — and the maintained
+        relation's index by group and the suppressing relation's complete tuples, which the
+        tuple path makes too (its groups, its candidates): left to the first update, they
+        were made there, with what allocating them costs in a large heap (the engine
+        benchmark's first update of large-clique-17: 140 → 180 ms, in a process that had
+        run every other query)."""
         engine = self.engine
         for p in self.shape.order:
             at = np.flatnonzero(self.live[p])
             frame = self.universe[p].take(at)
-            cols = names(len(frame.types))
+            rows = frame.rows(names(len(frame.types)))
+            if len(engine.full[p]):
+                raise AssertionError(f"{p} revived from scratch into a live relation")
+            rel = engine.full[p] = type(engine.full[p])(rows)  # (a set made in C, no loop)
+            rel.keep_frame(frame)
             counts = self.counts.get(p)
             if counts is not None:
-                rows = frame.rows(cols)
-                engine.full[p].add(rows)
                 engine.counts[p].update(zip(rows, counts[at].tolist(), strict=True))
-            elif len(engine.full[p]):
-                raise AssertionError(f"{p} revived from scratch into a live relation")
-            else:
-                engine.full[p] = type(engine.full[p]).of_rows(
-                    lambda frame=frame, cols=cols: frame.rows(cols), frame.height,
-                    lambda by, frame=frame, cols=cols: runs_by(frame, [cols[j] for j in by]),
-                    frame)
             for agg in self.shape.grouped.get(p, ()):
                 self._aggregate(agg, frame)
+        plan = engine.plan
+        engine.full[plan.target].index(tuple(range(plan.key)))
+        for pruned in engine._suppressing.values():
+            engine.complete[pruned].rows  # noqa: B018 - made now (docstring)
 
     def _aggregate(self, agg: str, frame: Frame) -> None:
         """The aggregate ``agg``'s groups over the live tuples ``frame`` of the relation it

@@ -44,8 +44,8 @@ def _live(engine: MaintainedEngine) -> tuple[dict[str, set[tuple]], dict[str, di
        mode=st.sampled_from(["all", "aggsel+refcount"]))
 def test_set_revival_equals_the_tuple_revival(shape, n, seed, model, bounded, mode):
     """From scratch on frames, each way: every live relation and every count alike, and
-    what the query holds (counted on the frames the set path hands over, before any tuple
-    of them is made); then after each of three deltas both sessions hold the same relations
+    what the query holds (counted on the frames the set path keeps beside its tuples);
+    then after each of three deltas both sessions hold the same relations
     as each other."""
     q, cat = make_query(shape, n, seed)
     m = cost_model(model)
@@ -63,7 +63,7 @@ def test_set_revival_equals_the_tuple_revival(shape, n, seed, model, bounded, mo
     assert used == [True]  # (the set path ran: a layer on frames, the optimizer's rules)
     with way("frames"), mock.patch.object(revival, "plan", lambda engine: None):
         tuples = _session(program, PlanSpace(q, cat, m), bounded)
-    assert sets.engine.live["SearchSpace"].unbuilt_frame() is not None
+    assert sets.engine.live["SearchSpace"].as_frame() is not None
     assert sets.evaluation.held(0) == tuples.evaluation.held(0)
     assert _live(sets.engine) == _live(tuples.engine)
     adj = sets.ctx[0].adjustments
@@ -135,3 +135,20 @@ def test_key_table_rows_against_a_dict_of_tuples():
     values = [np.array(col) for col in zip(*probes, strict=True)]
     assert table.rows(values, len(probes)).tolist() == [at.get(p, -1) for p in probes]
     assert frames.KeyTable.of(cols, len(rows), 100) is None
+
+
+def test_a_kept_frame_is_read_only_while_the_relation_is_unchanged():
+    """:meth:`Relation.as_frame`: the frame kept beside the tuples until the relation
+    changes (then None: counting on it would miss the change)."""
+    from reopt.evaluator.python_engine import Relation
+
+    rows = [(1, "a"), (2, "b")]
+    rel = Relation(rows)
+    assert rel.as_frame() is None
+    frame = frames.Frame.from_rows(rows, ["c0", "c1"], ["long", "string"])
+    rel.keep_frame(frame)
+    assert rel.as_frame() is frame
+    rel.add([(2, "b")])  # (nothing new: unchanged)
+    assert rel.as_frame() is frame
+    rel.add([(3, "c")])
+    assert rel.as_frame() is None
