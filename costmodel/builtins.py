@@ -175,6 +175,15 @@ def _each_row(q: Column) -> np.ndarray:
     return np.arange(len(q), dtype=np.int64)
 
 
+def _queries(q: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
+    """Each query of the rows ``q`` and its rows (ascending; ``slice(None)``, all of them,
+    where the batch is of one query, as it is but in a batch evaluation: the columns are
+    then read as they are, not gathered, and no sort finds the queries)."""
+    if len(q) and bool((q == q[0]).all()):
+        return [(int(q[0]), slice(None))]
+    return [(qid, np.flatnonzero(q == qid)) for qid in np.unique(q).tolist()]
+
+
 def _by_query(ctx: Context, q: Column, e: Column) -> tuple[np.ndarray, np.ndarray]:
     """Per-row constants of each row's query: its ``top`` (the final operator's
     pseudo-expression) as an ``int64`` column, and the rows' expressions as one."""
@@ -313,8 +322,7 @@ def _summary_batch(ctx: Context, q: Column, e: Column, *_: Column):
     q = np.asarray(q, dtype=np.int64)
     e = np.asarray(e, dtype=np.int64)
     md = np.empty(len(q), dtype=np.float64)
-    for qid in np.unique(q).tolist():
-        at = np.flatnonzero(q == qid)
+    for qid, at in _queries(q):
         md[at] = ctx[qid].summaries(e[at])
     return _each_row(q), md
 
@@ -330,15 +338,14 @@ def _nonscancost_batch(ctx: Context, q: Column, e: Column, p: Column, i: Column,
     ops = m if isinstance(m, np.ndarray) and m.dtype == object else _strings(list(m))
     exprs = np.asarray(e, dtype=np.int64)
     index, lefts, rights = (np.asarray(c, dtype=np.int64) for c in (i, l, r))
-    for qid in np.unique(q).tolist():
-        at = np.flatnonzero(q == qid)
+    for qid, at in _queries(q):
         fast = ctx[qid].local_cost_column(exprs[at], ops[at], index[at], lefts[at], rights[at])
         if fast is not None:
             out[at] = fast
             continue
         fields = fields or [np.asarray(c).tolist() if isinstance(c, np.ndarray) else list(c)
                             for c in (e, p, i, lo, m, l, lp, r, rp)]
-        pick = at.tolist()
+        pick = np.arange(len(q))[at].tolist()
         alts = list(map(tuple.__new__, repeat(Alt), zip(
             *([f[k] for k in pick] for f in fields), strict=True)))
         out[at] = ctx[qid].local_costs_of(alts)

@@ -660,9 +660,12 @@ class PlanSpace:
         model has a vectorized form (:meth:`CostModel.local_cost_columns`), with the same
         operator factors; None where it has none (callers then build the alternatives)."""
         codes = {name: k for k, name in enumerate(self.model.operators)}
-        # (a look-up per row: a quarter of the time of one object comparison per operator
-        # over all rows, under io's eleven operators)
-        positions = np.fromiter(map(codes.get, ops.tolist(), repeat(-1)), np.int64, len(ops))
+        if ops.strides == (0,):  # one operator throughout (a broadcast): looked up once
+            positions = np.full(len(ops), codes.get(ops[0], -1) if len(ops) else 0, np.int64)
+        else:  # (a look-up per row: a quarter of the time of one object comparison per
+            # operator over all rows, under io's eleven operators)
+            positions = np.fromiter(map(codes.get, ops.tolist(), repeat(-1)), np.int64,
+                                    len(ops))
         if bool((positions < 0).any()):
             return None
         costs = self.model.local_cost_columns(self, exprs, positions, index, left, right)

@@ -794,7 +794,7 @@ class ColumnarStratum:
     def _input(self, b: Frame, t: Any) -> Any:
         """One input column of a built-in: numbers as numpy, strings as ``object``."""
         col, kind = self._term(b, t)
-        return STRINGS.decode(col) if kind == STRING else col
+        return STRINGS.read(col) if kind == STRING else col
 
 
 def _joined_rows(b: Frame, li: np.ndarray, rel: Frame, ri: np.ndarray,

@@ -96,6 +96,25 @@ class Strings:
             self._array[:] = self.text
         return self._array[codes]
 
+    def read(self, codes: np.ndarray) -> np.ndarray:
+        """:meth:`decode` for a reader that never writes into the array (a built-in's
+        input): where every code is the same, that string broadcast (a read-only view,
+        stride 0) instead of a reference per row — a model's property and operator columns,
+        ``any`` and ``join`` throughout under ``cout``: five of ``Fn_nonscancost``'s
+        inputs, 35,000 rows an optimization on large-clique-17."""
+        n = len(codes)
+        if n >= FEW_FROM and (codes.strides == (0,) or _one_value(codes)):
+            return np.broadcast_to(self.decode(codes[:1]), (n,))
+        return self.decode(codes)
+
+
+def _one_value(codes: np.ndarray) -> bool:
+    """Whether every code is the first: its ends compared first, as a column of many values
+    most often differs there (then no pass over it: under ``io`` the property and operator
+    columns hold several)."""
+    first = codes[0]
+    return bool(first == codes[-1] and codes.min() == first == codes.max())
+
 
 FEW = 3
 """Distinct strings up to which an ``object`` column is encoded by comparisons
@@ -242,7 +261,7 @@ class Frame:
     def python(self, name: str) -> np.ndarray:
         """One column as the batch built-ins take it: numbers as numpy, strings ``object``."""
         col = self.cols[name]
-        return STRINGS.decode(col) if self.types[name] == STRING else col
+        return STRINGS.read(col) if self.types[name] == STRING else col
 
     def __len__(self) -> int:
         return self.height
@@ -845,24 +864,26 @@ class KeyIndex:
     4 ms against 17 for a stable sort of 64-bit hashes). For integer (and string-code)
     columns only: :meth:`of` says None otherwise."""
 
-    __slots__ = ("lows", "widths", "keys", "rids", "span", "_bounds")
+    __slots__ = ("lows", "widths", "ranks", "keys", "rids", "span", "_bounds")
 
     def __init__(self, lows: list[int], widths: list[int], keys: np.ndarray,
-                 rids: np.ndarray, span: int):
+                 rids: np.ndarray, span: int, ranks: Ranks = None):
         self.lows, self.widths, self.keys, self.rids = lows, widths, keys, rids
-        self.span = span
+        self.span, self.ranks = span, ranks
         self._bounds: np.ndarray | None = None
 
     @staticmethod
     def of(columns: Sequence[np.ndarray], n: int) -> KeyIndex | None:
-        """The index of ``n`` rows by ``columns``, or None when they do not pack."""
-        packed = PackedKeys.of(columns, n)
+        """The index of ``n`` rows by ``columns``, or None when they do not pack (wide
+        columns of few values packed by rank: :func:`_by_rank`)."""
+        packed = PackedKeys.of(columns, n, ranked=True)
         return None if packed is None else packed.index()
 
     def probe(self, values: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
         """Every (probe row, row id) pair with equal keys (exact: no comparison needed)."""
-        probe = _probe_key(values, self.lows, self.widths, n)
-        if n >= SORTED_PROBES and self.span <= max(DENSE_SPAN, len(self.keys)):
+        probe = _probe_key(values, self.lows, self.widths, n, self.ranks)
+        if self._bounds is not None or (n >= SORTED_PROBES and self.span <= max(
+                DENSE_SPAN, len(self.keys), DENSE_PER_PROBE * n)):
             return _pairs(*self._dense_runs(probe), n, self.rids)
         return _pairs(*runs(self.keys, probe), n, self.rids)
 
@@ -886,35 +907,47 @@ class PackedKeys:
     sorted yet: a few probes are answered by a scan (:meth:`scan`: a fraction of what
     sorting the keys costs), many by the :class:`KeyIndex` it sorts into (:meth:`index`)."""
 
-    __slots__ = ("lows", "widths", "span", "keys", "compared")
+    __slots__ = ("lows", "widths", "span", "keys", "ranks", "compared")
 
-    def __init__(self, lows: list[int], widths: list[int], span: int, keys: np.ndarray):
+    def __init__(self, lows: list[int], widths: list[int], span: int, keys: np.ndarray,
+                 ranks: Ranks = None):
         self.lows, self.widths, self.span, self.keys = lows, widths, span, keys
+        self.ranks = ranks
+        """Per column, where it is packed by rank (:func:`_by_rank`), each value's rank
+        above its low (-1: a value no row holds); None: every column by value."""
         self.compared = 0
         """How many probes its scans compared the keys with (for its owner's
         rent-or-buy)."""
 
     @staticmethod
-    def of(columns: Sequence[np.ndarray], n: int) -> PackedKeys | None:
-        """The keys of ``n`` rows of ``columns``, or None when they do not pack."""
+    def of(columns: Sequence[np.ndarray], n: int, ranked: bool = False) -> PackedKeys | None:
+        """The keys of ``n`` rows of ``columns``, or None when they do not pack; ``ranked``:
+        wide columns of few values packed by rank where the span is wide
+        (:func:`_by_rank`)."""
         if not n:
             return None
         ranges = _ranges(columns, 1 << 62)
         if ranges is None:
             return None
         lows, widths, span = ranges
+        if ranked and span > DENSE_SPAN:
+            digits, counts, ranks, span = _by_rank(columns, lows, widths, n)
+            if ranks is not None:
+                froms = [low if t is None else 0 for low, t in zip(lows, ranks, strict=True)]
+                return PackedKeys(lows, counts, span, _pack(digits, froms, counts, n), ranks)
         return PackedKeys(lows, widths, span, _pack(columns, lows, widths, n))
 
     def index(self) -> KeyIndex:
         """The keys sorted, for binary searches."""
         order = _key_order(self.keys, self.span)
-        return KeyIndex(self.lows, self.widths, self.keys[order], order, self.span)
+        return KeyIndex(self.lows, self.widths, self.keys[order], order, self.span,
+                        self.ranks)
 
     def scan(self, values: Sequence[np.ndarray], n: int) -> np.ndarray:
         """The rows (ascending) whose key equals one of the ``n`` probes ``values``: every
         key compared with each probe's (a pass of about 7 µs over 42,000 keys; for a few
         probes, where sorting the keys costs as much as 50 passes)."""
-        probe = np.unique(_probe_key(values, self.lows, self.widths, n))
+        probe = np.unique(_probe_key(values, self.lows, self.widths, n, self.ranks))
         probe = probe[probe >= 0].tolist()
         self.compared += len(probe)
         if not probe:
@@ -932,10 +965,10 @@ class KeyTable:
     into 9,451 ``Goal`` rows of a span of 131,071), one gather a batch instead of sorting
     and searching."""
 
-    __slots__ = ("lows", "widths", "table")
+    __slots__ = ("lows", "widths", "ranks", "table")
 
-    def __init__(self, lows: list[int], widths: list[int], table: np.ndarray):
-        self.lows, self.widths, self.table = lows, widths, table
+    def __init__(self, lows: list[int], widths: list[int], ranks: Ranks, table: np.ndarray):
+        self.lows, self.widths, self.ranks, self.table = lows, widths, ranks, table
 
     @staticmethod
     def of(columns: Sequence[np.ndarray], n: int, limit: int) -> KeyTable | None:
@@ -946,29 +979,34 @@ class KeyTable:
             return None
         table = np.full(packed.span, -1, dtype=np.int32 if n < 1 << 31 else np.int64)
         table[packed.keys] = np.arange(n, dtype=table.dtype)
-        return KeyTable(packed.lows, packed.widths, table)
+        return KeyTable(packed.lows, packed.widths, packed.ranks, table)
 
     def rows(self, values: Sequence[np.ndarray], n: int) -> np.ndarray:
         """Per probe of the ``n`` probes ``values``, the row holding it (-1: none)."""
-        key = _probe_key(values, self.lows, self.widths, n)
+        key = _probe_key(values, self.lows, self.widths, n, self.ranks)
         out = np.full(n, -1, dtype=np.int64)
         hit = key >= 0
         out[hit] = self.table[key[hit]]
         return out
 
 
-def _probe_key(values: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int
-               ) -> np.ndarray:
-    """The ``n`` probes ``values`` packed as keys of these ranges are (:func:`_pack`); -1,
-    below every key, for a probe outside them."""
+def _probe_key(values: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int,
+               ranks: Ranks = None) -> np.ndarray:
+    """The ``n`` probes ``values`` packed as keys of these ranges are (:func:`_pack`; a
+    column of ``ranks`` by its table, :func:`_by_rank`); -1, below every key, for a probe
+    outside them."""
     key = outside = None
-    for col, low, width in zip(values, lows, widths, strict=True):
+    for c, (col, low, width) in enumerate(zip(values, lows, widths, strict=True)):
         if col.dtype.kind in "iub":
             x = col.astype(np.int64, copy=False) - low
         else:  # a value no integer equals (2.5, nan, inf: cast to garbage): no key
             with np.errstate(invalid="ignore"):
                 x = col.astype(np.int64) - low
             x[col != x + low] = -1
+        table = None if ranks is None else ranks[c]
+        if table is not None:  # (a value past the range, or no row's: rank -1, outside)
+            past = len(table) - 1
+            x = table[np.where(x.view(np.uint64) < np.uint64(past), x, past)]
         # (the few numpy calls a column: a probe is often of a hundred keys, where
         # each call's fixed cost is the time; negative x, as unsigned, is past width)
         out = x.view(np.uint64) >= np.uint64(width)
@@ -978,6 +1016,51 @@ def _probe_key(values: Sequence[np.ndarray], lows: list[int], widths: list[int],
         key, outside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     key[outside] = -1
     return key
+
+
+Ranks = list[np.ndarray | None] | None
+"""Per key column, its table of ranks (:func:`_by_rank`) or None; None: no column ranked."""
+
+
+def _by_rank(columns: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int
+             ) -> tuple[list[np.ndarray], list[int], Ranks, int]:
+    """The ``n`` rows' key digits where each column whose range is wide and whose values
+    are few within it (a set of relations among the 2**17 of large-clique-17, 9,435 of
+    them; a property's two string codes, 10 and 18) counts by its value's rank among its
+    values instead (a table of its range: no sort), so the span is the product of the
+    columns' counts of values, not of their ranges: SearchSpace's keys by (query, child,
+    property) span 18,870 instead of 2,490,216 — one radix pass to order them, not two,
+    and many probes read off a table (:meth:`KeyIndex._dense_runs`) — whatever codes the
+    process gave the strings. Ranks keep the values' order: the same key order, the same
+    runs. Returns the digit columns (a ranked one from 0, the others as they are), their
+    widths, the tables (with a slot past the range, -1, where a probe outside it reads;
+    None: no column ranked) and the span."""
+    digits, counts, ranks = [], [], []
+    span = 1
+    for col, low, width in zip(columns, lows, widths, strict=True):
+        table = None
+        if RANKED_FROM <= width <= n * RANKED_RANGE + DENSE_SPAN:
+            x = col.astype(np.int64, copy=False) - low
+            held = np.zeros(width + 1, dtype=bool)  # (+1: a probe's slot for "outside")
+            held[x] = True
+            count = int(np.count_nonzero(held))
+            if count < width:
+                table = np.cumsum(held) - 1
+                table[~held] = -1
+                col, width = table[x], count
+        digits.append(col)
+        counts.append(width)
+        ranks.append(table)
+        span *= width
+    return digits, counts, (ranks if any(t is not None for t in ranks) else None), span
+
+
+RANKED_FROM = 3
+"""A key column whose range holds this many values or more may pack by rank
+(:func:`_by_rank`)."""
+RANKED_RANGE = 4
+""":func:`_by_rank` ranks a column whose range is at most this many times the rows (plus
+:data:`DENSE_SPAN`): its table costs about what a pass over the rows does."""
 
 
 def _key_order(key: np.ndarray, span: int) -> np.ndarray:
@@ -996,8 +1079,17 @@ def _key_order(key: np.ndarray, span: int) -> np.ndarray:
 
 
 DENSE_SPAN = 1 << 16
-"""A :class:`KeyIndex` of keys within a span of at most this many (or of its key count)
-answers many probes by a table of the span (:meth:`KeyIndex._dense_runs`)."""
+"""A :class:`KeyIndex` of keys within a span of at most this many (or of its key count, or
+:data:`DENSE_PER_PROBE` times the probes) answers many probes by a table of the span
+(:meth:`KeyIndex._dense_runs`)."""
+
+DENSE_PER_PROBE = 16
+"""… or of at most this many keys per probe of one batch; once made, the table answers
+every later batch. A probe searched costs about 50 ns (the probes sorted, two binary
+searches), a table entry 0.6 ns, up to 6 where a table of more than a megabyte is paged in
+fresh: large-clique-17's costing probes its growing PlanCost, a span of 100,000–130,000
+expressions, by 7,000–12,000 parents of a rank's new plans, 0.4–0.7 ms a batch sorted and
+searched against 0.1 by a table."""
 
 RADIX_FROM = 4096
 """Keys from this many on are ordered by radix passes (:func:`_key_order`)."""

@@ -102,6 +102,41 @@ def test_batches_mix_queries_and_keep_the_row_order():
     assert not (left & right).any()
 
 
+@pytest.mark.parametrize("model", ["cout", "io"])
+def test_costs_of_mixed_queries_and_of_one_operator_broadcast_equal_the_tuple_form(model):
+    """``Fn_nonscancost`` and ``Fn_nonscansummary`` over a batch of two queries
+    interleaved (each query's rows gathered) and over one query's rows (read whole, no
+    gather), with their string columns as the engine hands a column of one value over — a
+    read-only broadcast, stride 0 — give the tuple form's answer row by row (fails when a
+    one-query batch is written back anywhere but in place, or a broadcast operator is not
+    looked up as the one value it repeats)."""
+    a, cat_a = make_query("chain", 5, 1, final=True)
+    b, cat_b = make_query("clique", 5, 2, final=False)
+    ctx = {3: PlanSpace(a, cat_a, cost_model(model)), 8: PlanSpace(b, cat_b, cost_model(model))}
+    cost, summary = BUILTINS["Fn_nonscancost"], BUILTINS["Fn_nonscansummary"]
+    for qids in ((3, 8), (8,)):
+        rows = [(qid, *alt, 2.0) for qid in qids for e, p in sorted(ctx[qid].or_nodes())
+                for alt in ctx[qid].alternatives(e, p) if alt.log_op == "join"]
+        rows = rows[1::2] + rows[::2]
+        assert len(rows) > 8 and (model != "cout" or len({r[5] for r in rows}) == 1)
+        columns = []
+        for j in range(len(rows[0])):
+            values = [r[j] for r in rows]
+            if isinstance(values[0], str) and len(set(values)) == 1:
+                columns.append(np.broadcast_to(np.asarray(values[:1], dtype=object),
+                                               (len(rows),)))
+            elif isinstance(values[0], str):
+                columns.append(np.asarray(values, dtype=object))
+            else:
+                columns.append(np.asarray(values))
+        row, got = cost.batch(ctx, *columns)
+        assert row.tolist() == list(range(len(rows)))
+        assert got.tolist() == [v for _, (v,) in zip(*per_row(cost, ctx, rows), strict=True)]
+        row, got = summary.batch(ctx, columns[0], columns[1], columns[-1], columns[-1])
+        want = per_row(summary, ctx, [(r[0], r[1], 2.0, 2.0) for r in rows])[1]
+        assert got.tolist() == [v for (v,) in want]
+
+
 def test_enforcers_of_queries_with_and_without_them_keep_the_row_order():
     """Fn_enforce's batch leaves out the rows of a query whose model has no enforcers
     (``cout``) and answers the others (``io``) row by row: as the tuple form, in row order,

@@ -340,6 +340,93 @@ def test_key_index_read_off_its_table_pairs_as_its_binary_search(rows, probe, co
     assert Counter(by_table) == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.integers(0, 5000), min_size=1, max_size=40),
+       probe=st.lists(st.integers(-3, 5003), min_size=1, max_size=300),
+       later=st.lists(st.integers(-3, 5003), max_size=8))
+def test_a_wide_key_index_probed_by_many_reads_its_table_and_keeps_it(keys, probe, later):
+    """A key index whose span is above ``DENSE_SPAN`` and its key count but at most
+    ``DENSE_PER_PROBE`` times a batch's probes reads that batch off a table of the span,
+    and every later batch, however small, off the same table: the pairs the binary
+    searches give, in the same order (probes in order, each key's rows ascending), and
+    the nested loop's (fails when no table is made for such a batch, or a small batch's
+    probes outside the keys read a run off it)."""
+    keys += [0, 5000]
+    probe = (probe * (320 // len(probe) + 1))[:max(320, len(probe))]  # (5,001 keys: 16 × 320)
+
+    def pairs(idx: frames.KeyIndex, values: list[int]) -> list[tuple[int, int]]:
+        li, ri = idx.probe([np.asarray(values, dtype=np.int64)], len(values))
+        return list(zip(li.tolist(), ri.tolist(), strict=True))
+
+    column = [np.asarray(keys, dtype=np.int64)]
+    with mock.patch.object(frames, "DENSE_SPAN", 16):
+        by_table = frames.KeyIndex.of(column, len(keys))
+        by_search = frames.KeyIndex.of(column, len(keys))
+        assert by_table is not None and by_search is not None
+        with mock.patch.object(frames, "DENSE_PER_PROBE", 0):
+            searched = [pairs(by_search, probe), pairs(by_search, later)]
+        assert by_search._bounds is None
+        read = [pairs(by_table, probe), pairs(by_table, later)]
+        assert by_table._bounds is not None
+    assert read == searched
+    for values, got in zip((probe, later), read, strict=True):
+        assert Counter(got) == Counter((i, j) for i, p in enumerate(values)
+                                       for j, k in enumerate(keys) if p == k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([-7, 3, 100, 5000, 2**40]), st.booleans(),
+                               st.sampled_from([0, 10, 18])), min_size=1, max_size=40),
+       probe=st.lists(st.tuples(st.sampled_from([-8, -7, 3, 4, 100, 5001, 2**40, 2**41]),
+                                st.booleans(), st.sampled_from([-1, 0, 9, 10, 11, 18, 19])),
+                      max_size=30),
+       cols=st.sampled_from([(0,), (2,), (0, 2), (2, 1, 0), (1, 2)]))
+def test_a_key_index_packed_by_rank_pairs_as_one_packed_by_value(rows, probe, cols):
+    """A key index whose wide columns of few values are packed by their ranks (the span
+    above ``DENSE_SPAN``) gives the pairs of one packed by value, in the same order, by
+    its binary searches and by its table, and the nested loop's — probes of values no row
+    holds, inside the range and past either end, included (fails when a value outside
+    the range reads a rank, or a rank does not keep the values' order)."""
+    probe += [rows[-1]]
+
+    def columns(tuples: list[tuple]) -> list[np.ndarray]:
+        dtypes = (np.int64, np.bool_, np.int64)
+        return [np.asarray([t[c] for t in tuples], dtype=dtypes[c]) for c in cols]
+
+    def pairs(idx: frames.KeyIndex, sorted_from: int) -> list[tuple[int, int]]:
+        with mock.patch.object(frames, "SORTED_PROBES", sorted_from):
+            idx._bounds = None
+            li, ri = idx.probe(columns(probe), len(probe))
+        return list(zip(li.tolist(), ri.tolist(), strict=True))
+
+    with mock.patch.object(frames, "DENSE_SPAN", 2):
+        ranked = frames.KeyIndex.of(columns(rows), len(rows))
+    by_value = frames.PackedKeys.of(columns(rows), len(rows)).index()
+    assert ranked is not None and by_value.ranks is None
+    assert ranked.ranks is not None or ranked.span == by_value.span
+    assert ranked.rids.tolist() == by_value.rids.tolist()
+    want = pairs(by_value, len(probe) + 1)
+    assert pairs(ranked, 1) == pairs(ranked, len(probe) + 1) == want
+    assert Counter(want) == Counter((i, j) for i, p in enumerate(probe)
+                                    for j, r in enumerate(rows)
+                                    if all(p[c] == r[c] for c in cols))
+
+
+def test_strings_read_as_one_string_broadcast_where_every_code_is_the_same():
+    """A column of one code throughout is read as its string broadcast (read-only, stride
+    0), whether the codes are written out or broadcast themselves; any other column as
+    the decoded strings, element for element."""
+    strings = frames.Strings()
+    codes = strings.encode(["any", "sort:a", "join"])
+    n = frames.FEW_FROM + 3
+    for column in (np.full(n, codes[2]), np.broadcast_to(codes[2:3], (n,))):
+        got = strings.read(column)
+        assert got.strides == (0,) and not got.flags.writeable and got.tolist() == ["join"] * n
+    mixed = np.asarray([codes[0]] * (n - 1) + [codes[1]])
+    assert strings.read(mixed).tolist() == ["any"] * (n - 1) + ["sort:a"]
+    assert strings.read(mixed[:3]).tolist() == ["any"] * 3
+
+
 def test_strings_of_one_value_broadcast_get_the_codes_of_the_values_written_out():
     """An ``object`` column of one string broadcast (stride 0, not compared row by row)
     gets the codes the same strings written out get, a new string its next code."""

@@ -408,6 +408,29 @@ def test_batches_of_estimates_are_memoized_as_one_by_one(qc, data):
     assert set(est._card) == leaves | asked
 
 
+@settings(max_examples=60, deadline=None)
+@given(qc=queries(2, 7), data=st.data())
+def test_batches_read_off_the_table_by_set_are_the_estimates(qc, data):
+    """Estimator.cards reads sets estimated already off a table indexed by set: batches
+    with sets above the table (``TABLED_SETS`` drawn below the query's sets), sets not
+    estimated yet and sets entered one by one between batches give a fresh estimator's
+    card of every set, bit for bit (fails when a set past the table is looked up in it, or
+    a set not estimated yet is read off it as its NaN)."""
+    from unittest import mock
+
+    q, cat = qc
+    est, fresh = Estimator(q, cat), Estimator(q, cat)
+    sets = st.lists(st.integers(1, q.all_mask), min_size=1, max_size=30)
+    with mock.patch.object(card, "TABLED_SETS", data.draw(st.integers(0, q.all_mask + 1))):
+        for _ in range(data.draw(st.integers(2, 5))):
+            batch = data.draw(sets)
+            for again in (batch, batch[::-1]):
+                got = est.cards(np.asarray(again, dtype=np.int64)).tolist()
+                assert got == [fresh.card(m) for m in again]
+            single = data.draw(st.integers(1, q.all_mask))
+            assert est.card(single) == fresh.card(single)
+
+
 @settings(max_examples=150, deadline=None)
 @given(qc=queries(2, 7), data=st.data())
 def test_the_scalar_batch_estimate_is_the_exact_one(qc, data):
