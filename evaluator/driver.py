@@ -18,12 +18,15 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from reopt.costmodel.builtins import BOOLEAN, BUILTINS, DOUBLE, LONG, STRING
 from reopt.costmodel.errors import ReoptError
 from reopt.costmodel.space import Alt, PlanSpace
 from reopt.evaluator.ast import Program
 from reopt.evaluator.budget import Budget
 from reopt.evaluator.compiler import CompiledProgram, compile_program
+from reopt.evaluator.frames import STRINGS, Frame, distinct
 from reopt.evaluator.parser import parse, read_rule_file
 from reopt.evaluator.python_engine import PythonEngine, Relation, RunStats
 from reopt.plan import PlanCache, PlanNode
@@ -261,9 +264,21 @@ class Evaluation:
         def mine(rows: set[tuple]) -> Any:
             return rows if alone else [r for r in rows if r[0] == q]
 
+        def framed(rel: Relation) -> Frame | None:  # (a frame of its tuples: counted on it)
+            f = rel.as_frame()
+            return f if f is None or alone else f.filter(f.cols["c0"] == q)
+
+        state = 0
+        for p, rel in rels.items():
+            f = framed(rel)
+            types = self.program.schemas[p]
+            state += (_state_bytes(types, mine(rel.rows)) if f is None
+                      else _frame_state_bytes(types, f))
+        f = framed(self.relations["SearchSpace"])
+        if f is not None:
+            return {"or_nodes": distinct(f.select([("c1", "c1"), ("c2", "c2")])).height,
+                    "and_nodes": f.height, "state_bytes": state}
         space = mine(self.rows("SearchSpace"))
-        state = sum(_state_bytes(self.program.schemas[p], mine(rel.rows))
-                    for p, rel in rels.items())
         return {"or_nodes": len({r[1:3] for r in space}), "and_nodes": len(space),
                 "state_bytes": state}
 
@@ -330,6 +345,19 @@ class Evaluation:
 _WIDTHS = {LONG: 8, DOUBLE: 8, BOOLEAN: 1}
 """Bytes per value of a column type of fixed width (``state_bytes``); any other column
 counts the UTF-8 length of its value."""
+
+
+def _frame_state_bytes(types: tuple[str, ...], f: Frame) -> int:
+    """:func:`_state_bytes` of a frame's rows (a relation whose tuples are not made): each
+    string column's distinct codes counted, each decoded once."""
+    state = f.height * sum(_WIDTHS[t] for t in types if t in _WIDTHS)
+    for i, t in enumerate(types):
+        if t not in _WIDTHS:
+            codes, n = np.unique(f.cols[f"c{i}"], return_counts=True)
+            values = STRINGS.decode(codes) if t == STRING else codes
+            state += sum(len(str(v).encode()) * k
+                         for v, k in zip(values.tolist(), n.tolist(), strict=True))
+    return state
 
 
 def _state_bytes(types: tuple[str, ...], rows: Any) -> int:

@@ -982,6 +982,38 @@ class PackedKeys:
         return np.flatnonzero(found)
 
 
+class KeyTable:
+    """Distinct rows by their packed key, read off a table with one entry per key of the
+    span: where batch after batch of probes asks for the row holding a whole tuple (a
+    revival's waves, :mod:`.revival`: on large-clique-17, 17 batches of 5 to 3,000 probes
+    into 9,451 ``Goal`` rows of a span of 131,071), one gather a batch instead of sorting
+    and searching."""
+
+    __slots__ = ("lows", "widths", "ranks", "table")
+
+    def __init__(self, lows: list[int], widths: list[int], ranks: Ranks, table: np.ndarray):
+        self.lows, self.widths, self.ranks, self.table = lows, widths, ranks, table
+
+    @staticmethod
+    def of(columns: Sequence[np.ndarray], n: int, limit: int) -> KeyTable | None:
+        """The table of ``n`` distinct rows of ``columns``, or None when they do not pack
+        or their span is above ``limit`` entries."""
+        packed = PackedKeys.of(columns, n)
+        if packed is None or packed.span > limit:
+            return None
+        table = np.full(packed.span, -1, dtype=np.int32 if n < 1 << 31 else np.int64)
+        table[packed.keys] = np.arange(n, dtype=table.dtype)
+        return KeyTable(packed.lows, packed.widths, packed.ranks, table)
+
+    def rows(self, values: Sequence[np.ndarray], n: int) -> np.ndarray:
+        """Per probe of the ``n`` probes ``values``, the row holding it (-1: none)."""
+        key = _probe_key(values, self.lows, self.widths, n, self.ranks)
+        out = np.full(n, -1, dtype=np.int64)
+        hit = key >= 0
+        out[hit] = self.table[key[hit]]
+        return out
+
+
 def _probe_key(values: Sequence[np.ndarray], lows: list[int], widths: list[int], n: int,
                ranks: Ranks = None) -> np.ndarray:
     """The ``n`` probes ``values`` packed as keys of these ranges are (:func:`_pack`; a

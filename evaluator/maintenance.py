@@ -76,7 +76,7 @@ import numpy as np
 
 from reopt.costmodel.builtins import Nodes, keys_by_query, stale_keys, stale_of_queries
 from reopt.costmodel.errors import ReoptError
-from reopt.evaluator import columnar, sourcerows
+from reopt.evaluator import columnar, revival, sourcerows
 from reopt.evaluator.ast import Aggregate, Atom, Const, Var, Wildcard, term_vars
 from reopt.evaluator.bulk import RankFrames, Unframed
 from reopt.evaluator.compiler import (
@@ -649,6 +649,9 @@ class EngineReading:
     reach_joins: list[tuple[tuple[int, ...], tuple[int, ...]] | None]
     """Per variant of :attr:`MaintenancePlan.reach`, the columns its join reads of a
     changed tuple and of the source (:func:`reach_join`), or None."""
+    support_cols: dict[str, list[tuple[tuple[str, tuple[int, ...]], ...]]]
+    """:attr:`embedded` with the columns rather than the functions reading them (a revival
+    on frames links the sources' rows once: :mod:`.revival`)."""
 
     @staticmethod
     def of(compiled: CompiledProgram, bounded: bool) -> EngineReading:
@@ -663,9 +666,9 @@ class EngineReading:
         f = compiled.features
         complete = replace(shape.complete_program, features=replace(
             shape.complete_program.features, bound=dict(f.bound) if bounded else {}))
-        embedded = {head: [[(s, key_of(c)) for s, c in atoms]
-                           for atoms in _support_tests(compiled, shape, head)]
-                    for head in shape.embedded}
+        support = {head: _support_tests(compiled, shape, head) for head in shape.embedded}
+        embedded = {head: [[(s, key_of(c)) for s, c in atoms] for atoms in lists]
+                    for head, lists in support.items()}
         embeds_of: dict[str, list[tuple[int, ...]]] = {}
         for pred, _, v in plan.sources:
             if v.embeds is not None and v.embeds not in embeds_of.get(pred, []):
@@ -679,7 +682,7 @@ class EngineReading:
              for v in (*(v for _, _, v in plan.sources), *(v for _, v in plan.enter))},
             {pred: cols for pred, cols, _ in plan.sources}, embeds_of,
             [delta_reads(v) for _, v in plan.reach],
-            [reach_join(v, plan.target) for _, v in plan.reach])
+            [reach_join(v, plan.target) for _, v in plan.reach], support)
 
 
 class MaintainedEngine(PythonEngine):
@@ -718,6 +721,7 @@ class MaintainedEngine(PythonEngine):
         self._seeds = shape.seeds
         self._suppressing = shape.suppressing
         self._embedded = reading.embedded
+        self._support_cols = reading.support_cols
         self._suppressed_key = reading.suppressed_key
         self._alternatives = shape.alternatives
         self._embeds = shape.embedded
@@ -906,20 +910,35 @@ class MaintainedEngine(PythonEngine):
             self.full[pred] = Relation()
         if counted:
             self.counts = {g: {} for g in prog.features.refcount}
-            work: deque[tuple[str, Iterable[tuple]]] = deque()
+            self._revive_from_scratch()
+        else:
+            self._count_and_suppress()
+        self._later_strata()
+
+    def _revive_from_scratch(self) -> None:
+        """Revive the live layer from its seeds (the queries' roots, the relations kept
+        whole): on the complete layer's frames, set at a time, where :func:`revival.plan`
+        says it runs there (a large layer, kept on frames); else tuple at a time."""
+        work: deque[tuple[str, Iterable[tuple]]] = deque()
+        on_frames = revival.plan(self)
+        if on_frames is None:
             self._kept_sources = keeps = self._suppression_keeps()
             # (the suppressing relation's candidates by source tuple: the same index)
             self._candidate_indexes = {(self._suppressing[s], self._suppressed_key[s]): by
                                        for s, by in (keeps or {}).items()}
-            try:
-                for p in self._seeds:
-                    self._spread(p, list(self.full[p].rows), work)
+        try:
+            for p in self._seeds:
+                self._spread(p, list(self.full[p].rows), work)
+            if on_frames is None:
                 self._revive_all(work)
-            finally:
-                self._kept_sources, self._candidate_indexes = None, {}
-        else:
-            self._count_and_suppress()
-        for stratum in prog.strata[self.plan.stratum + 1:]:
+            else:
+                revival.revive(self, on_frames, work)
+        finally:
+            self._kept_sources, self._candidate_indexes = None, {}
+
+    def _later_strata(self) -> None:
+        """Evaluate the strata after the maintained one on the live layer."""
+        for stratum in self.program.strata[self.plan.stratum + 1:]:
             if not stratum.ondemand:  # (left stale by evaluate(), derived when read)
                 self.run_stratum(stratum)
 
@@ -2023,18 +2042,27 @@ class MaintainedEngine(PythonEngine):
         the whole source relation by group, or probed its arrays wave by wave (clique-14-s0-9:
         14 probes, 5 ms of a 60 ms optimization), for the few groups revival reaches; an
         update that needs that index builds it then."""
-        prog, out = self.program, {}
+        out: dict[str, dict[tuple, Bucket]] = {}
         for source, pruned in self._suppressing.items():
-            lead = self._suppressed_key[source]
-            rules = self._embeds.get(pruned, [])
-            if (pruned in prog.inputs or prog.facts.get(pruned)
-                    or len(rules) != self._rules_of.get(pruned)
-                    or not all((source, lead) in atoms for atoms in rules)):
+            if not self.keeps_whole(source):
                 return None
             out[source] = by_source = {}
-            index_rows(key_of(lead), by_source,
+            index_rows(key_of(self._suppressed_key[source]), by_source,
                        self._within(pruned, self.complete[pruned].rows))
         return out
+
+    def keeps_whole(self, source: str) -> bool:
+        """Whether the suppressed ``source``'s tuples that can be live are the leading
+        columns of the suppressing relation's tuples: every rule deriving that relation
+        embeds the source there (and it is no input or fact), so a revival from scratch
+        takes its candidates from the suppressing side (:meth:`_suppression_keeps`,
+        :mod:`.revival`)."""
+        prog, pruned = self.program, self._suppressing[source]
+        rules = self._embeds.get(pruned, [])
+        return not (pruned in prog.inputs or prog.facts.get(pruned)
+                    or len(rules) != self._rules_of.get(pruned)
+                    or not all((source, self._suppressed_key[source]) in atoms
+                               for atoms in rules))
 
     def _candidates(self, pred: str, cols: tuple[int, ...], keys: list[tuple]) -> list[tuple]:
         """The complete layer's tuples of ``pred`` whose columns ``cols`` equal one of

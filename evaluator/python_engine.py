@@ -132,6 +132,18 @@ class Relation:
         read)."""
         return True
 
+    def keep_frame(self, frame: Any) -> None:
+        """Keep ``frame`` (a :class:`~.frames.Frame` of these very tuples) beside them while
+        the relation is unchanged (:meth:`as_frame`), for readers that count or scan all of
+        it: a column pass instead of a loop over the tuples."""
+        self._as_frame = (self.version, frame)
+
+    def as_frame(self) -> Any:
+        """The frame :meth:`keep_frame` kept, while the relation is as it was then; else
+        None."""
+        kept = self.__dict__.get("_as_frame")
+        return kept[1] if kept is not None and kept[0] == self.version else None
+
     def has_index(self, cols: tuple[int, ...]) -> bool:
         """Whether the index on ``cols`` is built already."""
         return cols in self._indexes
