@@ -188,6 +188,19 @@ def test_packed_keys_number_rows_by_their_ranges(rows, order, width):
     assert packed[0].tolist() == want and packed[1] == math.prod(widths)
 
 
+@settings(max_examples=300, deadline=None)
+@given(hashes=st.lists(st.one_of(st.integers(0, 5), st.integers(2**63 - 3, 2**63 + 3),
+                                 st.integers(0, 2**64 - 1)), min_size=2, max_size=40),
+       bits=st.sampled_from([1, 3, 24]))
+def test_hashes_differ_exactly_when_no_two_are_equal(hashes, bits):
+    """Hashes that all differ, or not: small ones (all in the first slot), ones either side
+    of the top bit, any; with few slot bits (``bits``: most hashes share a slot) or many."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(frames, "SLOT_BITS", bits)
+        got = frames._hashes_differ(np.array(hashes, dtype=np.uint64))
+    assert got == (len(set(hashes)) == len(hashes))
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=rows_of(TYPES), buckets=st.sampled_from([0, 1, 3]), table=st.booleans(),
        ordered=st.booleans())
