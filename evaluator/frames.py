@@ -553,8 +553,8 @@ def distinct_hashed(f: Frame, by: Sequence[str], ordered: bool = True
 
 
 SLOTS_PER_HASH = 8
-""":func:`_hashes_differ` counts hashes in about this many slots per hash: one hash in ~16
-then shares its slot (at 4, one in ~8 and 2.5 ms for large-clique-17's SearchSpace
+""":func:`_hashes_differ` counts hashes in 8 to 16 slots per hash: about one hash in ten
+then shares its slot (at 4, one in ~5 and 2.5 ms for large-clique-17's SearchSpace
 releases against 1.8; at 16, 1.7)."""
 
 SLOT_BITS = 24
