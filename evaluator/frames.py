@@ -484,23 +484,27 @@ def lookup(left: Frame, right: Frame, on: Sequence[str], value: str
 
 # -- sets and groups ----------------------------------------------------------------------------
 def distinct(f: Frame) -> Frame:
-    """The frame's distinct rows (a set): by row hash, checked column by column (rows with
-    equal hashes but different values, never seen in practice, take the exact path)."""
+    """The frame's distinct rows (a set; :func:`distinct_rows`)."""
     if f.height < 2:
         return f
-    cols = list(f.cols.values())
-    h = row_hash(cols, f.height)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if len(first) == f.height:  # no two rows hash alike, so none are equal: nothing to check
-        return f
-    rep = first[inv.reshape(-1)]
-    if all(np.array_equal(c, c[rep]) for c in cols):
-        return f.take(np.sort(first))
-    ids = keys([_num(a) for a in f.cols.values()], f.height)
-    _, first = np.unique(ids, return_index=True)
-    if len(first) == f.height:
-        return f
-    return f.take(np.sort(first))
+    first, _ = distinct_rows(list(f.cols.values()), f.height)
+    return f if len(first) == f.height else f.take(np.sort(first))
+
+
+def distinct_rows(cols: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of the columns ``cols`` (``n`` rows), in no
+    particular order, and per row the position of its distinct row among them: by row
+    hash, checked column by column where two rows hash alike (rows with equal hashes but
+    different values, never seen in practice, take exact keys)."""
+    if not n:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    _, first, inverse = np.unique(row_hash(cols, n), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if len(first) < n and not all(np.array_equal(c, c[first[inverse]]) for c in cols):
+        _, first, inverse = np.unique(keys([_num(c) for c in cols], n), return_index=True,
+                                      return_inverse=True)
+        inverse = inverse.reshape(-1)
+    return first, inverse
 
 
 def distinct_hashed(f: Frame, by: Sequence[str], ordered: bool = True

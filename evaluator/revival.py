@@ -44,12 +44,10 @@ from reopt.evaluator.frames import (
     DENSE_SPAN,
     Frame,
     KeyTable,
-    _num,
     concat,
+    distinct_rows,
     group_best,
-    keys,
     lookup,
-    row_hash,
 )
 
 if TYPE_CHECKING:
@@ -182,7 +180,7 @@ class SetRevival:
         within = self.within[pruned]
         at = np.flatnonzero(within) if within is not None else np.arange(whole.height)
         cols = [whole.cols[f"c{j}"][at] for j in lead]
-        first, inverse = _distinct_rows(cols, len(at))
+        first, inverse = distinct_rows(cols, len(at))
         types = [whole.types[f"c{j}"] for j in lead]
         self.universe[source] = Frame({f"c{i}": c[first] for i, c in enumerate(cols)},
                                       {f"c{i}": t for i, t in enumerate(types)}, len(first))
@@ -384,21 +382,6 @@ class SetRevival:
         groups = frame.take(first).rows(by)
         engine.full[agg].add([(*g[:pos], b, *g[pos:])
                               for g, b in zip(groups, best[ids[first]].tolist(), strict=True)])
-
-
-def _distinct_rows(cols: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct row of the columns ``cols`` (``n`` rows), in no
-    particular order, and per row the position of its distinct row among them: by row
-    hash, checked column by column (rows whose hashes collide take exact keys)."""
-    if not n:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    _, first, inverse = np.unique(row_hash(cols, n), return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    if not all(np.array_equal(c, c[first[inverse]]) for c in cols):
-        _, first, inverse = np.unique(keys([_num(c) for c in cols], n), return_index=True,
-                                      return_inverse=True)
-        inverse = inverse.reshape(-1)
-    return first, inverse
 
 
 def revive(engine: MaintainedEngine, shape: RevivalPlan,

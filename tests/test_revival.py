@@ -104,17 +104,18 @@ def test_small_layers_revive_tuple_at_a_time():
 
 
 def test_distinct_rows_by_hash_and_by_exact_keys():
-    """:func:`revival._distinct_rows`: each distinct row's first occurrence, and per row its
-    distinct row — the same when every hash collides (the exact keys then)."""
+    """:func:`frames.distinct_rows` (a suppressed source's universe): each distinct row's
+    first occurrence, and per row its distinct row — the same when every hash collides (the
+    exact keys then)."""
     rng = np.random.default_rng(5)
     cols = [rng.integers(0, 3, 200), rng.integers(0, 2, 200).astype(np.float64)]
     rows = list(zip(*(c.tolist() for c in cols), strict=True))
     want_first = sorted({r: i for i, r in reversed(list(enumerate(rows)))}.values())
+    real = frames.row_hash
     for colliding in (False, True):
-        with mock.patch.object(revival, "row_hash",
-                               (lambda c, n: np.zeros(n, np.uint64)) if colliding
-                               else frames.row_hash):
-            first, inverse = revival._distinct_rows(cols, 200)
+        with mock.patch.object(frames, "row_hash",
+                               (lambda c, n: np.zeros(n, np.uint64)) if colliding else real):
+            first, inverse = frames.distinct_rows(cols, 200)
         assert sorted(first.tolist()) == want_first
         assert [rows[first[j]] for j in inverse] == rows
 
