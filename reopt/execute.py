@@ -183,9 +183,10 @@ def observed_rows(nodes: Iterable[NodeRun]
         if n.observed is None:
             continue
         if n.logical == "scan":
-            if n.scanned is not None or not n.filtered:
-                bases[n.relations[0]] = n.observed if n.scanned is None else n.scanned
-            if n.scanned is None and not n.filtered:
+            if n.scanned is not None:  # a filtered scan: its table's rows, and its set's
+                bases[n.relations[0]] = n.scanned
+            elif not n.filtered:  # no filters: its rows are its table's
+                bases[n.relations[0]] = n.observed
                 continue
         if n.logical in ("scan", "join"):
             sets[n.relations] = n.observed
